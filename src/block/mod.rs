@@ -1,0 +1,158 @@
+//! Block devices: the one trait every layer implements and consumes, and the backends at the
+//! bottom of a stack (a file, memory, and a fault-injecting device for tests).
+//!
+//! Like a device-mapper target, each layer owns the device below it and is itself a
+//! [`BlockDevice`]. Methods take `&self` and the trait is `Send + Sync`, so an exporter can
+//! serve many requests at once and each layer does its work inline on the serving thread.
+
+mod faulty;
+mod file;
+mod memory;
+
+pub use faulty::{Fault, FaultKind, FaultyDevice, OpKind};
+pub use file::{FileDevice, OpenOptions};
+pub use memory::MemoryDevice;
+
+use std::io;
+
+/// Errors a block device reports. `Corrupt` is distinct so exporters can surface it as `EIO`
+/// and count it, exactly as the kernel does for a dm-verity or dm-integrity mismatch.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    /// An I/O error from the layer below.
+    #[error("{device}: I/O error at byte {offset}: {source}")]
+    Io {
+        /// Device name (path or layer name).
+        device: String,
+        /// Byte offset of the failed request.
+        offset: u64,
+        /// The underlying error.
+        #[source]
+        source: io::Error,
+    },
+    /// A request reaches past the end of the device.
+    #[error("{device}: request at byte {offset} of {len} bytes is beyond the device size {size}")]
+    OutOfRange {
+        /// Device name.
+        device: String,
+        /// Byte offset of the request.
+        offset: u64,
+        /// Length of the request.
+        len: u64,
+        /// Size of the device.
+        size: u64,
+    },
+    /// A write or discard on a read-only device.
+    #[error("{device}: device is read-only")]
+    ReadOnly {
+        /// Device name.
+        device: String,
+    },
+    /// The operation is not supported by this device (for example discard).
+    #[error("{device}: {op} is not supported")]
+    Unsupported {
+        /// Device name.
+        device: String,
+        /// The operation.
+        op: &'static str,
+    },
+    /// Data failed an integrity check (hash or tag mismatch).
+    #[error("{device}: {what} block {block} is corrupted")]
+    Corrupt {
+        /// Device name.
+        device: String,
+        /// What kind of block ("data", "hash").
+        what: &'static str,
+        /// Block number, in that kind's block size.
+        block: u64,
+    },
+}
+
+impl BlockError {
+    /// The errno an exporter should return to the kernel for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            BlockError::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
+            BlockError::OutOfRange { .. } => libc::EINVAL,
+            BlockError::ReadOnly { .. } => libc::EROFS,
+            BlockError::Unsupported { .. } => libc::EOPNOTSUPP,
+            BlockError::Corrupt { .. } => libc::EIO,
+        }
+    }
+}
+
+/// Result type of block device operations.
+pub type Result<T> = std::result::Result<T, BlockError>;
+
+/// A block device: a fixed-size array of bytes read and written at byte offsets.
+///
+/// Offsets and lengths of `read_at`/`write_at` should be multiples of
+/// [`logical_block_size`](BlockDevice::logical_block_size); backends at the bottom of the stack
+/// accept any alignment, layers may require it.
+pub trait BlockDevice: Send + Sync {
+    /// A short name for messages (a path, or the layer's name).
+    fn name(&self) -> &str;
+    /// Size in bytes.
+    fn size(&self) -> u64;
+    /// The smallest unit of I/O the device accepts.
+    fn logical_block_size(&self) -> u32 {
+        512
+    }
+    /// Whether writes are refused.
+    fn read_only(&self) -> bool;
+    /// Fill `buf` from `offset`. Reads past the end are an error.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()>;
+    /// Write `buf` at `offset`.
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()>;
+    /// Make written data durable.
+    fn flush(&self) -> Result<()>;
+    /// Tell the device a range is no longer needed.
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Err(BlockError::Unsupported {
+            device: self.name().to_string(),
+            op: "discard",
+        })
+    }
+}
+
+/// Check that `[offset, offset + len)` lies inside a device of `size` bytes.
+pub fn check_range(device: &str, offset: u64, len: usize, size: u64) -> Result<()> {
+    let len = len as u64;
+    match offset.checked_add(len) {
+        Some(end) if end <= size => Ok(()),
+        _ => Err(BlockError::OutOfRange {
+            device: device.to_string(),
+            offset,
+            len,
+            size,
+        }),
+    }
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+    fn logical_block_size(&self) -> u32 {
+        (**self).logical_block_size()
+    }
+    fn read_only(&self) -> bool {
+        (**self).read_only()
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<()> {
+        (**self).flush()
+    }
+    fn discard(&self, offset: u64, len: u64) -> Result<()> {
+        (**self).discard(offset, len)
+    }
+}

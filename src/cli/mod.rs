@@ -1,0 +1,100 @@
+//! The command line: one file per command group, this file only dispatches.
+//!
+//! Exit codes follow cryptsetup: 0 success, 1 wrong parameters or bad input, 2 verification or
+//! permission failure, 4 no such device, 5 device busy (already open).
+
+mod bench;
+mod device;
+mod linear;
+mod verity;
+
+use clap::{Parser, Subcommand};
+
+/// An error that ends a command: a one-line message and cryptsetup's exit code.
+#[derive(Debug)]
+pub struct CliError {
+    /// Exit code.
+    pub code: i32,
+    /// One-line message, printed after "dmkit: ".
+    pub message: String,
+}
+
+impl CliError {
+    /// Wrong parameters or bad input (exit 1).
+    pub fn invalid(message: impl Into<String>) -> Self {
+        CliError {
+            code: 1,
+            message: message.into(),
+        }
+    }
+    /// Verification or permission failure (exit 2).
+    pub fn verification(message: impl Into<String>) -> Self {
+        CliError {
+            code: 2,
+            message: message.into(),
+        }
+    }
+    /// No such device (exit 4).
+    pub fn no_device(message: impl Into<String>) -> Self {
+        CliError {
+            code: 4,
+            message: message.into(),
+        }
+    }
+    /// Device busy (exit 5).
+    pub fn busy(message: impl Into<String>) -> Self {
+        CliError {
+            code: 5,
+            message: message.into(),
+        }
+    }
+}
+
+/// Result of a command.
+pub type CliResult = Result<(), CliError>;
+
+#[derive(Parser)]
+#[command(
+    name = "dmkit",
+    version,
+    about = "dm-verity, dm-integrity, dm-crypt/LUKS2 and fs-verity in userspace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// dm-verity: format, verify, dump, open, sign.
+    #[command(subcommand)]
+    Verity(verity::VerityCommand),
+    /// A pass-through export of a file (like dm-linear), the baseline for benchmarks.
+    #[command(subcommand)]
+    Linear(linear::LinearCommand),
+    /// Tear down an open device.
+    Close(device::CloseArgs),
+    /// Show open devices.
+    Status(device::StatusArgs),
+    /// Measure each layer's overhead with fio.
+    Bench(bench::BenchArgs),
+}
+
+/// Run the command line; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Verity(c) => verity::run(c),
+        Command::Linear(c) => linear::run(c),
+        Command::Close(a) => device::close(a),
+        Command::Status(a) => device::status(a),
+        Command::Bench(a) => bench::run(a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("dmkit: {}", e.message);
+            e.code
+        }
+    }
+}

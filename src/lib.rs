@@ -1,0 +1,14 @@
+//! dmkit: the Linux at-rest protection stack — dm-verity, dm-integrity, dm-crypt/LUKS2 and
+//! fs-verity — in userspace, on-disk compatible with the kernel and with
+//! cryptsetup/veritysetup/integritysetup/fsverity-utils.
+//!
+//! Layers are block devices stacked on block devices ([`block::BlockDevice`]), as in
+//! device-mapper; exporters ([`export`]) serve the top of a stack to the kernel.
+#![deny(missing_docs)]
+
+pub mod bench;
+pub mod block;
+pub mod cli;
+pub mod export;
+pub mod hash;
+pub mod verity;

@@ -1,0 +1,5 @@
+//! The `dmkit` command; all logic lives in the library's `cli` module.
+
+fn main() {
+    std::process::exit(dmkit::cli::main());
+}
