@@ -1,0 +1,286 @@
+//! The verified device: a read-only [`BlockDevice`] that checks every data block it returns
+//! against the hash tree, on the thread serving the request.
+//!
+//! Hash blocks are verified once, up to the root, and kept in a bounded cache; data blocks are
+//! verified on every read, or only the first time with `check_at_most_once` (as the kernel's
+//! option of that name, which only defends against offline tampering).
+
+use super::cache::BlockCache;
+use super::params::{TreeLayout, VerityParams};
+use crate::block::{check_range, BlockDevice, BlockError, Result};
+use crate::hash::hash_blocks;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Run-time options of a verified device.
+#[derive(Debug, Clone)]
+pub struct VerityOptions {
+    /// Name used in messages (the device name given to `open`).
+    pub name: String,
+    /// Verify each data block only on its first read.
+    pub check_at_most_once: bool,
+    /// Log corruption and serve the data anyway.
+    pub ignore_corruption: bool,
+    /// Most hash blocks to keep verified in memory.
+    pub cache_blocks: usize,
+}
+
+impl Default for VerityOptions {
+    fn default() -> Self {
+        VerityOptions {
+            name: "verity".to_string(),
+            check_at_most_once: false,
+            ignore_corruption: false,
+            cache_blocks: 16384,
+        }
+    }
+}
+
+/// Counters shown by `dmkit status`.
+#[derive(Debug, Default)]
+pub struct VerityStats {
+    /// Data blocks whose digest did not match.
+    pub data_corruptions: AtomicU64,
+    /// Hash blocks whose digest did not match their parent.
+    pub hash_corruptions: AtomicU64,
+    /// Data blocks verified.
+    pub verified_blocks: AtomicU64,
+    /// Hash blocks read from the hash device (cache misses).
+    pub hash_block_reads: AtomicU64,
+}
+
+/// A dm-verity target.
+pub struct VerityDevice {
+    data: Arc<dyn BlockDevice>,
+    hash: Arc<dyn BlockDevice>,
+    params: VerityParams,
+    layout: TreeLayout,
+    root: Vec<u8>,
+    opts: VerityOptions,
+    cache: BlockCache,
+    /// One bit per data block, set once verified (only with `check_at_most_once`).
+    verified: Option<Vec<AtomicU64>>,
+    stats: Arc<VerityStats>,
+}
+
+impl VerityDevice {
+    /// Build the device. Sizes must already have been checked against the parameters.
+    pub fn new(
+        data: Arc<dyn BlockDevice>,
+        hash: Arc<dyn BlockDevice>,
+        params: VerityParams,
+        root: Vec<u8>,
+        opts: VerityOptions,
+    ) -> std::result::Result<Self, super::params::ParamsError> {
+        params.validate()?;
+        let layout = TreeLayout::new(&params)?;
+        let verified = opts
+            .check_at_most_once
+            .then(|| (0..params.data_blocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect());
+        Ok(VerityDevice {
+            cache: BlockCache::new(opts.cache_blocks),
+            data,
+            hash,
+            params,
+            layout,
+            root,
+            opts,
+            verified,
+            stats: Arc::new(VerityStats::default()),
+        })
+    }
+
+    /// The live counters.
+    pub fn stats(&self) -> Arc<VerityStats> {
+        self.stats.clone()
+    }
+
+    /// The tree geometry.
+    pub fn layout(&self) -> &TreeLayout {
+        &self.layout
+    }
+
+    /// Check the top of the tree against the root hash (cheap: one hash block). Used by `open`
+    /// to refuse a wrong root hash, salt or hash device up front.
+    pub fn check_root(&self) -> Result<()> {
+        if self.layout.levels() == 0 {
+            let mut block = vec![0u8; self.params.data_block_size as usize];
+            return self.read_at(&mut block, 0);
+        }
+        self.hash_block(self.layout.levels() - 1, 0).map(|_| ())
+    }
+
+    fn corrupt(&self, what: &'static str, block: u64) -> Result<()> {
+        let counter = if what == "data" {
+            &self.stats.data_corruptions
+        } else {
+            &self.stats.hash_corruptions
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        eprintln!("{}: {} block {} is corrupted", self.opts.name, what, block);
+        if self.opts.ignore_corruption {
+            return Ok(());
+        }
+        Err(BlockError::Corrupt {
+            device: self.opts.name.clone(),
+            what,
+            block,
+        })
+    }
+
+    fn hash_one(&self, block: &[u8]) -> Vec<u8> {
+        let (prefix, suffix) = self.params.salt_parts();
+        self.params.hash.hash(&[prefix, block, suffix])
+    }
+
+    /// Hash block `index` of `level`, verified up to the root.
+    fn hash_block(&self, level: usize, index: u64) -> Result<Arc<[u8]>> {
+        let abs = self.layout.level_start[level] + index;
+        if let Some(b) = self.cache.get(abs) {
+            return Ok(b);
+        }
+        let hbs = self.layout.hash_block_size;
+        let mut buf = vec![0u8; hbs as usize];
+        self.hash.read_at(&mut buf, abs * hbs)?;
+        self.stats.hash_block_reads.fetch_add(1, Ordering::Relaxed);
+        let digest = self.hash_one(&buf);
+        let ds = self.layout.digest_size;
+        let ok = if level + 1 == self.layout.levels() {
+            digest == self.root
+        } else {
+            let bits = self.layout.hashes_per_block_bits;
+            let parent = self.hash_block(level + 1, index >> bits)?;
+            let pos = (index & (self.layout.hashes_per_block() - 1)) as usize * self.layout.entry_size;
+            parent[pos..pos + ds] == digest[..]
+        };
+        let block: Arc<[u8]> = Arc::from(buf);
+        if ok {
+            self.cache.insert(abs, block.clone());
+        } else {
+            self.corrupt("hash", abs)?;
+        }
+        Ok(block)
+    }
+
+    fn is_verified(&self, block: u64) -> bool {
+        self.verified.as_ref().is_some_and(|v| {
+            v[(block / 64) as usize].load(Ordering::Relaxed) & (1 << (block % 64)) != 0
+        })
+    }
+
+    fn mark_verified(&self, block: u64) {
+        if let Some(v) = &self.verified {
+            v[(block / 64) as usize].fetch_or(1 << (block % 64), Ordering::Relaxed);
+        }
+    }
+
+    /// Verify `buf`, which holds whole data blocks starting at data block `first`.
+    fn verify_blocks(&self, buf: &[u8], first: u64) -> Result<()> {
+        let dbs = self.params.data_block_size as usize;
+        let n = buf.len() / dbs;
+        let ds = self.layout.digest_size;
+        let (prefix, suffix) = self.params.salt_parts();
+        if self.layout.levels() == 0 {
+            let digest = self.hash_one(&buf[..dbs]);
+            if digest != self.root {
+                self.corrupt("data", 0)?;
+            }
+            return Ok(());
+        }
+        // Hash every block that needs it in one batch (multi-buffer lanes), then compare
+        // block by block against the level-0 hash blocks.
+        let todo: Vec<usize> = (0..n)
+            .filter(|&i| !self.is_verified(first + i as u64))
+            .collect();
+        if todo.is_empty() {
+            return Ok(());
+        }
+        let mut digests = vec![0u8; todo.len() * ds];
+        if todo.len() == n {
+            hash_blocks(self.params.hash, prefix, suffix, buf, dbs, &mut digests);
+        } else {
+            for (k, &i) in todo.iter().enumerate() {
+                let block = &buf[i * dbs..(i + 1) * dbs];
+                self.params
+                    .hash
+                    .hash_parts(&[prefix, block, suffix], &mut digests[k * ds..(k + 1) * ds]);
+            }
+        }
+        let bits = self.layout.hashes_per_block_bits;
+        let mut current: Option<(u64, Arc<[u8]>)> = None;
+        for (k, &i) in todo.iter().enumerate() {
+            let block = first + i as u64;
+            let hidx = block >> bits;
+            let hb = match &current {
+                Some((idx, hb)) if *idx == hidx => hb.clone(),
+                _ => {
+                    let hb = self.hash_block(0, hidx)?;
+                    current = Some((hidx, hb.clone()));
+                    hb
+                }
+            };
+            let pos = (block & ((1 << bits) - 1)) as usize * self.layout.entry_size;
+            if hb[pos..pos + ds] == digests[k * ds..(k + 1) * ds] {
+                self.mark_verified(block);
+            } else {
+                self.corrupt("data", block)?;
+            }
+        }
+        self.stats
+            .verified_blocks
+            .fetch_add(todo.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+impl BlockDevice for VerityDevice {
+    fn name(&self) -> &str {
+        &self.opts.name
+    }
+    fn size(&self) -> u64 {
+        self.params.data_size()
+    }
+    fn logical_block_size(&self) -> u32 {
+        self.params.data_block_size
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        check_range(&self.opts.name, offset, buf.len(), self.size())?;
+        let dbs = self.params.data_block_size as u64;
+        if offset % dbs == 0 && buf.len() as u64 % dbs == 0 {
+            self.data.read_at(buf, offset)?;
+            return self.verify_blocks(buf, offset / dbs);
+        }
+        // Unaligned: read and verify the enclosing blocks, then copy out the part asked for.
+        let start = offset / dbs * dbs;
+        let end = (offset + buf.len() as u64).div_ceil(dbs) * dbs;
+        let mut tmp = vec![0u8; (end - start) as usize];
+        self.data.read_at(&mut tmp, start)?;
+        self.verify_blocks(&tmp, start / dbs)?;
+        let skip = (offset - start) as usize;
+        buf.copy_from_slice(&tmp[skip..skip + buf.len()]);
+        Ok(())
+    }
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> Result<()> {
+        Err(BlockError::ReadOnly {
+            device: self.opts.name.clone(),
+        })
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+impl VerityStats {
+    /// The counters as JSON, for `status`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "data_corruptions": self.data_corruptions.load(Ordering::Relaxed),
+            "hash_corruptions": self.hash_corruptions.load(Ordering::Relaxed),
+            "verified_blocks": self.verified_blocks.load(Ordering::Relaxed),
+            "hash_block_reads": self.hash_block_reads.load(Ordering::Relaxed),
+        })
+    }
+}

@@ -1,0 +1,148 @@
+//! Known answers from cryptsetup's tests/verity-compat-test, and corruption reporting.
+
+use super::*;
+use crate::block::MemoryDevice;
+use crate::hash::HashAlgorithm;
+
+const SALT: &str = "e48da609055204e89ae53b655ca2216dd983cf3cb829f34f63a297d106d53e2d";
+
+fn params(bs: u32, salt: &str, hash_type: u32, hash: HashAlgorithm, sb: bool) -> VerityParams {
+    VerityParams {
+        hash,
+        hash_type,
+        data_block_size: bs,
+        hash_block_size: bs,
+        data_blocks: 8 * 1024 * 1024 / bs as u64,
+        hash_offset: 0,
+        salt: if salt == "-" { vec![] } else { hex::decode(salt).unwrap() },
+        uuid: [0; 16],
+        superblock: sb,
+    }
+}
+
+/// (block size, root, salt, hash type, hash) exactly as verity-compat-test lists them; the data
+/// device is 8 MiB of zeros.
+const KNOWN: &[(u32, &str, &str, u32, HashAlgorithm)] = &[
+    (512, "9de18652fe74edfb9b805aaed72ae2aa48f94333f1ba5c452ac33b1c39325174", SALT, 1, HashAlgorithm::Sha256),
+    (1024, "54d92778750495d1f80832b486ebd007617d746271511bbf0e295e143da2b3df", SALT, 1, HashAlgorithm::Sha256),
+    (4096, "e522df0f97da4febb882ac40f30b37dc0b444bf6df418929463fa25280f09d5c", SALT, 1, HashAlgorithm::Sha256),
+    (4096, "cbbf4ebd004ef65e29b935bb635a39cf754d677f3fa10b0126da725bbdf10f7d", SALT, 0, HashAlgorithm::Sha256),
+    (4096, "ef29c902d87350f1da4bfa536e16cebc162a909bf89abe448b81ec500d4fb9bf", "-", 1, HashAlgorithm::Sha256),
+    (1024, "d0e9163ca8844aaa2e88fe5265a8c5d9ee494a99", SALT, 1, HashAlgorithm::Sha1),
+    (1024, "73509e8e868be6b8ac939817a98a3d35121413b2", "dadada", 1, HashAlgorithm::Sha1),
+];
+
+#[test]
+fn known_roots_separate_devices() {
+    for &(bs, root, salt, ht, hash) in KNOWN {
+        for sb in [true, false] {
+            let p = params(bs, salt, ht, hash, sb);
+            let layout = TreeLayout::new(&p).unwrap();
+            let data = MemoryDevice::new("data", 8 << 20);
+            let hashdev = MemoryDevice::new("hash", layout.hash_device_size() as usize);
+            let got = format(&data, &hashdev, &p, false).unwrap();
+            assert_eq!(hex::encode(&got), root, "bs {bs} {hash} type {ht} sb {sb}");
+            let report = verify(&data, &hashdev, &p, &got, false).unwrap();
+            assert!(report.ok(), "{report:?}");
+            if sb {
+                let read = read_superblock(&hashdev, 0).unwrap();
+                assert_eq!(VerityParams::from_superblock(&read, 0), p);
+            }
+        }
+    }
+}
+
+#[test]
+fn known_roots_one_device_with_hash_offset() {
+    for &(bs, root, salt, ht, hash) in KNOWN {
+        let mut p = params(bs, salt, ht, hash, true);
+        p.hash_offset = 8 << 20;
+        let layout = TreeLayout::new(&p).unwrap();
+        let dev = MemoryDevice::new("img", layout.hash_device_size() as usize);
+        let got = format(&dev, &dev, &p, true).unwrap();
+        assert_eq!(hex::encode(&got), root);
+        assert!(verify(&dev, &dev, &p, &got, true).unwrap().ok());
+    }
+}
+
+fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    // xorshift: deterministic test data without a dependency.
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+#[test]
+fn every_flipped_bit_is_reported_at_its_block() {
+    let mut p = params(4096, SALT, 1, HashAlgorithm::Sha256, true);
+    p.data_blocks = 300; // three level-0 hash blocks and a top block
+    let layout = TreeLayout::new(&p).unwrap();
+    let data = MemoryDevice::from_vec("data", random_bytes(300 * 4096, 7));
+    let hashdev = MemoryDevice::new("hash", layout.hash_device_size() as usize);
+    let root = format(&data, &hashdev, &p, false).unwrap();
+    for block in [0u64, 1, 127, 128, 299] {
+        let off = block * 4096 + 1234;
+        let mut b = [0u8; 1];
+        data.read_at(&mut b, off).unwrap();
+        data.write_at(&[b[0] ^ 0x10], off).unwrap();
+        let r = verify(&data, &hashdev, &p, &root, false).unwrap();
+        assert_eq!(r.corrupt_data_blocks, vec![block]);
+        assert!(r.corrupt_hash_blocks.is_empty());
+        data.write_at(&b, off).unwrap();
+    }
+    for hblock in layout.tree_start..layout.tree_end {
+        let off = hblock * 4096 + 4095; // padding bytes are covered too
+        let mut b = [0u8; 1];
+        hashdev.read_at(&mut b, off).unwrap();
+        hashdev.write_at(&[b[0] ^ 1], off).unwrap();
+        let r = verify(&data, &hashdev, &p, &root, false).unwrap();
+        assert_eq!(r.corrupt_hash_blocks, vec![hblock]);
+        assert!(r.corrupt_data_blocks.is_empty());
+        hashdev.write_at(&b, off).unwrap();
+    }
+    let mut wrong = root.clone();
+    wrong[0] ^= 1;
+    let r = verify(&data, &hashdev, &p, &wrong, false).unwrap();
+    assert!(r.root_hash_mismatch && !r.ok());
+}
+
+#[test]
+fn device_reads_verify_and_report() {
+    let mut p = params(4096, SALT, 1, HashAlgorithm::Sha256, true);
+    p.data_blocks = 1000;
+    let layout = TreeLayout::new(&p).unwrap();
+    let content = random_bytes(1000 * 4096, 9);
+    let data = std::sync::Arc::new(MemoryDevice::from_vec("data", content.clone()));
+    let hashdev = std::sync::Arc::new(MemoryDevice::new("hash", layout.hash_device_size() as usize));
+    let root = format(&*data, &*hashdev, &p, false).unwrap();
+    data.write_at(&[0xff], 500 * 4096 + 3).unwrap();
+    let opts = VerityOptions {
+        name: "v".into(),
+        cache_blocks: 2,
+        ..VerityOptions::default()
+    };
+    let dev = VerityDevice::new(data.clone(), hashdev.clone(), p.clone(), root.clone(), opts).unwrap();
+    dev.check_root().unwrap();
+    let mut buf = vec![0u8; 64 * 4096];
+    dev.read_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, content[..64 * 4096]);
+    let mut small = [0u8; 100];
+    dev.read_at(&mut small, 4096 * 3 + 7).unwrap(); // unaligned
+    assert_eq!(small[..], content[4096 * 3 + 7..4096 * 3 + 107]);
+    let err = dev.read_at(&mut buf[..4096], 500 * 4096).unwrap_err();
+    assert!(matches!(err, crate::block::BlockError::Corrupt { what: "data", block: 500, .. }));
+    dev.read_at(&mut buf[..4096], 501 * 4096).unwrap();
+    assert_eq!(dev.stats().data_corruptions.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    // A wrong root hash is refused up front.
+    let mut wrong = root;
+    wrong[5] ^= 1;
+    let dev = VerityDevice::new(data, hashdev, p, wrong, VerityOptions::default()).unwrap();
+    assert!(dev.check_root().is_err());
+}

@@ -1,0 +1,222 @@
+//! Building and checking the dm-verity hash tree, on all cores.
+//!
+//! Each level is the digests of the level below (level 0: of the data blocks), packed into
+//! hash blocks: digest `i` at `i * entry_size`, the rest of the block zero. Work is split by
+//! groups of output hash blocks, so every worker reads a large contiguous run of input and
+//! hashes it with [`crate::hash::hash_blocks`] (multi-buffer where available).
+
+use super::params::{TreeLayout, VerityParams};
+use crate::block::{BlockDevice, BlockError};
+use crate::hash::hash_blocks;
+use rayon::prelude::*;
+
+/// Bytes of input one worker reads and hashes at a time.
+const CHUNK_INPUT_BYTES: u64 = 4 << 20;
+
+/// The whole tree in memory: one buffer of hash blocks per level (index 0 = data digests).
+#[derive(Debug, Clone)]
+pub struct Tree {
+    /// Hash blocks of each level.
+    pub levels: Vec<Vec<u8>>,
+    /// The root hash.
+    pub root: Vec<u8>,
+}
+
+/// Where a level's input items come from.
+enum Input<'a> {
+    /// Data blocks read from a device.
+    Device(&'a dyn BlockDevice),
+    /// Hash blocks of the level below, already in memory.
+    Memory(&'a [u8]),
+}
+
+/// Hash `count` items of `item_size` bytes into the hash blocks of one level.
+fn hash_level(
+    params: &VerityParams,
+    layout: &TreeLayout,
+    input: Input<'_>,
+    count: u64,
+    item_size: usize,
+) -> Result<Vec<u8>, BlockError> {
+    let hbs = layout.hash_block_size as usize;
+    let per_block = layout.hashes_per_block();
+    let out_blocks = count.div_ceil(per_block);
+    let group = (CHUNK_INPUT_BYTES / (per_block * item_size as u64)).max(1) as usize;
+    let mut out = vec![0u8; out_blocks as usize * hbs];
+    let (prefix, suffix) = params.salt_parts();
+    let ds = layout.digest_size;
+    out.par_chunks_mut(group * hbs)
+        .enumerate()
+        .try_for_each_init(
+            || (Vec::new(), Vec::new()),
+            |(buf, digests): &mut (Vec<u8>, Vec<u8>), (g, out_chunk)| {
+                let first = g as u64 * group as u64 * per_block;
+                let n = ((out_chunk.len() / hbs) as u64 * per_block).min(count - first) as usize;
+                let bytes = n * item_size;
+                let items: &[u8] = match &input {
+                    Input::Device(dev) => {
+                        buf.resize(bytes, 0);
+                        dev.read_at(buf, first * item_size as u64)?;
+                        buf
+                    }
+                    Input::Memory(m) => {
+                        let start = first as usize * item_size;
+                        &m[start..start + bytes]
+                    }
+                };
+                digests.resize(n * ds, 0);
+                hash_blocks(params.hash, prefix, suffix, items, item_size, digests);
+                for (i, d) in digests.chunks_exact(ds).enumerate() {
+                    let pos = i * layout.entry_size;
+                    out_chunk[pos..pos + ds].copy_from_slice(d);
+                }
+                Ok(())
+            },
+        )?;
+    Ok(out)
+}
+
+/// Compute the whole tree over the data device.
+pub fn build(
+    data: &dyn BlockDevice,
+    params: &VerityParams,
+    layout: &TreeLayout,
+) -> Result<Tree, BlockError> {
+    let hbs = layout.hash_block_size as usize;
+    let mut levels: Vec<Vec<u8>> = Vec::with_capacity(layout.levels());
+    for level in 0..layout.levels() {
+        let buf = match levels.last() {
+            None => hash_level(
+                params,
+                layout,
+                Input::Device(data),
+                params.data_blocks,
+                params.data_block_size as usize,
+            )?,
+            Some(below) => hash_level(
+                params,
+                layout,
+                Input::Memory(below),
+                (below.len() / hbs) as u64,
+                hbs,
+            )?,
+        };
+        debug_assert_eq!(buf.len() as u64, layout.level_blocks[level] * hbs as u64);
+        levels.push(buf);
+    }
+    let (prefix, suffix) = params.salt_parts();
+    let root = match levels.last() {
+        Some(top) => params.hash.hash(&[prefix, top, suffix]),
+        None => {
+            let mut block = vec![0u8; params.data_block_size as usize];
+            data.read_at(&mut block, 0)?;
+            params.hash.hash(&[prefix, &block, suffix])
+        }
+    };
+    Ok(Tree { levels, root })
+}
+
+/// Write the tree (levels at their positions, top level first on disk) to the hash device.
+pub fn write(hash: &dyn BlockDevice, layout: &TreeLayout, tree: &Tree) -> Result<(), BlockError> {
+    for (level, buf) in tree.levels.iter().enumerate() {
+        hash.write_at(buf, layout.level_start[level] * layout.hash_block_size)?;
+    }
+    Ok(())
+}
+
+/// What an offline check found.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct VerifyReport {
+    /// Data blocks whose digest does not match the (trusted) tree, in data-block units.
+    pub corrupt_data_blocks: Vec<u64>,
+    /// Hash blocks that do not match their parent, absolute in hash-block units.
+    pub corrupt_hash_blocks: Vec<u64>,
+    /// The tree matches the data, but its root is not the given root hash.
+    pub root_hash_mismatch: bool,
+    /// The root hash computed from the data.
+    pub computed_root: String,
+}
+
+impl VerifyReport {
+    /// Whether everything checked out.
+    pub fn ok(&self) -> bool {
+        self.corrupt_data_blocks.is_empty()
+            && self.corrupt_hash_blocks.is_empty()
+            && !self.root_hash_mismatch
+    }
+}
+
+/// Check data and hash device against `root`, naming every corrupt block.
+///
+/// A stored hash block is trusted when its digest matches the entry in its trusted parent (the
+/// root for the top block). Children of an untrusted block are checked against the tree
+/// recomputed from the data instead, so one flipped bit is reported once, at the right place.
+pub fn verify(
+    data: &dyn BlockDevice,
+    hash: &dyn BlockDevice,
+    params: &VerityParams,
+    layout: &TreeLayout,
+    root: &[u8],
+) -> Result<VerifyReport, BlockError> {
+    let computed = build(data, params, layout)?;
+    let hbs = layout.hash_block_size as usize;
+    let (prefix, suffix) = params.salt_parts();
+    let ds = layout.digest_size;
+    let mut report = VerifyReport {
+        computed_root: hex::encode(&computed.root),
+        ..VerifyReport::default()
+    };
+    let levels = layout.levels();
+    if levels == 0 {
+        if computed.root != root {
+            report.corrupt_data_blocks.push(0);
+        }
+        return Ok(report);
+    }
+    // Stored levels, read from the hash device.
+    let mut stored: Vec<Vec<u8>> = Vec::with_capacity(levels);
+    for level in 0..levels {
+        let mut buf = vec![0u8; layout.level_blocks[level] as usize * hbs];
+        hash.read_at(&mut buf, layout.level_start[level] * hbs as u64)?;
+        stored.push(buf);
+    }
+    // trusted[i]: the expected digest of block i of the current level.
+    let top_trusted = stored[levels - 1] == computed.levels[levels - 1];
+    if computed.root != root && top_trusted {
+        report.root_hash_mismatch = true;
+        return Ok(report);
+    }
+    let mut expected: Vec<Vec<u8>> = vec![root.to_vec()];
+    for level in (0..levels).rev() {
+        let mut next_expected = Vec::new();
+        for (i, block) in stored[level].chunks_exact(hbs).enumerate() {
+            let digest = params.hash.hash(&[prefix, block, suffix]);
+            let trusted = digest == expected[i];
+            if !trusted {
+                report
+                    .corrupt_hash_blocks
+                    .push(layout.level_start[level] + i as u64);
+            }
+            // Entries this block vouches for: its own if trusted, else the recomputed ones.
+            let source = if trusted {
+                block
+            } else {
+                &computed.levels[level][i * hbs..(i + 1) * hbs]
+            };
+            for slot in 0..layout.hashes_per_block() as usize {
+                let pos = slot * layout.entry_size;
+                next_expected.push(source[pos..pos + ds].to_vec());
+            }
+        }
+        expected = next_expected;
+    }
+    // `expected` now holds, per data block, the digest a trusted tree vouches for.
+    for (i, want) in expected.iter().take(params.data_blocks as usize).enumerate() {
+        let (blk, pos) = layout.locate(0, i as u64);
+        let got_block = &computed.levels[0][((blk - layout.level_start[0]) as usize) * hbs..];
+        if &got_block[pos..pos + ds] != want.as_slice() {
+            report.corrupt_data_blocks.push(i as u64);
+        }
+    }
+    Ok(report)
+}
