@@ -66,8 +66,11 @@ fn hash_level(
                 };
                 digests.resize(n * ds, 0);
                 hash_blocks(params.hash, prefix, suffix, items, item_size, digests);
+                // Digest i goes to slot i % per_block of hash block i / per_block; with hash
+                // type 0 the slots do not fill the block, so the two are not the same offset.
+                let per_block = per_block as usize;
                 for (i, d) in digests.chunks_exact(ds).enumerate() {
-                    let pos = i * layout.entry_size;
+                    let pos = (i / per_block) * hbs + (i % per_block) * layout.entry_size;
                     out_chunk[pos..pos + ds].copy_from_slice(d);
                 }
                 Ok(())
