@@ -222,7 +222,12 @@ fn check_case(i: usize, case: &Case, rng: &mut Rng, dir: &Path) {
     for f in ["vs.data", "vs.hash", "dm.data", "dm.hash"] {
         let _ = std::fs::remove_file(dir.join(f));
     }
-    let data = rng.bytes(case.data_size as usize);
+    let mut data = rng.bytes(case.data_size as usize);
+    if let Some(off) = case.hash_offset {
+        // veritysetup writes the superblock in place and refuses to do so past the end of
+        // the file, so the image must already reach it (as a real device would).
+        data.resize(data.len().max(off as usize + 512), 0);
+    }
     let (root_a, data_a, hash_a) = format_with("veritysetup", case, dir, "vs", &data);
     let mut dm_args = vec!["verity".to_string()];
     let (root_b, data_b, hash_b) = {

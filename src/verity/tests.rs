@@ -110,6 +110,40 @@ fn every_flipped_bit_is_reported_at_its_block() {
     wrong[0] ^= 1;
     let r = verify(&data, &hashdev, &p, &wrong, false).unwrap();
     assert!(r.root_hash_mismatch && !r.ok());
+    assert!(r.corrupt_data_blocks.is_empty() && r.corrupt_hash_blocks.is_empty());
+    // A wrong salt blames no block either: nothing in the tree can be trusted.
+    let mut salted = p.clone();
+    salted.salt[0] ^= 1;
+    let r = verify(&data, &hashdev, &salted, &root, false).unwrap();
+    assert!(r.root_hash_mismatch);
+    assert!(r.corrupt_data_blocks.is_empty() && r.corrupt_hash_blocks.is_empty());
+    // Against a valid tree for other data, every data block is named.
+    let other = MemoryDevice::from_vec("other", random_bytes(300 * 4096, 8));
+    let r = verify(&other, &hashdev, &p, &root, false).unwrap();
+    assert_eq!(r.corrupt_data_blocks, (0..300).collect::<Vec<u64>>());
+    assert!(!r.root_hash_mismatch && r.corrupt_hash_blocks.is_empty());
+}
+
+#[test]
+fn hash_type_0_with_unfilled_hash_blocks() {
+    // sha1 in 4 KiB blocks under hash type 0 packs 128 digests of 20 bytes and leaves the rest
+    // of each block zero; a worker's group spans many blocks, so slots must be per block.
+    let mut p = params(512, "-", 0, HashAlgorithm::Sha1, false);
+    p.hash_block_size = 4096;
+    p.data_blocks = 5000;
+    let layout = TreeLayout::new(&p).unwrap();
+    let data = MemoryDevice::from_vec("data", random_bytes(5000 * 512, 3));
+    let hashdev = MemoryDevice::new("hash", layout.hash_device_size() as usize);
+    let root = format(&data, &hashdev, &p, false).unwrap();
+    let tree = hashdev.contents();
+    let level0 = &tree[(layout.level_start[0] * 4096) as usize..];
+    for i in [0usize, 127, 128, 4999] {
+        let block = &data.contents()[i * 512..(i + 1) * 512];
+        let pos = (i / 128) * 4096 + (i % 128) * 20;
+        assert_eq!(&level0[pos..pos + 20], &HashAlgorithm::Sha1.hash(&[block])[..]);
+    }
+    assert!(level0[2560..4096].iter().all(|&b| b == 0));
+    assert!(verify(&data, &hashdev, &p, &root, false).unwrap().ok());
 }
 
 #[test]

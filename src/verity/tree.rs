@@ -134,7 +134,9 @@ pub struct VerifyReport {
     pub corrupt_data_blocks: Vec<u64>,
     /// Hash blocks that do not match their parent, absolute in hash-block units.
     pub corrupt_hash_blocks: Vec<u64>,
-    /// The tree matches the data, but its root is not the given root hash.
+    /// The top of the stored tree does not match the given root hash and the data does not
+    /// produce it either, so no block can be blamed: a wrong root hash, salt or parameters, or
+    /// a hash device made for other data.
     pub root_hash_mismatch: bool,
     /// The root hash computed from the data.
     pub computed_root: String,
@@ -151,9 +153,11 @@ impl VerifyReport {
 
 /// Check data and hash device against `root`, naming every corrupt block.
 ///
-/// A stored hash block is trusted when its digest matches the entry in its trusted parent (the
-/// root for the top block). Children of an untrusted block are checked against the tree
-/// recomputed from the data instead, so one flipped bit is reported once, at the right place.
+/// When the data produces `root`, every stored hash block that differs from the recomputed
+/// one is corrupt. Otherwise the stored tree is walked from the root: a hash block is trusted
+/// when its digest matches the entry in its trusted parent, and data blocks are checked
+/// against trusted entries. Children of an untrusted block are checked against the recomputed
+/// tree instead, so one flipped bit is reported once, at the right place.
 pub fn verify(
     data: &dyn BlockDevice,
     hash: &dyn BlockDevice,
@@ -176,25 +180,35 @@ pub fn verify(
         }
         return Ok(report);
     }
-    // Stored levels, read from the hash device.
     let mut stored: Vec<Vec<u8>> = Vec::with_capacity(levels);
     for level in 0..levels {
         let mut buf = vec![0u8; layout.level_blocks[level] as usize * hbs];
         hash.read_at(&mut buf, layout.level_start[level] * hbs as u64)?;
         stored.push(buf);
     }
-    // trusted[i]: the expected digest of block i of the current level.
-    let top_trusted = stored[levels - 1] == computed.levels[levels - 1];
-    if computed.root != root && top_trusted {
+    if computed.root == root {
+        // The data is intact; any stored block unlike the recomputed one is corrupt.
+        for level in (0..levels).rev() {
+            let pairs = stored[level].chunks_exact(hbs).zip(computed.levels[level].chunks_exact(hbs));
+            for (i, (s, c)) in pairs.enumerate() {
+                if s != c {
+                    report.corrupt_hash_blocks.push(layout.level_start[level] + i as u64);
+                }
+            }
+        }
+        return Ok(report);
+    }
+    if params.hash.hash(&[prefix, &stored[levels - 1], suffix]) != root {
+        // Neither the stored tree nor the data leads to this root: nothing can be blamed.
         report.root_hash_mismatch = true;
         return Ok(report);
     }
-    let mut expected: Vec<Vec<u8>> = vec![root.to_vec()];
+    // expected[i]: the digest a trusted parent vouches for, for block i of the current level.
+    let mut expected: Vec<&[u8]> = vec![root];
     for level in (0..levels).rev() {
-        let mut next_expected = Vec::new();
+        let mut next_expected = Vec::with_capacity(stored[level].len() / layout.entry_size);
         for (i, block) in stored[level].chunks_exact(hbs).enumerate() {
-            let digest = params.hash.hash(&[prefix, block, suffix]);
-            let trusted = digest == expected[i];
+            let trusted = params.hash.hash(&[prefix, block, suffix]) == expected[i];
             if !trusted {
                 report
                     .corrupt_hash_blocks
@@ -208,7 +222,7 @@ pub fn verify(
             };
             for slot in 0..layout.hashes_per_block() as usize {
                 let pos = slot * layout.entry_size;
-                next_expected.push(source[pos..pos + ds].to_vec());
+                next_expected.push(&source[pos..pos + ds]);
             }
         }
         expected = next_expected;
@@ -217,7 +231,7 @@ pub fn verify(
     for (i, want) in expected.iter().take(params.data_blocks as usize).enumerate() {
         let (blk, pos) = layout.locate(0, i as u64);
         let got_block = &computed.levels[0][((blk - layout.level_start[0]) as usize) * hbs..];
-        if &got_block[pos..pos + ds] != want.as_slice() {
+        if &got_block[pos..pos + ds] != *want {
             report.corrupt_data_blocks.push(i as u64);
         }
     }
