@@ -129,7 +129,10 @@ fn run(cmd: &str, args: &[String]) -> Output {
         .output()
         .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!stderr.contains("panicked"), "{cmd} {args:?} panicked: {stderr}");
+    assert!(
+        !stderr.contains("panicked"),
+        "{cmd} {args:?} panicked: {stderr}"
+    );
     out
 }
 
@@ -159,7 +162,13 @@ fn s(p: &Path) -> String {
 const UUID: &str = "a60c98d2-ae9b-4865-bfcb-b4e3ace11033";
 
 /// Format with `tool`; returns (root hash, data path, hash path).
-fn format_with(tool: &str, case: &Case, dir: &Path, tag: &str, data: &[u8]) -> (String, PathBuf, PathBuf) {
+fn format_with(
+    tool: &str,
+    case: &Case,
+    dir: &Path,
+    tag: &str,
+    data: &[u8],
+) -> (String, PathBuf, PathBuf) {
     let data_path = dir.join(format!("{tag}.data"));
     std::fs::write(&data_path, data).unwrap();
     let hash_path = match case.hash_offset {
@@ -182,20 +191,32 @@ fn verify_args(case: &Case, data: &Path, hash: &Path, root: &str) -> Vec<String>
     a
 }
 
-fn dmkit_verify_json(case: &Case, data: &Path, hash: &Path, root: &str) -> (bool, serde_json::Value) {
+fn dmkit_verify_json(
+    case: &Case,
+    data: &Path,
+    hash: &Path,
+    root: &str,
+) -> (bool, serde_json::Value) {
     let mut args = vec!["verity".to_string()];
     args.extend(verify_args(case, data, hash, root));
     args.push("--json".into());
     let out = run(DMKIT, &args);
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!("verify --json gave no JSON ({e}): {}", String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "verify --json gave no JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
     (out.status.success(), j)
 }
 
 fn flip_bit(path: &Path, byte: u64, bit: u8) {
     use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new().read(true).write(true).open(path).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap();
     let mut b = [0u8; 1];
     f.read_exact_at(&mut b, byte).unwrap();
     b[0] ^= 1 << bit;
@@ -207,7 +228,11 @@ fn tree_blocks(case: &Case) -> (u64, u64) {
     let hbs = case.hash_block_size;
     let per_block = 1u64 << (63 - (hbs / case.digest as u64).leading_zeros());
     let offset = case.hash_offset.unwrap_or(0);
-    let start = if case.superblock { (offset + 512).div_ceil(hbs) } else { offset / hbs };
+    let start = if case.superblock {
+        (offset + 512).div_ceil(hbs)
+    } else {
+        offset / hbs
+    };
     let mut total = 0;
     let mut n = case.data_blocks();
     while n > 1 {
@@ -233,7 +258,11 @@ fn check_case(i: usize, case: &Case, rng: &mut Rng, dir: &Path) {
     let (root_b, data_b, hash_b) = {
         let data_path = dir.join("dm.data");
         std::fs::write(&data_path, &data).unwrap();
-        let hash_path = if case.hash_offset.is_some() { data_path.clone() } else { dir.join("dm.hash") };
+        let hash_path = if case.hash_offset.is_some() {
+            data_path.clone()
+        } else {
+            dir.join("dm.hash")
+        };
         dm_args.push("format".into());
         dm_args.extend(case.tree_options());
         dm_args.push(format!("--uuid={UUID}"));
@@ -242,24 +271,49 @@ fn check_case(i: usize, case: &Case, rng: &mut Rng, dir: &Path) {
         (root_hash_of(&ok(DMKIT, &dm_args)), data_path, hash_path)
     };
     assert_eq!(root_a, root_b, "case {i} {case:?}: root hash differs");
-    let (ha, hb) = (std::fs::read(&hash_a).unwrap(), std::fs::read(&hash_b).unwrap());
-    assert!(ha == hb, "case {i} {case:?}: hash device differs ({} vs {} bytes)", ha.len(), hb.len());
+    let (ha, hb) = (
+        std::fs::read(&hash_a).unwrap(),
+        std::fs::read(&hash_b).unwrap(),
+    );
+    assert!(
+        ha == hb,
+        "case {i} {case:?}: hash device differs ({} vs {} bytes)",
+        ha.len(),
+        hb.len()
+    );
 
     // Each tool accepts the other's tree.
     ok("veritysetup", &verify_args(case, &data_b, &hash_b, &root_b));
     let (good, j) = dmkit_verify_json(case, &data_a, &hash_a, &root_a);
-    assert!(good && j["ok"] == true, "case {i} {case:?}: dmkit rejects veritysetup's tree: {j}");
+    assert!(
+        good && j["ok"] == true,
+        "case {i} {case:?}: dmkit rejects veritysetup's tree: {j}"
+    );
 
     // One flipped bit in the covered data, then in the tree: reported at its block.
     let block = rng.below(case.data_blocks());
     let byte = block * case.data_block_size + rng.below(case.data_block_size);
     flip_bit(&data_b, byte, rng.below(8) as u8);
     let (good, j) = dmkit_verify_json(case, &data_b, &hash_b, &root_b);
-    assert!(!good, "case {i} {case:?}: corrupt data block {block} accepted");
-    assert_eq!(j["corrupt_data_blocks"], serde_json::json!([block]), "case {i} {case:?}: {j}");
-    assert_eq!(j["corrupt_hash_blocks"], serde_json::json!([]), "case {i} {case:?}: {j}");
+    assert!(
+        !good,
+        "case {i} {case:?}: corrupt data block {block} accepted"
+    );
+    assert_eq!(
+        j["corrupt_data_blocks"],
+        serde_json::json!([block]),
+        "case {i} {case:?}: {j}"
+    );
+    assert_eq!(
+        j["corrupt_hash_blocks"],
+        serde_json::json!([]),
+        "case {i} {case:?}: {j}"
+    );
     let vs = run("veritysetup", &verify_args(case, &data_b, &hash_b, &root_b));
-    assert!(!vs.status.success(), "case {i}: veritysetup accepted corrupt data");
+    assert!(
+        !vs.status.success(),
+        "case {i}: veritysetup accepted corrupt data"
+    );
 
     let (first, end) = tree_blocks(case);
     if end > first {
@@ -269,22 +323,42 @@ fn check_case(i: usize, case: &Case, rng: &mut Rng, dir: &Path) {
         let hbyte = hblock * case.hash_block_size + rng.below(case.hash_block_size);
         flip_bit(&hash_b, hbyte, rng.below(8) as u8);
         let (good, j) = dmkit_verify_json(case, &data_b, &hash_b, &root_b);
-        assert!(!good, "case {i} {case:?}: corrupt hash block {hblock} accepted");
-        assert_eq!(j["corrupt_hash_blocks"], serde_json::json!([hblock]), "case {i} {case:?}: {j}");
-        assert_eq!(j["corrupt_data_blocks"], serde_json::json!([]), "case {i} {case:?}: {j}");
+        assert!(
+            !good,
+            "case {i} {case:?}: corrupt hash block {hblock} accepted"
+        );
+        assert_eq!(
+            j["corrupt_hash_blocks"],
+            serde_json::json!([hblock]),
+            "case {i} {case:?}: {j}"
+        );
+        assert_eq!(
+            j["corrupt_data_blocks"],
+            serde_json::json!([]),
+            "case {i} {case:?}: {j}"
+        );
         let vs = run("veritysetup", &verify_args(case, &data_b, &hash_b, &root_b));
-        assert!(!vs.status.success(), "case {i}: veritysetup accepted a corrupt tree");
+        assert!(
+            !vs.status.success(),
+            "case {i}: veritysetup accepted a corrupt tree"
+        );
     }
 }
 
 fn have_veritysetup() -> bool {
-    Command::new("veritysetup").arg("--version").output().is_ok()
+    Command::new("veritysetup")
+        .arg("--version")
+        .output()
+        .is_ok()
 }
 
 #[test]
 fn random_parameter_combinations_match_veritysetup() {
     if !have_veritysetup() {
-        assert!(std::env::var_os("CI").is_none(), "veritysetup is missing in CI");
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "veritysetup is missing in CI"
+        );
         eprintln!("skipping: veritysetup is not installed (apt-get install cryptsetup-bin)");
         return;
     }
@@ -308,8 +382,16 @@ fn random_parameter_combinations_match_veritysetup() {
     let mut seen = std::collections::BTreeSet::new();
     for i in 0..cases {
         let case = Case::random(&mut rng);
-        seen.insert((case.hash, case.hash_type, case.superblock, case.hash_offset.is_some()));
+        seen.insert((
+            case.hash,
+            case.hash_type,
+            case.superblock,
+            case.hash_offset.is_some(),
+        ));
         check_case(i, &case, &mut rng, dir.path());
     }
-    eprintln!("{} distinct (hash, type, superblock, offset) classes covered", seen.len());
+    eprintln!(
+        "{} distinct (hash, type, superblock, offset) classes covered",
+        seen.len()
+    );
 }

@@ -82,7 +82,10 @@ enum Command {
 
 /// Run the command line; returns the process exit code.
 pub fn main() -> i32 {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     let result = match cli.command {
         Command::Verity(c) => verity::run(c),
         Command::Linear(c) => linear::run(c),
@@ -97,4 +100,35 @@ pub fn main() -> i32 {
             e.code
         }
     }
+}
+
+/// `--help` and `--version` print as usual; a usage error becomes one line and exit 1, like
+/// every other error of ours (clap's default would be several lines and exit 2, which here
+/// means "verification failed").
+fn usage_error(e: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    if matches!(
+        e.kind(),
+        ErrorKind::DisplayHelp
+            | ErrorKind::DisplayVersion
+            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+    ) {
+        let _ = e.print();
+        return 0;
+    }
+    let text = e.to_string();
+    let message: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:"))
+        .filter(|l| {
+            !l.is_empty() && !l.starts_with("tip:") && !l.starts_with("For more information")
+        })
+        .collect();
+    let message = message.join(" ");
+    eprintln!(
+        "dmkit: {} (see --help)",
+        message.trim_start_matches("error: ")
+    );
+    1
 }

@@ -1,11 +1,615 @@
-//! `dmkit verity`.
-use super::CliResult;
+//! `dmkit verity format|verify|dump|open|sign`, with veritysetup's options and argument order.
+
+use super::{CliError, CliResult};
+use crate::block::{BlockDevice, FileDevice, OpenOptions};
+use crate::export::{self, ExportSpec};
+use crate::hash::HashAlgorithm;
+use crate::verity::superblock::{format_uuid, parse_uuid};
+use crate::verity::{self, TreeLayout, VerityDevice, VerityError, VerityOptions, VerityParams};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// `dmkit verity` subcommands.
 #[derive(clap::Subcommand)]
-pub enum VerityCommand {}
+pub enum VerityCommand {
+    /// Build the hash tree of DATA into HASH and print the root hash (like `veritysetup format`).
+    Format(FormatArgs),
+    /// Check DATA and HASH against ROOT_HASH offline, naming every corrupt block.
+    Verify(VerifyArgs),
+    /// Print the superblock of HASH (like `veritysetup dump`).
+    Dump(DumpArgs),
+    /// Serve the verified DATA read-only at /run/dmkit/NAME (veritysetup's argument order).
+    Open(OpenArgs),
+    /// Sign a root hash: detached DER PKCS#7 over the lowercase hex string, as the kernel checks.
+    Sign(SignArgs),
+}
+
+/// Tree parameters, as veritysetup spells them.
+#[derive(clap::Args, Clone)]
+pub struct TreeArgs {
+    /// Hash algorithm: sha256, sha1 or sha512.
+    #[arg(long, default_value = "sha256")]
+    hash: String,
+    /// Block size on the data device.
+    #[arg(long, default_value_t = 4096)]
+    data_block_size: u32,
+    /// Block size on the hash device.
+    #[arg(long, default_value_t = 4096)]
+    hash_block_size: u32,
+    /// Number of data blocks (default: all complete blocks of DATA).
+    #[arg(long)]
+    data_blocks: Option<u64>,
+    /// Byte offset of the hash area (superblock first) in HASH.
+    #[arg(long, default_value_t = 0)]
+    hash_offset: u64,
+    /// Salt as hex, or `-` for none (format default: 32 random bytes; without a superblock: none).
+    #[arg(long)]
+    salt: Option<String>,
+    /// Hash type: 1 (normal) or 0 (original Chrome OS).
+    #[arg(long = "format", default_value_t = 1)]
+    hash_type: u32,
+    /// Do not write or read a superblock: all parameters come from the command line.
+    #[arg(long)]
+    no_superblock: bool,
+}
+
+/// Arguments of `verity format`.
+#[derive(clap::Args)]
+pub struct FormatArgs {
+    /// Data device or image.
+    data: PathBuf,
+    /// Hash device or image (created if missing; may be DATA with --hash-offset).
+    hash_device: PathBuf,
+    #[command(flatten)]
+    tree: TreeArgs,
+    /// UUID for the superblock (default: random).
+    #[arg(long)]
+    uuid: Option<String>,
+    /// Also write the root hash (hex) to this file.
+    #[arg(long)]
+    root_hash_file: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The root hash, from the command line or a file, and its optional signature.
+#[derive(clap::Args)]
+pub struct RootArgs {
+    /// Read the root hash from this file instead of the command line.
+    #[arg(long)]
+    root_hash_file: Option<PathBuf>,
+    /// Detached PKCS#7 signature of the root hash to check.
+    #[arg(long, requires = "root_hash_cert")]
+    root_hash_signature: Option<PathBuf>,
+    /// Trusted certificate (PEM or DER) for --root-hash-signature; may be repeated.
+    #[arg(long)]
+    root_hash_cert: Vec<PathBuf>,
+}
+
+/// Arguments of `verity verify`.
+#[derive(clap::Args)]
+pub struct VerifyArgs {
+    /// Data device or image.
+    data: PathBuf,
+    /// Hash device or image.
+    hash_device: PathBuf,
+    /// Root hash (hex); omit with --root-hash-file.
+    root_hash: Option<String>,
+    #[command(flatten)]
+    tree: TreeArgs,
+    #[command(flatten)]
+    root: RootArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `verity dump`.
+#[derive(clap::Args)]
+pub struct DumpArgs {
+    /// Hash device or image.
+    hash_device: PathBuf,
+    /// Byte offset of the superblock in HASH.
+    #[arg(long, default_value_t = 0)]
+    hash_offset: u64,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `verity open`.
+#[derive(clap::Args)]
+pub struct OpenArgs {
+    /// Data device or image.
+    data: PathBuf,
+    /// Name of the device: served at /run/dmkit/NAME.
+    name: String,
+    /// Hash device or image.
+    hash_device: PathBuf,
+    /// Root hash (hex); omit with --root-hash-file.
+    root_hash: Option<String>,
+    #[command(flatten)]
+    tree: TreeArgs,
+    #[command(flatten)]
+    root: RootArgs,
+    /// Also attach a loop device and print it.
+    #[arg(long = "loop")]
+    loop_device: bool,
+    /// Verify each data block only on its first read.
+    #[arg(long)]
+    check_at_most_once: bool,
+    /// Log corrupted blocks but serve them anyway.
+    #[arg(long)]
+    ignore_corruption: bool,
+    /// Most verified hash blocks kept in memory.
+    #[arg(long, default_value_t = 16384)]
+    cache_blocks: usize,
+    /// Threads serving requests.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Serve in the foreground until interrupted instead of returning.
+    #[arg(long)]
+    foreground: bool,
+}
+
+/// Arguments of `verity sign`.
+#[derive(clap::Args)]
+pub struct SignArgs {
+    /// Root hash (hex); omit with --root-hash-file.
+    root_hash: Option<String>,
+    /// Read the root hash from this file.
+    #[arg(long)]
+    root_hash_file: Option<PathBuf>,
+    /// Private key (PEM).
+    #[arg(long)]
+    key: PathBuf,
+    /// Signer certificate (PEM).
+    #[arg(long)]
+    cert: PathBuf,
+    /// Where to write the DER signature.
+    #[arg(long, short)]
+    output: PathBuf,
+}
 
 /// Run a `dmkit verity` subcommand.
 pub fn run(c: VerityCommand) -> CliResult {
-    match c {}
+    match c {
+        VerityCommand::Format(a) => format(a),
+        VerityCommand::Verify(a) => verify(a),
+        VerityCommand::Dump(a) => dump(a),
+        VerityCommand::Open(a) => open(a),
+        VerityCommand::Sign(a) => sign(a),
+    }
+}
+
+fn invalid(e: impl std::fmt::Display) -> CliError {
+    CliError::invalid(e.to_string())
+}
+
+fn verity_err(e: VerityError) -> CliError {
+    CliError::invalid(e.to_string())
+}
+
+fn open_file(path: &Path, read_only: bool) -> Result<FileDevice, CliError> {
+    FileDevice::open(
+        path,
+        OpenOptions {
+            read_only,
+            direct: false,
+        },
+    )
+    .map_err(|e| CliError::no_device(format!("{}: cannot open: {e}", path.display())))
+}
+
+/// Whether two paths name the same file (data and hash area in one image).
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+fn parse_salt(s: &str) -> Result<Vec<u8>, CliError> {
+    if s == "-" {
+        return Ok(Vec::new());
+    }
+    let salt = hex::decode(s).map_err(|_| invalid(format!("--salt: {s:?} is not a hex string")))?;
+    if salt.len() > 256 {
+        return Err(invalid(format!(
+            "--salt: {} bytes is longer than 256",
+            salt.len()
+        )));
+    }
+    Ok(salt)
+}
+
+fn random_bytes<const N: usize>() -> [u8; N] {
+    let mut b = [0u8; N];
+    getrandom::getrandom(&mut b).expect("the kernel's random source");
+    b
+}
+
+fn random_uuid() -> [u8; 16] {
+    let mut u = random_bytes::<16>();
+    u[6] = (u[6] & 0x0f) | 0x40; // version 4
+    u[8] = (u[8] & 0x3f) | 0x80; // RFC 4122 variant
+    u
+}
+
+/// Parameters from the command line alone (format, and `--no-superblock`).
+fn params_from_args(
+    t: &TreeArgs,
+    data: &dyn BlockDevice,
+    default_salt: Vec<u8>,
+) -> Result<VerityParams, CliError> {
+    let hash = HashAlgorithm::from_name(&t.hash)
+        .ok_or_else(|| invalid(format!("--hash: unsupported hash algorithm {:?}", t.hash)))?;
+    let salt = match &t.salt {
+        Some(s) => parse_salt(s)?,
+        None => default_salt,
+    };
+    let dbs = t.data_block_size as u64;
+    let available = if dbs == 0 { 0 } else { data.size() / dbs };
+    let data_blocks = match t.data_blocks {
+        Some(n) if n > available => {
+            return Err(invalid(format!(
+                "{}: data device is too small: --data-blocks {n} of {dbs} bytes needs {} bytes, it has {}",
+                data.name(),
+                n.saturating_mul(dbs),
+                data.size()
+            )))
+        }
+        Some(n) => n,
+        None => available,
+    };
+    if data_blocks == 0 {
+        return Err(invalid(format!(
+            "{}: data device is too small: {} bytes hold no complete {dbs}-byte data block",
+            data.name(),
+            data.size()
+        )));
+    }
+    let p = VerityParams {
+        hash,
+        hash_type: t.hash_type,
+        data_block_size: t.data_block_size,
+        hash_block_size: t.hash_block_size,
+        data_blocks,
+        hash_offset: t.hash_offset,
+        salt,
+        uuid: [0; 16],
+        superblock: !t.no_superblock,
+    };
+    p.validate().map_err(invalid)?;
+    Ok(p)
+}
+
+/// Parameters for verify/open: from the superblock, or from the command line without one.
+fn resolve_params(
+    t: &TreeArgs,
+    data: &dyn BlockDevice,
+    hash: &dyn BlockDevice,
+) -> Result<VerityParams, CliError> {
+    if t.no_superblock {
+        return params_from_args(t, data, Vec::new());
+    }
+    let sb = verity::read_superblock(hash, t.hash_offset).map_err(verity_err)?;
+    let p = VerityParams::from_superblock(&sb, t.hash_offset);
+    p.validate().map_err(invalid)?;
+    Ok(p)
+}
+
+fn root_hash_text(positional: &Option<String>, file: &Option<PathBuf>) -> Result<String, CliError> {
+    match (positional, file) {
+        (Some(_), Some(_)) => Err(invalid(
+            "give the root hash either as an argument or with --root-hash-file, not both",
+        )),
+        (Some(h), None) => Ok(h.clone()),
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| {
+                CliError::invalid(format!("{}: cannot read root hash file: {e}", f.display()))
+            }),
+        (None, None) => Err(invalid("missing root hash (argument or --root-hash-file)")),
+    }
+}
+
+fn check_signature(root_hex: &str, root: &RootArgs) -> CliResult {
+    use crate::verity::sig::SignatureError as E;
+    let Some(sig) = &root.root_hash_signature else {
+        return Ok(());
+    };
+    verity::sig::verify_root_hash_signature(root_hex, sig, &root.root_hash_cert).map_err(|e| {
+        let code = match &e {
+            // A signature that does not check out, however garbled, is a failed verification.
+            E::NotVerified { .. } | E::SignatureGarbled { .. } | E::SignatureNotDetached { .. } => {
+                2
+            }
+            E::SignatureUnreadable { .. } | E::CertificateUnreadable { .. } => 4,
+            _ => 1,
+        };
+        CliError {
+            code,
+            message: e.to_string(),
+        }
+    })?;
+    Ok(())
+}
+
+/// Make a regular hash file at least `size` bytes long (veritysetup extends it the same way).
+fn prepare_hash_file(path: &Path, size: u64) -> CliResult {
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| {
+            CliError::no_device(format!("{}: cannot open hash device: {e}", path.display()))
+        })?;
+    let meta = f
+        .metadata()
+        .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
+    if meta.is_file() && meta.len() < size {
+        f.set_len(size).map_err(|e| {
+            invalid(format!(
+                "{}: cannot extend hash device: {e}",
+                path.display()
+            ))
+        })?;
+    }
+    Ok(())
+}
+
+fn describe(p: &VerityParams, layout: &TreeLayout, device: &Path) -> Vec<(&'static str, String)> {
+    let salt = if p.salt.is_empty() {
+        "-".to_string()
+    } else {
+        hex::encode(&p.salt)
+    };
+    vec![
+        (
+            "UUID",
+            if p.superblock {
+                format_uuid(&p.uuid)
+            } else {
+                String::new()
+            },
+        ),
+        ("Hash type", p.hash_type.to_string()),
+        ("Data blocks", p.data_blocks.to_string()),
+        ("Data block size", p.data_block_size.to_string()),
+        ("Hash blocks", layout.tree_blocks().to_string()),
+        ("Hash block size", p.hash_block_size.to_string()),
+        ("Hash algorithm", p.hash.name().to_string()),
+        ("Salt", salt),
+        ("Device", device.display().to_string()),
+    ]
+}
+
+fn params_json(p: &VerityParams, layout: &TreeLayout) -> serde_json::Value {
+    serde_json::json!({
+        "uuid": if p.superblock { Some(format_uuid(&p.uuid)) } else { None },
+        "hash_type": p.hash_type,
+        "data_blocks": p.data_blocks,
+        "data_block_size": p.data_block_size,
+        "hash_blocks": layout.tree_blocks(),
+        "hash_block_size": p.hash_block_size,
+        "hash_algorithm": p.hash.name(),
+        "salt": hex::encode(&p.salt),
+        "hash_offset": p.hash_offset,
+        "superblock": p.superblock,
+        "hash_device_size": layout.hash_device_size(),
+    })
+}
+
+/// Print veritysetup's header block ("VERITY header information for ...").
+fn print_header(p: &VerityParams, layout: &TreeLayout, device: &Path, root: Option<&[u8]>) {
+    println!("VERITY header information for {}", device.display());
+    for (k, v) in describe(p, layout, device) {
+        if k != "Device" {
+            println!("{:<17}\t{}", format!("{k}:"), v);
+        }
+    }
+    if let Some(r) = root {
+        println!("Root hash:      \t{}", hex::encode(r));
+    }
+    println!("Hash device size: \t{} [bytes]", layout.hash_device_size());
+}
+
+fn format(a: FormatArgs) -> CliResult {
+    let data = open_file(&a.data, true)?;
+    let mut p = params_from_args(&a.tree, &data, random_bytes::<32>().to_vec())?;
+    p.uuid = match &a.uuid {
+        Some(u) => parse_uuid(u).ok_or_else(|| invalid(format!("--uuid: {u:?} is not a UUID")))?,
+        None => random_uuid(),
+    };
+    let layout = TreeLayout::new(&p).map_err(invalid)?;
+    let same = same_file(&a.data, &a.hash_device);
+    if same && p.data_size() > p.hash_offset {
+        return Err(verity_err(VerityError::Overlap {
+            hash_offset: p.hash_offset,
+            data_end: p.data_size(),
+        }));
+    }
+    prepare_hash_file(&a.hash_device, layout.hash_device_size())?;
+    let hash = open_file(&a.hash_device, false)?;
+    let root = verity::format(&data, &hash, &p, same).map_err(verity_err)?;
+    if let Some(f) = &a.root_hash_file {
+        std::fs::write(f, hex::encode(&root))
+            .map_err(|e| invalid(format!("{}: cannot write root hash file: {e}", f.display())))?;
+    }
+    if a.json {
+        let mut j = params_json(&p, &layout);
+        j["root_hash"] = hex::encode(&root).into();
+        println!("{j:#}");
+    } else {
+        print_header(&p, &layout, &a.hash_device, Some(&root));
+    }
+    Ok(())
+}
+
+/// Block numbers as ranges ("3, 7-9"): every block named, even when thousands are corrupt.
+fn ranges(blocks: &[u64]) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut j = i;
+        while j + 1 < blocks.len() && blocks[j + 1] == blocks[j] + 1 {
+            j += 1;
+        }
+        out.push(if i == j {
+            blocks[i].to_string()
+        } else {
+            format!("{}-{}", blocks[i], blocks[j])
+        });
+        i = j + 1;
+    }
+    out.join(", ")
+}
+
+fn verify(a: VerifyArgs) -> CliResult {
+    let data = open_file(&a.data, true)?;
+    let hash = open_file(&a.hash_device, true)?;
+    let p = resolve_params(&a.tree, &data, &hash)?;
+    let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
+    let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
+    check_signature(&root_hex, &a.root)?;
+    let same = same_file(&a.data, &a.hash_device);
+    let report = verity::verify(&data, &hash, &p, &root, same).map_err(verity_err)?;
+    if a.json {
+        let mut j = serde_json::to_value(&report).expect("report serializes");
+        j["ok"] = report.ok().into();
+        println!("{j:#}");
+    }
+    if report.ok() {
+        return Ok(());
+    }
+    if report.root_hash_mismatch {
+        return Err(CliError::verification(format!(
+            "{}: root hash does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data (the data gives root {})",
+            a.hash_device.display(),
+            report.computed_root
+        )));
+    }
+    let mut parts = Vec::new();
+    if !report.corrupt_data_blocks.is_empty() {
+        parts.push(format!(
+            "{} corrupt data block(s) in {}: {}",
+            report.corrupt_data_blocks.len(),
+            a.data.display(),
+            ranges(&report.corrupt_data_blocks)
+        ));
+    }
+    if !report.corrupt_hash_blocks.is_empty() {
+        parts.push(format!(
+            "{} corrupt hash block(s) in {}: {}",
+            report.corrupt_hash_blocks.len(),
+            a.hash_device.display(),
+            ranges(&report.corrupt_hash_blocks)
+        ));
+    }
+    Err(CliError::verification(format!(
+        "verification failed: {}",
+        parts.join("; ")
+    )))
+}
+
+fn dump(a: DumpArgs) -> CliResult {
+    let hash = open_file(&a.hash_device, true)?;
+    let sb = verity::read_superblock(&hash, a.hash_offset).map_err(verity_err)?;
+    let p = VerityParams::from_superblock(&sb, a.hash_offset);
+    let layout = TreeLayout::new(&p).map_err(invalid)?;
+    if a.json {
+        println!("{:#}", params_json(&p, &layout));
+    } else {
+        print_header(&p, &layout, &a.hash_device, None);
+    }
+    Ok(())
+}
+
+fn open(a: OpenArgs) -> CliResult {
+    export::validate_name(&a.name).map_err(|e| CliError::invalid(e.to_string()))?;
+    export::ensure_not_open(&a.name)?;
+    let data = open_file(&a.data, true)?;
+    let hash = open_file(&a.hash_device, true)?;
+    let p = resolve_params(&a.tree, &data, &hash)?;
+    let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
+    let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
+    check_signature(&root_hex, &a.root)?;
+    let layout = TreeLayout::new(&p).map_err(invalid)?;
+    let same = same_file(&a.data, &a.hash_device);
+    verity::check_sizes(&data, &hash, &p, &layout, same).map_err(verity_err)?;
+    let opts = VerityOptions {
+        name: a.name.clone(),
+        check_at_most_once: a.check_at_most_once,
+        ignore_corruption: a.ignore_corruption,
+        cache_blocks: a.cache_blocks,
+    };
+    let dev = VerityDevice::new(Arc::new(data), Arc::new(hash), p.clone(), root, opts)
+        .map_err(invalid)?;
+    let matches = dev
+        .check_root()
+        .map_err(|e| CliError::invalid(e.to_string()))?;
+    if !matches && !a.ignore_corruption {
+        return Err(CliError::verification(format!(
+            "{}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data",
+            a.hash_device.display()
+        )));
+    }
+    let stats = dev.stats();
+    let mut details = params_json(&p, &layout);
+    details["data_device"] = a.data.display().to_string().into();
+    details["hash_device"] = a.hash_device.display().to_string().into();
+    details["root_hash"] = root_hex.to_lowercase().into();
+    details["check_at_most_once"] = a.check_at_most_once.into();
+    details["ignore_corruption"] = a.ignore_corruption.into();
+    details["signed"] = a.root.root_hash_signature.is_some().into();
+    let spec = ExportSpec {
+        name: a.name.clone(),
+        device: Arc::new(dev),
+        kind: "verity".to_string(),
+        loop_device: a.loop_device,
+        direct_io_loop: false,
+        allow_discards: false,
+        threads: a.threads.max(1),
+        details,
+        stats: Some(Arc::new(move || stats.to_json())),
+    };
+    super::device::open_export(spec, a.foreground)
+}
+
+fn sign(a: SignArgs) -> CliResult {
+    let root_hex = root_hash_text(&a.root_hash, &a.root_hash_file)?;
+    let der = verity::sig::sign_root_hash(&root_hex, &a.key, &a.cert)
+        .map_err(|e| CliError::invalid(e.to_string()))?;
+    std::fs::write(&a.output, der).map_err(|e| {
+        invalid(format!(
+            "{}: cannot write signature: {e}",
+            a.output.display()
+        ))
+    })?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn salt_parsing() {
+        assert_eq!(parse_salt("-").unwrap(), Vec::<u8>::new());
+        assert_eq!(parse_salt("0aff").unwrap(), vec![0x0a, 0xff]);
+        assert!(parse_salt("xyz").is_err());
+        assert!(parse_salt(&"00".repeat(257)).is_err());
+    }
+
+    #[test]
+    fn block_ranges() {
+        assert_eq!(ranges(&[]), "");
+        assert_eq!(ranges(&[3]), "3");
+        assert_eq!(ranges(&[0, 1, 2, 5, 7, 8]), "0-2, 5, 7-8");
+    }
 }

@@ -1,2 +1,13 @@
 //! Exporters: how the top of a stack reaches the kernel (a single-file FUSE export, optionally
 //! with a loop device on top), and the daemon lifecycle behind `open`, `close` and `status`.
+
+pub mod daemon;
+pub mod fuse;
+pub mod loopdev;
+
+pub use daemon::{
+    close, ensure_not_open, is_mounted, open, run_dir, serve_foreground, serve_foreground_with,
+    status, validate_name, ExportError, ExportSpec, Opened, StatsFn, DEFAULT_RUN_DIR, RUN_DIR_ENV,
+};
+pub use fuse::{ExportStats, FuseExport, FuseOptions, DEFAULT_THREADS};
+pub use loopdev::LoopDevice;

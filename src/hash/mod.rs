@@ -2,6 +2,8 @@
 //! interface that hashes many equal-sized blocks at once so a fast multi-buffer
 //! implementation can serve the hash-tree builders and verifiers.
 
+mod sha256_mb;
+
 /// The largest digest any supported algorithm produces.
 pub const MAX_DIGEST_SIZE: usize = 64;
 
@@ -83,6 +85,10 @@ fn digest_into<D: sha2::Digest>(parts: &[&[u8]], out: &mut [u8]) {
 /// This is the hot loop of every hash tree: the blocks are independent, so an implementation
 /// may hash several at once in SIMD lanes. The result is always identical to
 /// [`HashAlgorithm::hash_parts`] on each block.
+///
+/// SHA-256 batches of two or more blocks run multi-buffer where the CPU allows it (see
+/// [`sha256_backend`]); everything else goes through the `sha2`/`sha1` crates one block at
+/// a time (a prefix of 64 bytes or more is then absorbed only once per call).
 pub fn hash_blocks(
     alg: HashAlgorithm,
     prefix: &[u8],
@@ -94,11 +100,63 @@ pub fn hash_blocks(
     assert!(block_size > 0 && blocks.len() % block_size == 0);
     let ds = alg.digest_size();
     assert_eq!(out.len(), blocks.len() / block_size * ds);
-    for (block, digest) in blocks
-        .chunks_exact(block_size)
-        .zip(out.chunks_exact_mut(ds))
-    {
-        alg.hash_parts(&[prefix, block, suffix], digest);
+    match alg {
+        // A lone block would leave all lanes but one idle: a multi-buffer kernel is slower
+        // than `sha2` there.
+        HashAlgorithm::Sha256 if out.len() >= 2 * ds && sha256_mb::available() => {
+            sha256_mb::hash_blocks(prefix, suffix, blocks, block_size, out)
+        }
+        HashAlgorithm::Sha256 => {
+            scalar_blocks::<sha2::Sha256>(prefix, suffix, blocks, block_size, out)
+        }
+        HashAlgorithm::Sha512 => {
+            scalar_blocks::<sha2::Sha512>(prefix, suffix, blocks, block_size, out)
+        }
+        HashAlgorithm::Sha1 => scalar_blocks::<sha1::Sha1>(prefix, suffix, blocks, block_size, out),
+    }
+}
+
+/// Name of the implementation [`hash_blocks`] uses for SHA-256 batches on this CPU: the
+/// multi-buffer kernel of the `tape-sha256` crate (`"avx512-2x16"`, `"avx512-16"`,
+/// `"avx2-8"`, `"shani-x4"`), or `"sha2"` when none applies and blocks are hashed one at
+/// a time with the `sha2` crate.
+pub fn sha256_backend() -> &'static str {
+    if sha256_mb::available() {
+        sha256_mb::backend()
+    } else {
+        "sha2"
+    }
+}
+
+/// One block at a time through the `sha1`/`sha2` crates. A prefix of a whole input block or
+/// more (a long salt) is absorbed once and its state cloned for every block; a shorter one
+/// saves no compression, so it is simply fed in again.
+fn scalar_blocks<D: sha2::Digest + Clone>(
+    prefix: &[u8],
+    suffix: &[u8],
+    blocks: &[u8],
+    block_size: usize,
+    out: &mut [u8],
+) {
+    let ds = <D as sha2::Digest>::output_size();
+    let digests = out.chunks_exact_mut(ds);
+    if prefix.len() >= 64 {
+        let mut start = D::new();
+        start.update(prefix);
+        for (block, digest) in blocks.chunks_exact(block_size).zip(digests) {
+            let mut h = start.clone();
+            h.update(block);
+            h.update(suffix);
+            digest.copy_from_slice(&h.finalize());
+        }
+    } else {
+        for (block, digest) in blocks.chunks_exact(block_size).zip(digests) {
+            let mut h = D::new();
+            h.update(prefix);
+            h.update(block);
+            h.update(suffix);
+            digest.copy_from_slice(&h.finalize());
+        }
     }
 }
 
@@ -121,5 +179,134 @@ mod tests {
             Some(HashAlgorithm::Sha512)
         );
         assert_eq!(HashAlgorithm::from_name("md5"), None);
+    }
+
+    /// Deterministic pseudo-random bytes (xorshift64).
+    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect()
+    }
+
+    /// `H(prefix || block || suffix)` per block, straight from the `sha1`/`sha2` crates.
+    fn reference(
+        alg: HashAlgorithm,
+        prefix: &[u8],
+        suffix: &[u8],
+        blocks: &[u8],
+        bs: usize,
+    ) -> Vec<u8> {
+        use sha2::Digest;
+        fn one<D: Digest>(parts: [&[u8]; 3], out: &mut Vec<u8>) {
+            let mut h = D::new();
+            for p in parts {
+                h.update(p);
+            }
+            out.extend_from_slice(&h.finalize());
+        }
+        let mut out = Vec::new();
+        for b in blocks.chunks_exact(bs) {
+            let parts = [prefix, b, suffix];
+            match alg {
+                HashAlgorithm::Sha1 => one::<sha1::Sha1>(parts, &mut out),
+                HashAlgorithm::Sha256 => one::<sha2::Sha256>(parts, &mut out),
+                HashAlgorithm::Sha512 => one::<sha2::Sha512>(parts, &mut out),
+            }
+        }
+        out
+    }
+
+    const LENGTHS: [usize; 9] = [0, 1, 32, 55, 56, 63, 64, 65, 256];
+
+    /// The salt placements dm-verity uses (hash type 1: prefix only, hash type 0: suffix
+    /// only) for every length, plus a few with both.
+    fn salt_shapes() -> Vec<(usize, usize)> {
+        let mut v: Vec<(usize, usize)> = LENGTHS.iter().map(|&p| (p, 0)).collect();
+        v.extend(LENGTHS.iter().skip(1).map(|&s| (0, s)));
+        v.extend([(1, 1), (32, 32), (55, 9), (64, 64), (65, 63), (256, 256)]);
+        v
+    }
+
+    fn check(alg: HashAlgorithm, data: &[u8], salt: &[u8], bs: usize, batches: &[usize]) {
+        let ds = alg.digest_size();
+        for &(plen, slen) in &salt_shapes() {
+            let (prefix, suffix) = (&salt[..plen], &salt[salt.len() - slen..]);
+            for &n in batches {
+                // Start at an odd offset now and then, so the blocks are unaligned.
+                let off = n % 3;
+                let blocks = &data[off..off + n * bs];
+                let mut out = vec![0u8; n * ds];
+                hash_blocks(alg, prefix, suffix, blocks, bs, &mut out);
+                assert!(
+                    out == reference(alg, prefix, suffix, blocks, bs),
+                    "{alg} backend {} block size {bs} batch {n} prefix {plen} suffix {slen}",
+                    sha256_backend()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn hash_blocks_sha256_matches_sha2() {
+        let data = random_bytes(40 * 4096 + 2, 1);
+        let salt = random_bytes(256, 2);
+        let batches: Vec<usize> = (1..=40).collect();
+        for bs in [100, 512, 1024, 4096] {
+            check(HashAlgorithm::Sha256, &data, &salt, bs, &batches);
+        }
+    }
+
+    #[test]
+    fn hash_blocks_sha256_large_blocks() {
+        let data = random_bytes(40 * 65536 + 2, 3);
+        let salt = random_bytes(256, 4);
+        check(
+            HashAlgorithm::Sha256,
+            &data,
+            &salt,
+            65536,
+            &[1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40],
+        );
+    }
+
+    #[test]
+    fn hash_blocks_other_algorithms_match() {
+        let data = random_bytes(17 * 4096 + 2, 5);
+        let salt = random_bytes(256, 6);
+        for alg in [HashAlgorithm::Sha1, HashAlgorithm::Sha512] {
+            for bs in [100, 512, 4096] {
+                check(alg, &data, &salt, bs, &[1, 2, 3, 16, 17]);
+            }
+        }
+    }
+
+    #[test]
+    fn hash_blocks_empty_batch() {
+        for alg in [
+            HashAlgorithm::Sha1,
+            HashAlgorithm::Sha256,
+            HashAlgorithm::Sha512,
+        ] {
+            hash_blocks(alg, b"salt", b"", &[], 4096, &mut []);
+        }
+    }
+
+    #[test]
+    fn backend_is_named() {
+        let name = sha256_backend();
+        assert!(!name.is_empty());
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            assert_ne!(
+                name, "sha2",
+                "AVX2 present but no multi-buffer backend selected"
+            );
+        }
     }
 }

@@ -74,9 +74,11 @@ impl VerityDevice {
     ) -> std::result::Result<Self, super::params::ParamsError> {
         params.validate()?;
         let layout = TreeLayout::new(&params)?;
-        let verified = opts
-            .check_at_most_once
-            .then(|| (0..params.data_blocks.div_ceil(64)).map(|_| AtomicU64::new(0)).collect());
+        let verified = opts.check_at_most_once.then(|| {
+            (0..params.data_blocks.div_ceil(64))
+                .map(|_| AtomicU64::new(0))
+                .collect()
+        });
         Ok(VerityDevice {
             cache: BlockCache::new(opts.cache_blocks),
             data,
@@ -101,13 +103,23 @@ impl VerityDevice {
     }
 
     /// Check the top of the tree against the root hash (cheap: one hash block). Used by `open`
-    /// to refuse a wrong root hash, salt or hash device up front.
-    pub fn check_root(&self) -> Result<()> {
-        if self.layout.levels() == 0 {
-            let mut block = vec![0u8; self.params.data_block_size as usize];
-            return self.read_at(&mut block, 0);
-        }
-        self.hash_block(self.layout.levels() - 1, 0).map(|_| ())
+    /// to refuse a wrong root hash, salt or hash device up front; logs nothing and counts
+    /// nothing, since it runs before the device serves anyone.
+    pub fn check_root(&self) -> Result<bool> {
+        let levels = self.layout.levels();
+        let (mut buf, offset, dev) = if levels == 0 {
+            (
+                vec![0u8; self.params.data_block_size as usize],
+                0,
+                &self.data,
+            )
+        } else {
+            let hbs = self.layout.hash_block_size;
+            let top = self.layout.level_start[levels - 1];
+            (vec![0u8; hbs as usize], top * hbs, &self.hash)
+        };
+        dev.read_at(&mut buf, offset)?;
+        Ok(self.hash_one(&buf) == self.root)
     }
 
     fn corrupt(&self, what: &'static str, block: u64) -> Result<()> {
@@ -117,8 +129,12 @@ impl VerityDevice {
             &self.stats.hash_corruptions
         };
         counter.fetch_add(1, Ordering::Relaxed);
-        eprintln!("{}: {} block {} is corrupted", self.opts.name, what, block);
         if self.opts.ignore_corruption {
+            // Nothing reaches the exporter, which logs errors: say it here, like the kernel.
+            eprintln!(
+                "{}: {} block {} is corrupted (ignored)",
+                self.opts.name, what, block
+            );
             return Ok(());
         }
         Err(BlockError::Corrupt {
@@ -150,7 +166,8 @@ impl VerityDevice {
         } else {
             let bits = self.layout.hashes_per_block_bits;
             let parent = self.hash_block(level + 1, index >> bits)?;
-            let pos = (index & (self.layout.hashes_per_block() - 1)) as usize * self.layout.entry_size;
+            let pos =
+                (index & (self.layout.hashes_per_block() - 1)) as usize * self.layout.entry_size;
             parent[pos..pos + ds] == digest[..]
         };
         let block: Arc<[u8]> = Arc::from(buf);

@@ -54,6 +54,9 @@ pub enum ParamsError {
     /// Hash offset not 512-byte aligned.
     #[error("--hash-offset: {0} is not a multiple of 512")]
     HashOffset(u64),
+    /// The hash area would start or end beyond the largest 64-bit byte offset.
+    #[error("--hash-offset: {0} is too large: the hash area would end beyond 2^64 bytes")]
+    HashOffsetTooLarge(u64),
     /// The tree would not fit in 64-bit block numbers or has too many levels.
     #[error("--data-blocks: hash area overflow ({0} blocks)")]
     Overflow(u64),
@@ -179,12 +182,16 @@ impl TreeLayout {
             digest_size.next_power_of_two()
         };
         let tree_start = if p.superblock {
-            (p.hash_offset + SUPERBLOCK_SIZE as u64).div_ceil(hbs)
+            p.hash_offset
+                .checked_add(SUPERBLOCK_SIZE as u64)
+                .ok_or(ParamsError::HashOffsetTooLarge(p.hash_offset))?
+                .div_ceil(hbs)
         } else {
             p.hash_offset / hbs
         };
         let mut levels = 0usize;
-        while (bits as usize * levels) < 64 && ((p.data_blocks - 1) >> (bits as usize * levels)) != 0
+        while (bits as usize * levels) < 64
+            && ((p.data_blocks - 1) >> (bits as usize * levels)) != 0
         {
             levels += 1;
         }
@@ -206,10 +213,17 @@ impl TreeLayout {
                 .ok_or(ParamsError::Overflow(p.data_blocks))?
                 >> shift;
             level_blocks[i] = n;
-            pos = pos.checked_add(n).ok_or(ParamsError::Overflow(p.data_blocks))?;
+            pos = pos
+                .checked_add(n)
+                .ok_or(ParamsError::Overflow(p.data_blocks))?;
         }
-        pos.checked_mul(hbs)
+        // The tree alone must fit in 64-bit byte offsets; then so must the tree placed after
+        // the hash offset.
+        (pos - tree_start)
+            .checked_mul(hbs)
             .ok_or(ParamsError::Overflow(p.data_blocks))?;
+        pos.checked_mul(hbs)
+            .ok_or(ParamsError::HashOffsetTooLarge(p.hash_offset))?;
         Ok(TreeLayout {
             digest_size,
             entry_size,
@@ -304,5 +318,17 @@ mod tests {
         assert!(p.validate().is_err());
         let p = params(u64::MAX / 2, 4096, HashAlgorithm::Sha256, true);
         assert!(p.validate().is_err());
+        // A hash offset at the very end of the 64-bit range is refused, not overflowed.
+        let mut p = params(10, 4096, HashAlgorithm::Sha256, true);
+        p.hash_offset = !511;
+        assert_eq!(
+            p.validate(),
+            Err(ParamsError::HashOffsetTooLarge(p.hash_offset))
+        );
+        p.superblock = false;
+        assert_eq!(
+            p.validate(),
+            Err(ParamsError::HashOffsetTooLarge(p.hash_offset))
+        );
     }
 }

@@ -189,10 +189,14 @@ pub fn verify(
     if computed.root == root {
         // The data is intact; any stored block unlike the recomputed one is corrupt.
         for level in (0..levels).rev() {
-            let pairs = stored[level].chunks_exact(hbs).zip(computed.levels[level].chunks_exact(hbs));
+            let pairs = stored[level]
+                .chunks_exact(hbs)
+                .zip(computed.levels[level].chunks_exact(hbs));
             for (i, (s, c)) in pairs.enumerate() {
                 if s != c {
-                    report.corrupt_hash_blocks.push(layout.level_start[level] + i as u64);
+                    report
+                        .corrupt_hash_blocks
+                        .push(layout.level_start[level] + i as u64);
                 }
             }
         }
@@ -228,7 +232,11 @@ pub fn verify(
         expected = next_expected;
     }
     // `expected` now holds, per data block, the digest a trusted tree vouches for.
-    for (i, want) in expected.iter().take(params.data_blocks as usize).enumerate() {
+    for (i, want) in expected
+        .iter()
+        .take(params.data_blocks as usize)
+        .enumerate()
+    {
         let (blk, pos) = layout.locate(0, i as u64);
         let got_block = &computed.levels[0][((blk - layout.level_start[0]) as usize) * hbs..];
         if &got_block[pos..pos + ds] != *want {

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The project's test command: formatting, lints, every test (release build, so the hashing-heavy
+# tests are quick), then a short fuzz run of every fuzz target.
+#
+#   scripts/test.sh
+#
+# Environment:
+#   CI=1              tests that need root, /dev/fuse or loop devices fail instead of skipping;
+#                     a missing nightly toolchain or cargo-fuzz is installed instead of skipped.
+#   FUZZ_SECONDS=N    seconds per fuzz target (default 30; 0 skips the fuzz smoke).
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+fuzz_seconds="${FUZZ_SECONDS:-30}"
+
+step() {
+    echo
+    echo "==== $* ($(date +%T))"
+}
+
+step "cargo fmt --check"
+cargo fmt --all --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --all-targets -- -D warnings
+
+step "cargo test --release --no-fail-fast"
+cargo test --release --no-fail-fast
+
+if [ "$fuzz_seconds" = 0 ]; then
+    step "fuzz smoke: skipped (FUZZ_SECONDS=0)"
+    exit 0
+fi
+
+have_fuzz() {
+    cargo +nightly --version >/dev/null 2>&1 && cargo +nightly fuzz --version >/dev/null 2>&1
+}
+
+if ! have_fuzz && [ -n "${CI:-}" ]; then
+    step "installing nightly and cargo-fuzz"
+    if ! cargo +nightly --version >/dev/null 2>&1; then
+        rustup toolchain install nightly --profile minimal
+    fi
+    if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
+        cargo install cargo-fuzz --locked
+    fi
+fi
+
+if have_fuzz; then
+    step "fuzz smoke: ${fuzz_seconds}s per target"
+    scripts/fuzz-smoke.sh "$fuzz_seconds"
+else
+    step "fuzz smoke: skipped (no nightly toolchain or cargo-fuzz; set CI=1 to install them)"
+fi
+
+step "all tests passed"
