@@ -145,6 +145,10 @@ pub struct OpenArgs {
     /// Most verified hash blocks kept in memory.
     #[arg(long, default_value_t = 16384)]
     cache_blocks: usize,
+    /// Bytes of verified data kept in memory and served without hashing again, like the page
+    /// cache above the kernel's dm-verity (0 hashes every read).
+    #[arg(long, default_value_t = crate::verity::device::DEFAULT_DATA_CACHE_BYTES)]
+    data_cache: u64,
     /// Threads serving requests.
     #[arg(long, default_value_t = 4)]
     threads: usize,
@@ -251,7 +255,7 @@ fn params_from_args(
         None => default_salt,
     };
     let dbs = t.data_block_size as u64;
-    let available = if dbs == 0 { 0 } else { data.size() / dbs };
+    let available = data.size().checked_div(dbs).unwrap_or(0);
     let data_blocks = match t.data_blocks {
         Some(n) if n > available => {
             return Err(invalid(format!(
@@ -547,6 +551,7 @@ fn open(a: OpenArgs) -> CliResult {
         check_at_most_once: a.check_at_most_once,
         ignore_corruption: a.ignore_corruption,
         cache_blocks: a.cache_blocks,
+        data_cache_bytes: a.data_cache,
     };
     let dev = VerityDevice::new(Arc::new(data), Arc::new(hash), p.clone(), root, opts)
         .map_err(invalid)?;
@@ -566,6 +571,7 @@ fn open(a: OpenArgs) -> CliResult {
     details["root_hash"] = root_hex.to_lowercase().into();
     details["check_at_most_once"] = a.check_at_most_once.into();
     details["ignore_corruption"] = a.ignore_corruption.into();
+    details["data_cache_bytes"] = a.data_cache.into();
     details["signed"] = a.root.root_hash_signature.is_some().into();
     let spec = ExportSpec {
         name: a.name.clone(),

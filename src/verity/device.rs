@@ -4,8 +4,15 @@
 //! Hash blocks are verified once, up to the root, and kept in a bounded cache; data blocks are
 //! verified on every read, or only the first time with `check_at_most_once` (as the kernel's
 //! option of that name, which only defends against offline tampering).
+//!
+//! Verified data blocks are kept in a bounded cache, the userspace counterpart of the page
+//! cache the kernel's dm-verity sits under: a block is hashed when it is read from the data
+//! device, and served from memory, already trusted, while it stays cached. Changing the data
+//! device afterwards cannot change what is served, so this is no weaker than verifying every
+//! read (unlike `check_at_most_once`, which re-reads unverified data).
 
 use super::cache::BlockCache;
+use super::data_cache::DataCache;
 use super::params::{TreeLayout, VerityParams};
 use crate::block::{check_range, BlockDevice, BlockError, Result};
 use crate::hash::hash_blocks;
@@ -23,7 +30,12 @@ pub struct VerityOptions {
     pub ignore_corruption: bool,
     /// Most hash blocks to keep verified in memory.
     pub cache_blocks: usize,
+    /// Bytes of verified data blocks to keep in memory (0: hash every read).
+    pub data_cache_bytes: u64,
 }
+
+/// Default size of the verified data cache.
+pub const DEFAULT_DATA_CACHE_BYTES: u64 = 256 << 20;
 
 impl Default for VerityOptions {
     fn default() -> Self {
@@ -32,6 +44,7 @@ impl Default for VerityOptions {
             check_at_most_once: false,
             ignore_corruption: false,
             cache_blocks: 16384,
+            data_cache_bytes: DEFAULT_DATA_CACHE_BYTES,
         }
     }
 }
@@ -47,6 +60,8 @@ pub struct VerityStats {
     pub verified_blocks: AtomicU64,
     /// Hash blocks read from the hash device (cache misses).
     pub hash_block_reads: AtomicU64,
+    /// Data blocks served from the verified data cache.
+    pub data_cache_hits: AtomicU64,
 }
 
 /// A dm-verity target.
@@ -58,6 +73,9 @@ pub struct VerityDevice {
     root: Vec<u8>,
     opts: VerityOptions,
     cache: BlockCache,
+    /// Verified data blocks; `None` when disabled, or when corruption is ignored (a corrupt
+    /// block must be logged on every read, never cached as good).
+    data_cache: Option<DataCache>,
     /// One bit per data block, set once verified (only with `check_at_most_once`).
     verified: Option<Vec<AtomicU64>>,
     stats: Arc<VerityStats>,
@@ -81,6 +99,14 @@ impl VerityDevice {
         });
         Ok(VerityDevice {
             cache: BlockCache::new(opts.cache_blocks),
+            data_cache: (opts.data_cache_bytes >= params.data_block_size as u64
+                && !opts.ignore_corruption)
+                .then(|| {
+                    DataCache::new(
+                        (opts.data_cache_bytes / params.data_block_size as u64) as usize,
+                        params.data_block_size as usize,
+                    )
+                }),
             data,
             hash,
             params,
@@ -191,6 +217,39 @@ impl VerityDevice {
         }
     }
 
+    /// Fill `buf` with whole data blocks from data block `first`: cached blocks are copied,
+    /// each run of missing blocks is read with one request, verified as a batch and cached.
+    fn read_blocks(&self, buf: &mut [u8], first: u64) -> Result<()> {
+        let Some(cache) = &self.data_cache else {
+            self.data
+                .read_at(buf, first * self.params.data_block_size as u64)?;
+            return self.verify_blocks(buf, first);
+        };
+        let dbs = self.params.data_block_size as usize;
+        let n = buf.len() / dbs;
+        let mut i = 0;
+        while i < n {
+            if cache.get_into(first + i as u64, &mut buf[i * dbs..(i + 1) * dbs]) {
+                self.stats.data_cache_hits.fetch_add(1, Ordering::Relaxed);
+                i += 1;
+                continue;
+            }
+            let run_start = i;
+            i += 1;
+            while i < n && !cache.contains(first + i as u64) {
+                i += 1;
+            }
+            let run = &mut buf[run_start * dbs..i * dbs];
+            let run_first = first + run_start as u64;
+            self.data.read_at(run, run_first * dbs as u64)?;
+            self.verify_blocks(run, run_first)?;
+            for (k, block) in run.chunks_exact(dbs).enumerate() {
+                cache.insert(run_first + k as u64, block);
+            }
+        }
+        Ok(())
+    }
+
     /// Verify `buf`, which holds whole data blocks starting at data block `first`.
     fn verify_blocks(&self, buf: &[u8], first: u64) -> Result<()> {
         let dbs = self.params.data_block_size as usize;
@@ -266,16 +325,14 @@ impl BlockDevice for VerityDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         check_range(&self.opts.name, offset, buf.len(), self.size())?;
         let dbs = self.params.data_block_size as u64;
-        if offset % dbs == 0 && buf.len() as u64 % dbs == 0 {
-            self.data.read_at(buf, offset)?;
-            return self.verify_blocks(buf, offset / dbs);
+        if offset.is_multiple_of(dbs) && (buf.len() as u64).is_multiple_of(dbs) {
+            return self.read_blocks(buf, offset / dbs);
         }
         // Unaligned: read and verify the enclosing blocks, then copy out the part asked for.
         let start = offset / dbs * dbs;
         let end = (offset + buf.len() as u64).div_ceil(dbs) * dbs;
         let mut tmp = vec![0u8; (end - start) as usize];
-        self.data.read_at(&mut tmp, start)?;
-        self.verify_blocks(&tmp, start / dbs)?;
+        self.read_blocks(&mut tmp, start / dbs)?;
         let skip = (offset - start) as usize;
         buf.copy_from_slice(&tmp[skip..skip + buf.len()]);
         Ok(())
@@ -298,6 +355,7 @@ impl VerityStats {
             "hash_corruptions": self.hash_corruptions.load(Ordering::Relaxed),
             "verified_blocks": self.verified_blocks.load(Ordering::Relaxed),
             "hash_block_reads": self.hash_block_reads.load(Ordering::Relaxed),
+            "data_cache_hits": self.data_cache_hits.load(Ordering::Relaxed),
         })
     }
 }

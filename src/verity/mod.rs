@@ -6,6 +6,7 @@
 //! verifies on read. [`sig`] checks and makes root-hash signatures.
 
 pub mod cache;
+pub mod data_cache;
 pub mod device;
 pub mod params;
 pub mod sig;

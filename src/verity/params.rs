@@ -86,7 +86,7 @@ impl VerityParams {
         if self.data_blocks == 0 {
             return Err(ParamsError::NoData(self.data_block_size));
         }
-        if self.hash_offset % 512 != 0 {
+        if !self.hash_offset.is_multiple_of(512) {
             return Err(ParamsError::HashOffset(self.hash_offset));
         }
         self.data_blocks

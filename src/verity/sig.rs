@@ -154,7 +154,7 @@ fn normalize_root_hash(root_hash_hex: &str) -> Result<String, SignatureError> {
 }
 
 /// OpenSSL's error stack as one line: the distinct reasons, in order.
-fn ossl_reason(e: &ErrorStack) -> String {
+pub(crate) fn ossl_reason(e: &ErrorStack) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut nested_seen = false;
     for err in e.errors() {
@@ -220,7 +220,7 @@ fn looks_like_pem(data: &[u8]) -> bool {
 }
 
 /// Loads every certificate of a PEM file (one or several) or the one of a DER file.
-fn load_certs(path: &Path) -> Result<Vec<X509>, SignatureError> {
+pub(crate) fn load_certs(path: &Path) -> Result<Vec<X509>, SignatureError> {
     let data = read_limited(path).map_err(|reason| SignatureError::CertificateUnreadable {
         path: path.to_path_buf(),
         reason,
@@ -273,7 +273,7 @@ fn der_total_len(data: &[u8]) -> Option<usize> {
 
 /// Loads the private key of a PEM (or DER) file, refusing passphrase-protected keys without
 /// ever prompting.
-fn load_key(path: &Path) -> Result<PKey<Private>, SignatureError> {
+pub(crate) fn load_key(path: &Path) -> Result<PKey<Private>, SignatureError> {
     let data = read_limited(path).map_err(|reason| SignatureError::KeyUnreadable {
         path: path.to_path_buf(),
         reason,

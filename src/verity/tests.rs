@@ -211,6 +211,7 @@ fn device_reads_verify_and_report() {
     let opts = VerityOptions {
         name: "v".into(),
         cache_blocks: 2,
+        data_cache_bytes: 0,
         ..VerityOptions::default()
     };
     let dev =
@@ -244,4 +245,38 @@ fn device_reads_verify_and_report() {
     wrong[5] ^= 1;
     let dev = VerityDevice::new(data, hashdev, p, wrong, VerityOptions::default()).unwrap();
     assert!(!dev.check_root().unwrap());
+}
+
+#[test]
+fn data_cache_serves_verified_blocks_and_ignores_later_tampering() {
+    let mut p = params(4096, SALT, 1, HashAlgorithm::Sha256, true);
+    p.data_blocks = 64;
+    let layout = TreeLayout::new(&p).unwrap();
+    let content = random_bytes(64 * 4096, 11);
+    let data = std::sync::Arc::new(MemoryDevice::from_vec("data", content.clone()));
+    let hashdev = std::sync::Arc::new(MemoryDevice::new(
+        "hash",
+        layout.hash_device_size() as usize,
+    ));
+    let root = format(&*data, &*hashdev, &p, false).unwrap();
+    let opts = VerityOptions {
+        data_cache_bytes: 16 * 4096,
+        ..VerityOptions::default()
+    };
+    let dev = VerityDevice::new(data.clone(), hashdev, p, root, opts).unwrap();
+    let mut buf = vec![0u8; 8 * 4096];
+    dev.read_at(&mut buf, 4 * 4096).unwrap(); // blocks 4..12 verified and cached
+                                              // Tampering with a cached block does not change what is served: it was verified.
+    data.write_at(&[0xee; 16], 5 * 4096).unwrap();
+    let mut again = vec![0u8; 16 * 4096];
+    dev.read_at(&mut again, 0).unwrap();
+    assert_eq!(again, content[..16 * 4096]);
+    let hits = dev
+        .stats()
+        .data_cache_hits
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(hits >= 8, "{hits}");
+    // A block tampered with while not cached is refused.
+    data.write_at(&[0xee], 40 * 4096).unwrap();
+    assert!(dev.read_at(&mut buf[..4096], 40 * 4096).is_err());
 }
