@@ -9,6 +9,8 @@
 pub mod bench;
 pub mod block;
 pub mod cli;
+pub mod crypt;
 pub mod export;
+pub mod fsverity;
 pub mod hash;
 pub mod verity;
