@@ -280,3 +280,20 @@ fn data_cache_serves_verified_blocks_and_ignores_later_tampering() {
     data.write_at(&[0xee], 40 * 4096).unwrap();
     assert!(dev.read_at(&mut buf[..4096], 40 * 4096).is_err());
 }
+
+#[test]
+fn a_corrupt_top_block_and_a_corrupt_data_block_are_both_named() {
+    let mut p = params(4096, SALT, 1, HashAlgorithm::Sha256, true);
+    p.data_blocks = 1000;
+    let layout = TreeLayout::new(&p).unwrap();
+    let data = MemoryDevice::from_vec("data", random_bytes(1000 * 4096, 5));
+    let hashdev = MemoryDevice::new("hash", layout.hash_device_size() as usize);
+    let root = format(&data, &hashdev, &p, false).unwrap();
+    let top = layout.level_start[layout.levels() - 1];
+    data.write_at(&[0x5a], 700 * 4096 + 9).unwrap();
+    hashdev.write_at(&[0x5a], top * 4096 + 3000).unwrap();
+    let r = verify(&data, &hashdev, &p, &root, false).unwrap();
+    assert_eq!(r.corrupt_hash_blocks, vec![top]);
+    assert_eq!(r.corrupt_data_blocks, vec![700]);
+    assert!(!r.root_hash_mismatch);
+}

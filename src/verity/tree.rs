@@ -202,17 +202,28 @@ pub fn verify(
         }
         return Ok(report);
     }
-    if params.hash.hash(&[prefix, &stored[levels - 1], suffix]) != root {
-        // Neither the stored tree nor the data leads to this root: nothing can be blamed.
-        report.root_hash_mismatch = true;
-        return Ok(report);
+    let top = levels - 1;
+    if params.hash.hash(&[prefix, &stored[top], suffix]) != root {
+        if stored[top] == computed.levels[top]
+            || !vouches_for_children(params, layout, &stored, &computed)
+        {
+            // Either the tree matches the data and only the root differs, or the top block
+            // agrees with nothing below it (wrong salt, parameters or hash device): no block
+            // can be blamed.
+            report.root_hash_mismatch = true;
+            return Ok(report);
+        }
+        // The top block is corrupt (or the root is wrong) but still agrees with most of its
+        // children: blame it, and let it witness for the rest of the tree.
+        report.corrupt_hash_blocks.push(layout.level_start[top]);
     }
     // expected[i]: the digest a trusted parent vouches for, for block i of the current level.
     let mut expected: Vec<&[u8]> = vec![root];
     for level in (0..levels).rev() {
         let mut next_expected = Vec::with_capacity(stored[level].len() / layout.entry_size);
         for (i, block) in stored[level].chunks_exact(hbs).enumerate() {
-            let trusted = params.hash.hash(&[prefix, block, suffix]) == expected[i];
+            // The top block was checked (or blamed) above.
+            let trusted = level == top || params.hash.hash(&[prefix, block, suffix]) == expected[i];
             if !trusted {
                 report
                     .corrupt_hash_blocks
@@ -244,4 +255,39 @@ pub fn verify(
         }
     }
     Ok(report)
+}
+
+/// Whether at least half of the top block's children hash to the entries it holds: then the
+/// top block is a damaged copy of the right one, not a block of another tree.
+fn vouches_for_children(
+    params: &VerityParams,
+    layout: &TreeLayout,
+    stored: &[Vec<u8>],
+    computed: &Tree,
+) -> bool {
+    let top = layout.levels() - 1;
+    let hbs = layout.hash_block_size as usize;
+    let ds = layout.digest_size;
+    let (prefix, suffix) = params.salt_parts();
+    let entry = |slot: usize| &stored[top][slot * layout.entry_size..slot * layout.entry_size + ds];
+    let (children, agreeing) = if top == 0 {
+        // The children are data blocks; their digests are the recomputed top block's entries.
+        let n = params.data_blocks as usize;
+        let agree = (0..n)
+            .filter(|&i| {
+                let pos = i * layout.entry_size;
+                computed.levels[0][pos..pos + ds] == *entry(i)
+            })
+            .count();
+        (n, agree)
+    } else {
+        let below = &stored[top - 1];
+        let agree = below
+            .chunks_exact(hbs)
+            .enumerate()
+            .filter(|(i, b)| params.hash.hash(&[prefix, b, suffix]) == entry(*i))
+            .count();
+        (below.len() / hbs, agree)
+    };
+    agreeing * 2 >= children.max(1)
 }
