@@ -97,78 +97,86 @@ fn scalar(v: &Value) -> String {
     }
 }
 
-fn line(out: &mut String, key: &str, value: impl std::fmt::Display) {
-    out.push_str(&format!("  {:<13}{value}\n", format!("{key}:")));
+/// Status rows, printed with the values aligned after the longest key.
+#[derive(Default)]
+struct Rows(Vec<(String, String)>);
+
+impl Rows {
+    fn add(&mut self, key: &str, value: impl std::fmt::Display) {
+        self.0.push((format!("{key}:"), value.to_string()));
+    }
+
+    fn add_object(&mut self, obj: &Value) {
+        if let Value::Object(m) = obj {
+            for (k, x) in m {
+                self.add(&k.replace('_', " "), scalar(x));
+            }
+        }
+    }
+
+    fn render(&self) -> String {
+        let width = self.0.iter().map(|(k, _)| k.len()).max().unwrap_or(0) + 1;
+        self.0
+            .iter()
+            .map(|(k, v)| format!("  {k:<width$}{v}\n"))
+            .collect()
+    }
 }
 
 /// veritysetup-style text for one status object.
 fn human(v: &Value) -> String {
-    let mut out = String::new();
     let path = scalar(&v["path"]);
-    match v["state"].as_str() {
-        Some("active") => out.push_str(&format!("{path} is active.\n")),
-        Some("dead") => out.push_str(&format!(
+    let mut out = match v["state"].as_str() {
+        Some("active") => format!("{path} is active.\n"),
+        Some("dead") => format!(
             "{path} is inactive: its server died; `dmkit close {}` cleans up.\n",
             scalar(&v["name"])
-        )),
-        Some(s) => out.push_str(&format!("{path} is {s}.\n")),
-        None => out.push_str(&format!("{path}\n")),
-    }
+        ),
+        Some(s) => format!("{path} is {s}.\n"),
+        None => format!("{path}\n"),
+    };
+    let mut rows = Rows::default();
     if let Some(e) = v["error"].as_str() {
-        line(&mut out, "error", e);
+        rows.add("error", e);
     }
-    line(&mut out, "type", scalar(&v["kind"]));
-    line(&mut out, "path", &path);
+    rows.add("type", scalar(&v["kind"]));
+    rows.add("path", &path);
     if let Some(l) = v["loop_device"].as_str() {
         let dio = if v["loop_direct_io"].as_bool() == Some(true) {
             " (direct I/O)"
         } else {
             ""
         };
-        line(&mut out, "loop", format!("{l}{dio}"));
+        rows.add("loop", format!("{l}{dio}"));
     }
     if let Some(size) = v["size"].as_u64() {
-        line(&mut out, "size", format!("{} sectors", size / 512));
+        rows.add("size", format!("{} sectors", size / 512));
     }
     let mode = if v["read_only"].as_bool() == Some(true) {
         "readonly"
     } else {
         "read/write"
     };
-    line(&mut out, "mode", mode);
+    rows.add("mode", mode);
     if v["allow_discards"].as_bool() == Some(true) {
-        line(&mut out, "flags", "discards");
+        rows.add("flags", "discards");
     }
-    line(&mut out, "pid", scalar(&v["pid"]));
-    line(&mut out, "threads", scalar(&v["threads"]));
+    rows.add("pid", scalar(&v["pid"]));
+    rows.add("threads", scalar(&v["threads"]));
     if let Some(u) = v["uptime"].as_u64() {
-        line(&mut out, "uptime", format!("{u} s"));
+        rows.add("uptime", format!("{u} s"));
     }
-    let section = |out: &mut String, obj: &Value| {
-        if let Value::Object(m) = obj {
-            for (k, x) in m {
-                line(out, &k.replace('_', " "), scalar(x));
-            }
-        }
-    };
-    section(&mut out, &v["details"]);
+    rows.add_object(&v["details"]);
     if let Value::Object(_) = &v["export"] {
         let e = &v["export"];
-        line(&mut out, "requests", scalar(&e["requests"]));
-        line(
-            &mut out,
-            "read",
-            format!("{} bytes", scalar(&e["bytes_read"])),
-        );
-        line(
-            &mut out,
-            "written",
-            format!("{} bytes", scalar(&e["bytes_written"])),
-        );
-        line(&mut out, "I/O errors", scalar(&e["io_errors"]));
-        line(&mut out, "corruptions", scalar(&e["corruptions"]));
+        rows.add("requests", scalar(&e["requests"]));
+        rows.add("read", format!("{} bytes", scalar(&e["bytes_read"])));
+        rows.add("written", format!("{} bytes", scalar(&e["bytes_written"])));
+        rows.add("I/O errors", scalar(&e["io_errors"]));
+        rows.add("corruptions", scalar(&e["corruptions"]));
     }
-    section(&mut out, &v["stats"]);
-    line(&mut out, "log", scalar(&v["log"]));
+    rows.add_object(&v["stats"]);
+    rows.add("log", scalar(&v["log"]));
+    out.push_str(&rows.render());
     out
 }
