@@ -5,8 +5,7 @@
 #   scripts/test.sh
 #
 # Environment:
-#   CI=1              tests that need root, /dev/fuse or loop devices fail instead of skipping;
-#                     a missing nightly toolchain or cargo-fuzz is installed instead of skipped.
+#   CI=1              tests that need root, /dev/fuse or loop devices fail instead of skipping.
 #   FUZZ_SECONDS=N    seconds per fuzz target (default 30; 0 skips the fuzz smoke).
 set -euo pipefail
 
@@ -17,6 +16,9 @@ step() {
     echo
     echo "==== $* ($(date +%T))"
 }
+
+step "dependencies: scripts/deps.sh"
+scripts/deps.sh
 
 step "cargo fmt --check"
 cargo fmt --all --check
@@ -36,7 +38,7 @@ have_fuzz() {
     cargo +nightly --version >/dev/null 2>&1 && cargo +nightly fuzz --version >/dev/null 2>&1
 }
 
-if ! have_fuzz && [ -n "${CI:-}" ]; then
+if ! have_fuzz; then
     step "installing nightly and cargo-fuzz"
     if ! cargo +nightly --version >/dev/null 2>&1; then
         rustup toolchain install nightly --profile minimal
@@ -50,7 +52,8 @@ if have_fuzz; then
     step "fuzz smoke: ${fuzz_seconds}s per target"
     scripts/fuzz-smoke.sh "$fuzz_seconds"
 else
-    step "fuzz smoke: skipped (no nightly toolchain or cargo-fuzz; set CI=1 to install them)"
+    echo "fuzz smoke: nightly or cargo-fuzz could not be installed" >&2
+    exit 1
 fi
 
 step "all tests passed"

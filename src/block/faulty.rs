@@ -125,7 +125,7 @@ impl<D: BlockDevice> FaultyDevice<D> {
         BlockError::Io {
             device: self.inner.name().to_string(),
             offset,
-            source: io::Error::new(io::ErrorKind::Other, "injected fault"),
+            source: io::Error::other("injected fault"),
         }
     }
 }

@@ -5,6 +5,7 @@
 
 mod bench;
 mod device;
+mod fsverity;
 mod linear;
 mod verity;
 
@@ -69,6 +70,9 @@ enum Command {
     /// dm-verity: format, verify, dump, open, sign.
     #[command(subcommand)]
     Verity(verity::VerityCommand),
+    /// fs-verity: file digests and built-in signatures (like fsverity-utils).
+    #[command(subcommand)]
+    Fsverity(fsverity::FsVerityCommand),
     /// A pass-through export of a file (like dm-linear), the baseline for benchmarks.
     #[command(subcommand)]
     Linear(linear::LinearCommand),
@@ -89,6 +93,7 @@ pub fn main() -> i32 {
     let result = match cli.command {
         Command::Verity(c) => verity::run(c),
         Command::Linear(c) => linear::run(c),
+        Command::Fsverity(c) => fsverity::run(c),
         Command::Close(a) => device::close(a),
         Command::Status(a) => device::status(a),
         Command::Bench(a) => bench::run(a),

@@ -881,7 +881,7 @@ impl Shared {
         let lbs = self.device.logical_block_size().max(1) as u64;
         let end = offset + data.len() as u64;
         let dev_size = self.device.size();
-        if offset % lbs == 0 && (end % lbs == 0 || end == dev_size) {
+        if offset.is_multiple_of(lbs) && (end.is_multiple_of(lbs) || end == dev_size) {
             let _g = self.rmw.read().unwrap_or_else(|e| e.into_inner());
             return self.device.write_at(data, offset);
         }
@@ -983,12 +983,12 @@ mod tests {
         }
         fn read_at(&self, buf: &mut [u8], offset: u64) -> crate::block::Result<()> {
             assert_eq!(offset % 4096, 0);
-            assert!(buf.len() % 4096 == 0 || offset + buf.len() as u64 == self.size());
+            assert!(buf.len().is_multiple_of(4096) || offset + buf.len() as u64 == self.size());
             self.0.read_at(buf, offset)
         }
         fn write_at(&self, buf: &[u8], offset: u64) -> crate::block::Result<()> {
             assert_eq!(offset % 4096, 0);
-            assert!(buf.len() % 4096 == 0 || offset + buf.len() as u64 == self.size());
+            assert!(buf.len().is_multiple_of(4096) || offset + buf.len() as u64 == self.size());
             self.0.write_at(buf, offset)
         }
         fn flush(&self) -> crate::block::Result<()> {

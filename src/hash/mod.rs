@@ -97,7 +97,7 @@ pub fn hash_blocks(
     block_size: usize,
     out: &mut [u8],
 ) {
-    assert!(block_size > 0 && blocks.len() % block_size == 0);
+    assert!(block_size > 0 && blocks.len().is_multiple_of(block_size));
     let ds = alg.digest_size();
     assert_eq!(out.len(), blocks.len() / block_size * ds);
     match alg {
