@@ -438,7 +438,7 @@ fn format(a: FormatArgs) -> CliResult {
             data_end: p.data_size(),
         }));
     }
-    prepare_hash_file(&a.hash_device, layout.hash_device_size())?;
+    prepare_hash_file(&a.hash_device, layout.new_file_size())?;
     let hash = open_file(&a.hash_device, false)?;
     let root = verity::format(&data, &hash, &p, same).map_err(verity_err)?;
     if let Some(f) = &a.root_hash_file {

@@ -135,7 +135,7 @@ pub fn check_sizes(
             data_end: need,
         });
     }
-    let need = layout.hash_device_size();
+    let need = layout.required_hash_size();
     if hash.size() < need {
         return Err(VerityError::HashTooSmall {
             device: hash.name().to_string(),
@@ -147,7 +147,7 @@ pub fn check_sizes(
 }
 
 /// Build the tree over `data` and write it (and the superblock) to `hash`; returns the root
-/// hash. The hash device must already be large enough (see [`TreeLayout::hash_device_size`]).
+/// hash. The hash device must already be large enough (see [`TreeLayout::required_hash_size`]).
 pub fn format(
     data: &dyn BlockDevice,
     hash: &dyn BlockDevice,

@@ -160,6 +160,8 @@ pub struct TreeLayout {
     pub tree_end: u64,
     /// Hash block size in bytes.
     pub hash_block_size: u64,
+    /// One past the superblock's last byte (0 without a superblock).
+    pub superblock_end: u64,
 }
 
 impl TreeLayout {
@@ -233,6 +235,11 @@ impl TreeLayout {
             tree_start,
             tree_end: pos,
             hash_block_size: hbs,
+            superblock_end: if p.superblock {
+                p.hash_offset + SUPERBLOCK_SIZE as u64
+            } else {
+                0
+            },
         })
     }
 
@@ -246,9 +253,29 @@ impl TreeLayout {
         1 << self.hashes_per_block_bits
     }
 
-    /// Bytes the hash device must hold.
+    /// The end of the hash area as veritysetup reports it ("Hash device size").
     pub fn hash_device_size(&self) -> u64 {
         self.tree_end * self.hash_block_size
+    }
+
+    /// Bytes the hash device must hold: the tree, and the superblock. A single data block has
+    /// no tree (its digest is the root), so then only the superblock is needed.
+    pub fn required_hash_size(&self) -> u64 {
+        let tree = if self.levels() > 0 {
+            self.hash_device_size()
+        } else {
+            0
+        };
+        tree.max(self.superblock_end)
+    }
+
+    /// The size veritysetup leaves a new hash file at: the tree, or the superblock written as
+    /// one whole block of min(4096, hash block size) bytes (its read-modify-write unit for a
+    /// file), whichever ends later.
+    pub fn new_file_size(&self) -> u64 {
+        let unit = self.hash_block_size.min(4096);
+        let sb = self.superblock_end.div_ceil(unit) * unit;
+        self.required_hash_size().max(sb)
     }
 
     /// Number of hash blocks in the tree.
@@ -301,6 +328,13 @@ mod tests {
         assert_eq!(l.level_blocks, vec![2, 1]);
         let l = TreeLayout::new(&params(65, 4096, HashAlgorithm::Sha512, false)).unwrap();
         assert_eq!((l.entry_size, l.hashes_per_block()), (64, 64));
+        // A single data block has no tree: veritysetup writes only the superblock, as one
+        // block of min(4096, hash block size) bytes, but reports the area up to tree_start.
+        let l = TreeLayout::new(&params(1, 8192, HashAlgorithm::Sha256, true)).unwrap();
+        assert_eq!(l.hash_device_size(), 8192);
+        assert_eq!((l.required_hash_size(), l.new_file_size()), (512, 4096));
+        let l = TreeLayout::new(&params(1, 512, HashAlgorithm::Sha256, false)).unwrap();
+        assert_eq!((l.required_hash_size(), l.new_file_size()), (0, 0));
         // Superblock with 512-byte hash blocks takes exactly one block.
         let l = TreeLayout::new(&params(10, 512, HashAlgorithm::Sha256, true)).unwrap();
         assert_eq!(l.tree_start, 1);
