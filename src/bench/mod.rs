@@ -15,6 +15,8 @@
 //! Every dmkit operation runs the `dmkit` executable itself as a subprocess, exactly as a user
 //! would, so the benchmark measures what users get.
 
+pub mod cipher;
+pub mod cloudflare;
 pub mod config;
 pub mod fio;
 pub mod format;

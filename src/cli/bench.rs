@@ -25,6 +25,48 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Time `veritysetup format` against `dmkit verity format` on the same data.
     Format(FormatArgs),
+    /// Our AES-XTS throughput (4 KiB sectors) next to `openssl speed -evp aes-256-xts`.
+    Cipher(CipherArgs),
+    /// Seed 003 (Cloudflare): plain vs crypt on a RAM-backed file against the cipher bound;
+    /// with `--peer qemu-storage-daemon`, our crypt export vs QEMU's LUKS FUSE export.
+    Crypt(CryptArgs),
+}
+
+/// Arguments of `dmkit bench cipher`.
+#[derive(clap::Args)]
+struct CipherArgs {
+    /// Seconds per measurement.
+    #[arg(long, default_value_t = 2.0)]
+    seconds: f64,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `dmkit bench crypt`.
+#[derive(clap::Args)]
+struct CryptArgs {
+    /// Compare against another implementation instead: `qemu-storage-daemon`.
+    #[arg(long)]
+    peer: Option<String>,
+    /// Runs per job and side [default: 3, --quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Size of the data file or LUKS payload [default: 1G, --quick: 256M].
+    #[arg(long)]
+    size: Option<String>,
+    /// Seconds per fio run [default: 5, --quick: 2].
+    #[arg(long)]
+    runtime: Option<f64>,
+    /// Directory for the scratch files, in RAM as in the seed.
+    #[arg(long, default_value = "/dev/shm")]
+    dir: PathBuf,
+    /// Small and fast.
+    #[arg(long)]
+    quick: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// fio through the exports of each configuration (the default `dmkit bench`).
@@ -96,6 +138,8 @@ fn print_json<T: serde::Serialize>(v: &T) -> CliResult {
 pub fn run(a: BenchArgs) -> CliResult {
     match a.command {
         Some(BenchCommand::Format(f)) => run_format(f),
+        Some(BenchCommand::Cipher(c)) => run_cipher(c),
+        Some(BenchCommand::Crypt(c)) => run_crypt(c),
         None => run_overhead(a.overhead),
     }
 }
@@ -145,5 +189,67 @@ fn run_format(a: FormatArgs) -> CliResult {
     } else {
         print!("{}", table::render_format(&report));
         Ok(())
+    }
+}
+
+fn run_cipher(a: CipherArgs) -> CliResult {
+    if !(a.seconds.is_finite() && a.seconds > 0.0 && a.seconds <= 600.0) {
+        return Err(CliError::invalid(
+            "bench cipher: --seconds must be in (0, 600]",
+        ));
+    }
+    let interrupt = Interrupt::install();
+    let report = bench::cipher::run(a.seconds, &interrupt).map_err(cli_error)?;
+    if a.json {
+        print_json(&report)
+    } else {
+        print!("{}", bench::cipher::render(&report));
+        Ok(())
+    }
+}
+
+fn run_crypt(a: CryptArgs) -> CliResult {
+    use crate::bench::cloudflare::{self, CryptBenchOptions};
+    use std::io::IsTerminal;
+    let mut o = CryptBenchOptions::defaults(a.quick);
+    o.progress = std::io::stderr().is_terminal();
+    if let Some(r) = a.runs {
+        o.runs = r;
+    }
+    if let Some(s) = &a.size {
+        o.size = bench::parse_size(s).map_err(cli_error)?;
+    }
+    if let Some(t) = a.runtime {
+        if !(t.is_finite() && t > 0.0 && t <= 3600.0) {
+            return Err(CliError::invalid(
+                "bench crypt: --runtime must be in (0, 3600] seconds",
+            ));
+        }
+        o.runtime_ms = ((t * 1000.0).round() as u64).max(1);
+    }
+    o.dir = a.dir;
+    let interrupt = Interrupt::install();
+    match a.peer.as_deref() {
+        None => {
+            let r = cloudflare::run_seed(&o, &interrupt).map_err(cli_error)?;
+            if a.json {
+                print_json(&r)
+            } else {
+                print!("{}", cloudflare::render_seed(&r));
+                Ok(())
+            }
+        }
+        Some("qemu-storage-daemon") => {
+            let r = cloudflare::run_peer(&o, &interrupt).map_err(cli_error)?;
+            if a.json {
+                print_json(&r)
+            } else {
+                print!("{}", cloudflare::render_peer(&r));
+                Ok(())
+            }
+        }
+        Some(p) => Err(CliError::invalid(format!(
+            "bench crypt: --peer {p}: unknown peer (known: qemu-storage-daemon)"
+        ))),
     }
 }

@@ -7,6 +7,10 @@ mod bench;
 mod device;
 mod fsverity;
 mod linear;
+mod luks;
+mod luks_keys;
+mod luks_slots;
+mod plain;
 mod verity;
 
 use clap::{Parser, Subcommand};
@@ -76,6 +80,14 @@ enum Command {
     /// A pass-through export of a file (like dm-linear), the baseline for benchmarks.
     #[command(subcommand)]
     Linear(linear::LinearCommand),
+    /// LUKS2/LUKS1: format, open, dump and manage keyslots (like cryptsetup).
+    #[command(subcommand)]
+    Luks(luks::LuksCommand),
+    #[command(flatten)]
+    LuksAlias(luks::LuksAlias),
+    /// dm-crypt plain mode: open a device with a raw key (like `cryptsetup open --type plain`).
+    #[command(subcommand)]
+    Plain(plain::PlainCommand),
     /// Tear down an open device.
     Close(device::CloseArgs),
     /// Show open devices.
@@ -94,6 +106,9 @@ pub fn main() -> i32 {
         Command::Verity(c) => verity::run(c),
         Command::Linear(c) => linear::run(c),
         Command::Fsverity(c) => fsverity::run(c),
+        Command::Luks(c) => luks::run(c),
+        Command::LuksAlias(c) => luks::run_alias(c),
+        Command::Plain(c) => plain::run(c),
         Command::Close(a) => device::close(a),
         Command::Status(a) => device::status(a),
         Command::Bench(a) => bench::run(a),

@@ -4,4 +4,12 @@
 //! The crypto runs inline on the thread serving the request (the lesson of the Cloudflare
 //! study, SEEDS.md seed 003): no queues, no thread hops, the fastest synchronous primitive.
 
+mod aes_x86;
 pub mod cipher;
+pub mod device;
+mod evp;
+mod iv;
+pub mod luks1;
+pub mod luks2;
+#[cfg(test)]
+mod tests;

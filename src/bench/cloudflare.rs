@@ -1,0 +1,929 @@
+//! `dmkit bench crypt`: SEEDS.md seed 003 (Cloudflare, "speeding up Linux disk encryption")
+//! reproduced on our layers, and `--peer qemu-storage-daemon`: our crypt export against
+//! QEMU's LUKS driver served through its own FUSE export, both under a loop device.
+//!
+//! Seed 003's method: the backing store in RAM (a file in /dev/shm here, a `brd` RAM disk
+//! there), no filesystem, `fio --readwrite=readwrite --bs=4k --direct=1`, plain against
+//! crypt (aes-xts-plain64, 512-bit key), and the bound `(plain x cipher) / (plain + cipher)`
+//! for doing the I/O and then the crypto in series, from the plain speed and the cipher speed
+//! measured in the same run (our in-process aes-xts throughput, as `cryptsetup benchmark`
+//! was there). Target: crypt at least 0.80 of that bound.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use super::cipher::{self as cipher_bench, CipherSpeed};
+use super::config::{crypt_open_args, Config};
+use super::harness::{self, command_line, Dmkit, Export, Interrupt, Workspace};
+use super::model::Stats;
+use super::table::{format_size, Align, TextTable};
+use super::BenchError;
+
+/// Seed 003's acceptance: crypt bandwidth / bound.
+pub const BOUND_TARGET: f64 = 0.80;
+/// Peer targets: ours / qemu-storage-daemon, 1 MiB sequential read and write.
+pub const PEER_SEQ_TARGET: f64 = 2.5;
+/// Peer target: ours / qemu-storage-daemon, 4 KiB random read qd32.
+pub const PEER_RAND_TARGET: f64 = 1.3;
+
+/// Options of both scenarios.
+#[derive(Debug, Clone)]
+pub struct CryptBenchOptions {
+    /// Size of the data file / LUKS payload, bytes (a multiple of 1 MiB).
+    pub size: u64,
+    /// Runs per job and side (alternated).
+    pub runs: u32,
+    /// Length of one fio run, ms.
+    pub runtime_ms: u64,
+    /// Seconds of the cipher measurement (per direction).
+    pub cipher_seconds: f64,
+    /// Where the scratch directory goes (RAM: /dev/shm).
+    pub dir: PathBuf,
+    /// Print progress on stderr.
+    pub progress: bool,
+}
+
+impl CryptBenchOptions {
+    /// Defaults (`--quick`: smaller and shorter).
+    pub fn defaults(quick: bool) -> CryptBenchOptions {
+        CryptBenchOptions {
+            size: if quick { 256 << 20 } else { 1 << 30 },
+            runs: if quick { 1 } else { 3 },
+            runtime_ms: if quick { 2000 } else { 5000 },
+            cipher_seconds: if quick { 0.5 } else { 2.0 },
+            dir: PathBuf::from("/dev/shm"),
+            progress: false,
+        }
+    }
+
+    fn check(&self) -> Result<(), BenchError> {
+        if self.size == 0 || !self.size.is_multiple_of(1 << 20) {
+            return Err(BenchError::Invalid(format!(
+                "--size must be a non-zero multiple of 1 MiB, not {}",
+                self.size
+            )));
+        }
+        if self.runs == 0 {
+            return Err(BenchError::Invalid("--runs must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// One fio job as both scenarios run it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// Row name.
+    pub name: String,
+    /// fio `--rw`.
+    pub rw: String,
+    /// Block size, bytes.
+    pub bs: u64,
+    /// `libaio` with this queue depth, or `psync` when 0.
+    pub iodepth: u32,
+}
+
+impl Job {
+    fn new(name: &str, rw: &str, bs: u64, iodepth: u32) -> Job {
+        Job {
+            name: name.into(),
+            rw: rw.into(),
+            bs,
+            iodepth,
+        }
+    }
+
+    /// fio arguments on `file` (direct I/O, time based, JSON).
+    pub fn args(&self, file: &Path, size: u64, runtime_ms: u64) -> Vec<String> {
+        let filename = file.to_string_lossy().replace(':', "\\:");
+        let mut v = vec![
+            format!("--name={}", self.name),
+            format!("--filename={filename}"),
+            format!("--readwrite={}", self.rw),
+            format!("--bs={}", self.bs),
+            "--direct=1".to_string(),
+            format!("--size={size}"),
+            "--time_based".to_string(),
+            format!("--runtime={runtime_ms}ms"),
+            "--numjobs=1".to_string(),
+            "--thread".to_string(),
+            "--output-format=json".to_string(),
+        ];
+        if self.iodepth == 0 {
+            v.push("--ioengine=psync".into());
+        } else {
+            v.push("--ioengine=libaio".into());
+            v.push(format!("--iodepth={}", self.iodepth));
+        }
+        v
+    }
+}
+
+/// Read and write bandwidth of one fio run, bytes/s (0 for a direction not exercised).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RwResult {
+    /// Read bandwidth.
+    pub read: f64,
+    /// Write bandwidth.
+    pub write: f64,
+}
+
+/// Parse fio's JSON (one job): both directions' `bw_bytes`.
+pub fn parse_rw(text: &str) -> Result<RwResult, BenchError> {
+    let start = text
+        .find("\n{")
+        .map(|i| i + 1)
+        .or_else(|| text.starts_with('{').then_some(0))
+        .ok_or_else(|| BenchError::Fio("no JSON object in fio output".into()))?;
+    let v: serde_json::Value = serde_json::from_str(&text[start..])
+        .map_err(|e| BenchError::Fio(format!("fio JSON: {e}")))?;
+    let job = v
+        .get("jobs")
+        .and_then(|j| j.as_array())
+        .and_then(|j| j.first())
+        .ok_or_else(|| BenchError::Fio("fio JSON has no job".into()))?;
+    let err = job.get("error").and_then(|e| e.as_i64()).unwrap_or(0);
+    if err != 0 {
+        return Err(BenchError::Fio(format!(
+            "fio job failed: {}",
+            std::io::Error::from_raw_os_error(err as i32)
+        )));
+    }
+    let bw = |dir: &str| {
+        job.get(dir)
+            .and_then(|d| d.get("bw_bytes"))
+            .and_then(|b| b.as_f64())
+            .unwrap_or(0.0)
+    };
+    let r = RwResult {
+        read: bw("read"),
+        write: bw("write"),
+    };
+    if r.read == 0.0 && r.write == 0.0 {
+        return Err(BenchError::Fio("fio moved no data".into()));
+    }
+    Ok(r)
+}
+
+fn run_fio(
+    job: &Job,
+    file: &Path,
+    size: u64,
+    runtime_ms: u64,
+    scratch: &Path,
+    interrupt: &Interrupt,
+) -> Result<RwResult, BenchError> {
+    let mut cmd = Command::new("fio");
+    cmd.args(job.args(file, size, runtime_ms));
+    let limit = Duration::from_millis(runtime_ms) + Duration::from_secs(120);
+    let out = harness::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
+    if !out.status.success() {
+        return Err(BenchError::Fio(format!(
+            "{} on {} failed ({}): {}",
+            job.name,
+            file.display(),
+            out.status,
+            out.stderr.trim()
+        )));
+    }
+    parse_rw(&out.stdout).map_err(|e| {
+        BenchError::Fio(format!(
+            "{} on {}: {e} {}",
+            job.name,
+            file.display(),
+            out.stderr.trim()
+        ))
+    })
+}
+
+fn median(v: &[f64]) -> f64 {
+    Stats::of(v).map_or(0.0, |s| s.median)
+}
+
+/// The bound of doing I/O at `io` and crypto at `cipher` in series (bytes/s).
+pub fn serial_bound(io: f64, cipher: f64) -> f64 {
+    if io <= 0.0 || cipher <= 0.0 {
+        return 0.0;
+    }
+    io * cipher / (io + cipher)
+}
+
+/// Result of the seed-003 scenario.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeedReport {
+    /// Data size, bytes.
+    pub size: u64,
+    /// Runs per side.
+    pub runs: u32,
+    /// fio run length, ms.
+    pub runtime_ms: u64,
+    /// Where the backing file was.
+    pub dir: PathBuf,
+    /// The fio command (on the plain export).
+    pub fio_command: String,
+    /// plain (linear export, read-write) per run.
+    pub plain: Vec<RwResult>,
+    /// crypt (plain-mode aes-xts-plain64 512-bit, 4096-byte sectors) per run.
+    pub crypt: Vec<RwResult>,
+    /// Our in-process cipher speed, measured in this run.
+    pub cipher: CipherSpeed,
+}
+
+impl SeedReport {
+    /// Medians: (plain read, plain write, crypt read, crypt write).
+    pub fn medians(&self) -> (f64, f64, f64, f64) {
+        let col =
+            |v: &[RwResult], f: fn(&RwResult) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+        (
+            col(&self.plain, |r| r.read),
+            col(&self.plain, |r| r.write),
+            col(&self.crypt, |r| r.read),
+            col(&self.crypt, |r| r.write),
+        )
+    }
+
+    /// (read bound, write bound): decryption bounds reads, encryption writes.
+    pub fn bounds(&self) -> (f64, f64) {
+        let (pr, pw, _, _) = self.medians();
+        (
+            serial_bound(pr, self.cipher.decrypt_bytes_per_s),
+            serial_bound(pw, self.cipher.encrypt_bytes_per_s),
+        )
+    }
+}
+
+fn say(progress: bool, msg: String) {
+    if progress {
+        eprintln!("{msg}");
+    }
+}
+
+fn workspace(dir: &Path) -> Result<Workspace, BenchError> {
+    Workspace::create(dir)
+}
+
+/// Run seed 003's scenario.
+pub fn run_seed(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<SeedReport, BenchError> {
+    o.check()?;
+    super::fio::check_installed()?;
+    let dmkit = Dmkit::from_env()?;
+    let ws = workspace(&o.dir)?;
+    let data = ws.path("data.img");
+    say(
+        o.progress,
+        format!(
+            "writing {} of random data to {}",
+            format_size(o.size),
+            data.display()
+        ),
+    );
+    harness::write_random_file(&data, o.size, interrupt)?;
+    let mut exports: Vec<Export> = Vec::new();
+    for c in [Config::Plain, Config::Crypt] {
+        let name = format!("bench{}-seed-{}", std::process::id(), c.name());
+        let args = c.prepare_with(&dmkit, &data, &name, ws.dir(), interrupt, true)?;
+        say(o.progress, format!("opening {} as {name}", c.name()));
+        exports.push(dmkit.open(&name, &args, ws.dir(), interrupt)?);
+    }
+    let job = Job::new("readwrite", "readwrite", 4096, 0);
+    let fio_command = format!(
+        "fio {}",
+        job.args(exports[0].path(), o.size, o.runtime_ms).join(" ")
+    );
+    let (mut plain, mut crypt) = (Vec::new(), Vec::new());
+    for run in 0..o.runs as usize {
+        for k in 0..2 {
+            let side = (k + run) % 2;
+            let r = run_fio(
+                &job,
+                exports[side].path(),
+                o.size,
+                o.runtime_ms,
+                ws.dir(),
+                interrupt,
+            )?;
+            say(
+                o.progress,
+                format!(
+                    "run {}/{} {:<6} read {:.0} MB/s write {:.0} MB/s",
+                    run + 1,
+                    o.runs,
+                    if side == 0 { "plain" } else { "crypt" },
+                    r.read / 1e6,
+                    r.write / 1e6
+                ),
+            );
+            if side == 0 {
+                plain.push(r);
+            } else {
+                crypt.push(r);
+            }
+        }
+    }
+    for e in exports.drain(..).rev() {
+        e.close()?;
+    }
+    say(
+        o.progress,
+        "measuring the cipher (aes-xts-plain64, 512-bit, 4 KiB sectors)".into(),
+    );
+    let cipher = cipher_bench::xts_speed(64, Duration::from_secs_f64(o.cipher_seconds))?;
+    Ok(SeedReport {
+        size: o.size,
+        runs: o.runs,
+        runtime_ms: o.runtime_ms,
+        dir: o.dir.clone(),
+        fio_command,
+        plain,
+        crypt,
+        cipher,
+    })
+}
+
+fn mbs(v: f64) -> String {
+    format!("{:.0} MB/s", v / 1e6)
+}
+
+fn verdict(x: f64, target: f64) -> &'static str {
+    if x >= target {
+        "met"
+    } else {
+        "NOT MET"
+    }
+}
+
+/// Seed 003's table, on our layers.
+pub fn render_seed(r: &SeedReport) -> String {
+    let (pr, pw, cr, cw) = r.medians();
+    let (br, bw) = r.bounds();
+    let mut t = TextTable::new(vec![
+        ("fio readwrite 4k direct".into(), Align::Left),
+        ("plain".into(), Align::Right),
+        ("crypt".into(), Align::Right),
+        ("crypt/plain".into(), Align::Right),
+        ("cipher".into(), Align::Right),
+        ("bound".into(), Align::Right),
+        ("crypt/bound".into(), Align::Right),
+        ("target".into(), Align::Right),
+    ]);
+    let row = |dir: &str, p: f64, c: f64, ci: f64, b: f64| {
+        vec![
+            dir.to_string(),
+            mbs(p),
+            mbs(c),
+            format!("{:.2}", c / p),
+            mbs(ci),
+            mbs(b),
+            format!("{:.2}", c / b),
+            format!(">= {BOUND_TARGET:.2} {}", verdict(c / b, BOUND_TARGET)),
+        ]
+    };
+    t.push(row("read", pr, cr, r.cipher.decrypt_bytes_per_s, br));
+    t.push(row("write", pw, cw, r.cipher.encrypt_bytes_per_s, bw));
+    let mut out = format!(
+        "Seed 003 (Cloudflare) on dmkit: {} random file in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
+plain = `dmkit linear open` (read-write), crypt = `dmkit plain open` aes-xts-plain64 512-bit, 4096-byte sectors\n\
+cipher = our in-process {} ({}), one call per 4 KiB sector, one thread\n\
+bound = plain x cipher / (plain + cipher)\n\n",
+        format_size(r.size),
+        r.dir.display(),
+        r.runs,
+        r.runtime_ms as f64 / 1000.0,
+        r.cipher.spec,
+        r.cipher.implementation,
+    );
+    out.push_str(&t.render());
+    out.push_str(&format!("\nfio: {}\n", r.fio_command));
+    out.push_str(
+        "seed 003 for reference: plain 1126 MB/s, dm-crypt 147 MB/s, bound 696 MB/s, fixed dm-crypt ~640 MB/s (0.92 of the bound)\n",
+    );
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// --peer qemu-storage-daemon
+
+/// A child process killed (SIGTERM, then SIGKILL) and reaped when dropped.
+struct Daemon {
+    child: Child,
+    what: String,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) of our own, not yet reaped child.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) => return,
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(50))
+                }
+                _ => {
+                    eprintln!("dmkit: warning: {} did not stop; killing it", self.what);
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// A loop device detached when dropped.
+struct Loop(PathBuf);
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        if let Err(e) = crate::export::loopdev::detach(&self.0) {
+            eprintln!("dmkit: warning: could not detach {}: {e}", self.0.display());
+        }
+    }
+}
+
+fn tool_version(prog: &str) -> String {
+    Command::new(prog)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+fn need(prog: &str, package: &str) -> Result<(), BenchError> {
+    let ok = Command::new(prog)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok();
+    if ok {
+        Ok(())
+    } else {
+        Err(BenchError::Missing(format!(
+            "{prog} not found; install it (apt-get install {package})"
+        )))
+    }
+}
+
+/// Volume key and payload offset (512-byte sectors) of a LUKS1 image, from
+/// `cryptsetup luksDump --dump-master-key` output.
+pub fn parse_luks_dump(text: &str) -> Result<(zeroize::Zeroizing<Vec<u8>>, u64), BenchError> {
+    let mut offset = None;
+    let mut hex = zeroize::Zeroizing::new(String::new());
+    let mut in_mk = false;
+    for line in text.lines() {
+        if let Some(v) = line.strip_prefix("Payload offset:") {
+            offset = v.trim().parse::<u64>().ok();
+            in_mk = false;
+        } else if let Some(v) = line.strip_prefix("MK dump:") {
+            hex.push_str(&v.replace([' ', '\t'], ""));
+            in_mk = true;
+        } else if in_mk && line.starts_with('\t') {
+            hex.push_str(&line.replace([' ', '\t'], ""));
+        } else {
+            in_mk = false;
+        }
+    }
+    let bad = |w: &str| BenchError::Tool(format!("cryptsetup luksDump: no {w} in its output"));
+    let offset = offset.ok_or_else(|| bad("payload offset"))?;
+    if hex.is_empty() {
+        return Err(bad("volume key"));
+    }
+    let key = hex::decode(hex.as_bytes()).map_err(|_| bad("readable volume key"))?;
+    Ok((zeroize::Zeroizing::new(key), offset))
+}
+
+/// Result of the peer comparison.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PeerReport {
+    /// Payload size, bytes.
+    pub size: u64,
+    /// Runs per job and side.
+    pub runs: u32,
+    /// fio run length, ms.
+    pub runtime_ms: u64,
+    /// qemu-storage-daemon's version line.
+    pub qsd_version: String,
+    /// The qemu-storage-daemon command line (secret passed by file).
+    pub qsd_command: String,
+    /// Our open command line.
+    pub dmkit_command: String,
+    /// Whether each loop device runs with direct I/O: (qsd, ours).
+    pub loop_direct_io: (bool, bool),
+    /// Jobs, in table order.
+    pub jobs: Vec<Job>,
+    /// Per job: qsd runs (bandwidth of the job's direction, bytes/s).
+    pub qsd: Vec<Vec<f64>>,
+    /// Per job: our runs.
+    pub ours: Vec<Vec<f64>>,
+    /// The first MiB read through both loop devices was identical.
+    pub same_plaintext: bool,
+}
+
+/// The peer jobs: 1 MiB sequential read and write (libaio qd4) and 4 KiB random read qd32.
+pub fn peer_jobs() -> Vec<Job> {
+    vec![
+        Job::new("seq-1m-read", "read", 1 << 20, 4),
+        Job::new("seq-1m-write", "write", 1 << 20, 4),
+        Job::new("rand-4k-qd32", "randread", 4096, 32),
+    ]
+}
+
+fn peer_target(job: &Job) -> f64 {
+    if job.bs >= 1 << 20 {
+        PEER_SEQ_TARGET
+    } else {
+        PEER_RAND_TARGET
+    }
+}
+
+fn wait_for_size(path: &Path, size: u64, child: &mut Child, what: &str) -> Result<(), BenchError> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if fs::metadata(path).map(|m| m.len()).unwrap_or(0) == size
+            && crate::export::is_mounted(path)
+        {
+            return Ok(());
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(BenchError::Tool(format!("{what} exited early ({st})")));
+        }
+        if Instant::now() > deadline {
+            return Err(BenchError::Tool(format!(
+                "{what}: {} did not appear as a {size}-byte FUSE export within 30 s",
+                path.display()
+            )));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn first_mib(dev: &Path) -> Result<Vec<u8>, BenchError> {
+    use std::io::Read;
+    let mut buf = vec![0u8; 1 << 20];
+    fs::File::open(dev)
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(|source| BenchError::Io {
+            what: format!("read {}", dev.display()),
+            source,
+        })?;
+    Ok(buf)
+}
+
+/// Run the peer comparison.
+pub fn run_peer(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<PeerReport, BenchError> {
+    o.check()?;
+    super::fio::check_installed()?;
+    need("qemu-img", "qemu-utils")?;
+    need("qemu-storage-daemon", "qemu-system-x86")?;
+    need("cryptsetup", "cryptsetup-bin")?;
+    let dmkit = Dmkit::from_env()?;
+    let ws = workspace(&o.dir)?;
+    let img = ws.path("luks.img");
+    let secret = ws.path("secret");
+    {
+        let mut pass = [0u8; 24];
+        getrandom::getrandom(&mut pass).map_err(|e| BenchError::Io {
+            what: "getrandom".into(),
+            source: std::io::Error::other(e.to_string()),
+        })?;
+        let hexpass = zeroize::Zeroizing::new(hex::encode(pass));
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&secret)
+            .and_then(|mut f| f.write_all(hexpass.as_bytes()))
+            .map_err(|source| BenchError::Io {
+                what: format!("write {}", secret.display()),
+                source,
+            })?;
+    }
+    let secret_obj = format!("secret,id=sec0,file={},format=raw", secret.display());
+    say(
+        o.progress,
+        format!("qemu-img create -f luks ({})", format_size(o.size)),
+    );
+    // qemu-img calibrates PBKDF2 by timing it; on a busy machine that sometimes fails
+    // ("Unable to get accurate CPU usage"): try again.
+    let mut attempt = 0;
+    loop {
+        let _ = fs::remove_file(&img);
+        let mut create = Command::new("qemu-img");
+        create.args([
+            "create",
+            "-f",
+            "luks",
+            "--object",
+            &secret_obj,
+            "-o",
+            "key-secret=sec0,cipher-alg=aes-256,cipher-mode=xts,ivgen-alg=plain64,hash-alg=sha256,iter-time=100,preallocation=full",
+        ]);
+        create.arg(&img).arg(o.size.to_string());
+        match harness::run_ok(
+            &mut create,
+            ws.dir(),
+            interrupt,
+            Some(Duration::from_secs(600)),
+        ) {
+            Ok(_) => break,
+            Err(BenchError::Tool(m)) if attempt < 3 && m.contains("accurate CPU usage") => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+
+    // The volume key and payload offset, so our side opens the very same image.
+    let mut dump = Command::new("cryptsetup");
+    dump.args([
+        "luksDump",
+        "--dump-master-key",
+        "--batch-mode",
+        "--key-file",
+    ])
+    .arg(&secret)
+    .arg(&img);
+    let out = harness::run_ok(
+        &mut dump,
+        ws.dir(),
+        interrupt,
+        Some(Duration::from_secs(120)),
+    )?;
+    let mut out = out;
+    let parsed = parse_luks_dump(&out.stdout);
+    zeroize::Zeroize::zeroize(&mut out.stdout);
+    let (key, payload) = parsed?;
+    let keyfile = ws.path("volume.key");
+    {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&keyfile)
+            .and_then(|mut f| f.write_all(&key))
+            .map_err(|source| BenchError::Io {
+                what: format!("write {}", keyfile.display()),
+                source,
+            })?;
+    }
+    let key_bits = key.len() * 8;
+    drop(key);
+
+    // qemu-storage-daemon: file -> luks -> FUSE export, writable.
+    let mnt = ws.path("qsd-export");
+    fs::write(&mnt, b"").map_err(|source| BenchError::Io {
+        what: format!("create {}", mnt.display()),
+        source,
+    })?;
+    let qsd_args = vec![
+        "--object".to_string(),
+        secret_obj.clone(),
+        "--blockdev".into(),
+        format!(
+            "driver=file,node-name=file0,filename={},cache.direct=off",
+            img.display()
+        ),
+        "--blockdev".into(),
+        "driver=luks,node-name=luks0,file=file0,key-secret=sec0".into(),
+        "--export".into(),
+        format!(
+            "type=fuse,id=exp0,node-name=luks0,mountpoint={},writable=on",
+            mnt.display()
+        ),
+    ];
+    let mut qsd_cmd = Command::new("qemu-storage-daemon");
+    qsd_cmd.args(&qsd_args);
+    let qsd_command = command_line(&qsd_cmd);
+    let log = fs::File::create(ws.path("qsd.log")).map_err(|source| BenchError::Io {
+        what: "create qsd.log".into(),
+        source,
+    })?;
+    let log2 = log.try_clone().map_err(|source| BenchError::Io {
+        what: "qsd.log".into(),
+        source,
+    })?;
+    qsd_cmd.stdin(Stdio::null()).stdout(log).stderr(log2);
+    say(o.progress, format!("starting {qsd_command}"));
+    let child = qsd_cmd.spawn().map_err(|source| BenchError::Io {
+        what: "run qemu-storage-daemon".into(),
+        source,
+    })?;
+    let mut qsd = Daemon {
+        child,
+        what: "qemu-storage-daemon".into(),
+    };
+    if let Err(e) = wait_for_size(&mnt, o.size, &mut qsd.child, "qemu-storage-daemon") {
+        let log = fs::read_to_string(ws.path("qsd.log")).unwrap_or_default();
+        return Err(BenchError::Tool(format!("{e}: {}", log.trim())));
+    }
+    let qloop = crate::export::loopdev::attach(&mnt, false, true, 512).map_err(|source| {
+        BenchError::Io {
+            what: format!("loop device on {}", mnt.display()),
+            source,
+        }
+    })?;
+    let qsd_loop = Loop(qloop.path.clone());
+
+    // Ours: plain mode with the same volume key over the same image.
+    let name = format!("bench{}-peer", std::process::id());
+    let mut args = crypt_open_args(&img, &name, &keyfile, 512);
+    args.extend([
+        "--offset".to_string(),
+        payload.to_string(),
+        "--loop".to_string(),
+    ]);
+    if key_bits != 512 {
+        let i = args.iter().position(|a| a == "512").unwrap_or(7);
+        args[i] = key_bits.to_string();
+    }
+    let dmkit_command = format!("dmkit {}", args.join(" "));
+    say(o.progress, format!("opening {dmkit_command}"));
+    let ours = dmkit.open(&name, &args, ws.dir(), interrupt)?;
+    let status = harness::run_ok(
+        &mut dmkit.command(["status", &name, "--json"]),
+        ws.dir(),
+        interrupt,
+        Some(Duration::from_secs(60)),
+    )?;
+    let st: serde_json::Value = serde_json::from_str(&status.stdout)
+        .map_err(|e| BenchError::Tool(format!("dmkit status --json: {e}")))?;
+    let our_loop = st["loop_device"]
+        .as_str()
+        .map(PathBuf::from)
+        .ok_or_else(|| BenchError::Tool(format!("dmkit status {name}: no loop device")))?;
+    let our_dio = st["loop_direct_io"].as_bool().unwrap_or(false);
+
+    let same_plaintext = first_mib(&qloop.path)? == first_mib(&our_loop)?;
+    if !same_plaintext {
+        return Err(BenchError::Mismatch(format!(
+            "{} (qemu-storage-daemon) and {} (dmkit) read different plaintext from the same LUKS1 image",
+            qloop.path.display(),
+            our_loop.display()
+        )));
+    }
+
+    let jobs = peer_jobs();
+    let mut q_res = vec![Vec::new(); jobs.len()];
+    let mut o_res = vec![Vec::new(); jobs.len()];
+    for run in 0..o.runs as usize {
+        for (ji, job) in jobs.iter().enumerate() {
+            for k in 0..2 {
+                let side = (k + run) % 2;
+                let dev = if side == 0 { &qloop.path } else { &our_loop };
+                let r = run_fio(job, dev, o.size, o.runtime_ms, ws.dir(), interrupt)?;
+                let bw = if job.rw.contains("write") {
+                    r.write
+                } else {
+                    r.read
+                };
+                say(
+                    o.progress,
+                    format!(
+                        "run {}/{} {:<13} {:<6} {:.0} MB/s",
+                        run + 1,
+                        o.runs,
+                        job.name,
+                        if side == 0 { "qsd" } else { "dmkit" },
+                        bw / 1e6
+                    ),
+                );
+                if side == 0 {
+                    q_res[ji].push(bw);
+                } else {
+                    o_res[ji].push(bw);
+                }
+            }
+        }
+    }
+    drop(qsd_loop);
+    ours.close()?;
+    drop(qsd);
+    Ok(PeerReport {
+        size: o.size,
+        runs: o.runs,
+        runtime_ms: o.runtime_ms,
+        qsd_version: tool_version("qemu-storage-daemon"),
+        qsd_command,
+        dmkit_command,
+        loop_direct_io: (qloop.direct_io, our_dio),
+        jobs,
+        qsd: q_res,
+        ours: o_res,
+        same_plaintext,
+    })
+}
+
+/// The peer table.
+pub fn render_peer(r: &PeerReport) -> String {
+    let mut t = TextTable::new(vec![
+        ("job (direct I/O, loop device)".into(), Align::Left),
+        ("qemu-storage-daemon".into(), Align::Right),
+        ("dmkit".into(), Align::Right),
+        ("dmkit/qsd".into(), Align::Right),
+        ("target".into(), Align::Right),
+    ]);
+    for (i, j) in r.jobs.iter().enumerate() {
+        let q = median(&r.qsd[i]);
+        let d = median(&r.ours[i]);
+        let target = peer_target(j);
+        let qd = if j.iodepth == 0 {
+            "psync".to_string()
+        } else {
+            format!("qd{}", j.iodepth)
+        };
+        t.push(vec![
+            format!(
+                "{} ({} {}, {qd})",
+                j.name,
+                j.rw,
+                if j.bs >= 1 << 20 {
+                    "1m".to_string()
+                } else {
+                    "4k".to_string()
+                }
+            ),
+            mbs(q),
+            mbs(d),
+            format!("{:.2}x", d / q),
+            format!(">= {target:.1}x {}", verdict(d / q, target)),
+        ]);
+    }
+    let mut out = format!(
+        "LUKS1 aes-xts-plain64 {}: qemu-storage-daemon (luks driver, FUSE export) vs dmkit (crypt, FUSE export), both under a loop device\n\
+median of {} run(s) of {:.1} s, alternated; MB = 10^6 bytes; loop direct I/O: qsd {}, dmkit {}\n\
+same plaintext through both (first MiB): {}\n\n",
+        format_size(r.size),
+        r.runs,
+        r.runtime_ms as f64 / 1000.0,
+        if r.loop_direct_io.0 { "on" } else { "off (refused)" },
+        if r.loop_direct_io.1 { "on" } else { "off (refused)" },
+        if r.same_plaintext { "yes" } else { "NO" },
+    );
+    out.push_str(&t.render());
+    out.push_str(&format!(
+        "\n{}\n  {}\n{}\n  {}\n",
+        r.qsd_version, r.qsd_command, "dmkit:", r.dmkit_command
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bound_is_seed_003s() {
+        let b = serial_bound(1126.0, 1823.0);
+        assert!((b - 696.0).abs() < 1.0, "{b}");
+        assert_eq!(serial_bound(0.0, 5.0), 0.0);
+    }
+
+    #[test]
+    fn parses_luks_dump() {
+        let text = "LUKS header information for t.img\nCipher name:   \taes\nCipher mode:   \txts-plain64\nPayload offset:\t4040\nMK bits:       \t512\nMK dump:\t19 c0 7d f4 e1 f4 88 ce f5 03 89 3a 65 2d 8b 1a \n\t\t2a d1 5a e8 d2 70 4e 37 98 5d 6e 96 49 25 e6 25 \n\t\tdc 58 2c c9 e7 92 5c 24 88 7b 87 d3 2a 75 65 70 \n\t\t6f 9a 2a 72 5f f7 b1 03 2c 54 79 a3 18 b6 a4 bf \n";
+        let (k, off) = parse_luks_dump(text).unwrap();
+        assert_eq!(off, 4040);
+        assert_eq!(k.len(), 64);
+        assert_eq!(k[0], 0x19);
+        assert_eq!(k[63], 0xbf);
+        assert!(parse_luks_dump("nothing").is_err());
+    }
+
+    #[test]
+    fn parses_rw_and_builds_args() {
+        let j = r#"{"jobs":[{"error":0,"read":{"bw_bytes":100},"write":{"bw_bytes":50}}]}"#;
+        assert_eq!(
+            parse_rw(j).unwrap(),
+            RwResult {
+                read: 100.0,
+                write: 50.0
+            }
+        );
+        let bad = r#"{"jobs":[{"error":5,"read":{"bw_bytes":0},"write":{"bw_bytes":0}}]}"#;
+        assert!(parse_rw(bad).is_err());
+        let a = Job::new("readwrite", "readwrite", 4096, 0).args(Path::new("/x:y"), 1 << 20, 1000);
+        assert!(a.contains(&"--readwrite=readwrite".to_string()));
+        assert!(a.contains(&"--direct=1".to_string()));
+        assert!(a.contains(&"--filename=/x\\:y".to_string()));
+        assert!(a.contains(&"--ioengine=psync".to_string()));
+    }
+}

@@ -1,0 +1,705 @@
+//! `dmkit luks format|open|dump|...`, with cryptsetup's option names and argument order, over
+//! LUKS2 and LUKS1 headers (the version is read from the header). Key management commands
+//! live in `luks_slots.rs`, passphrase input in `luks_keys.rs`.
+
+use super::luks_keys::{passphrase, KeyArgs};
+use super::luks_slots;
+use super::{CliError, CliResult};
+use crate::block::{BlockDevice, FileDevice, OpenOptions};
+use crate::crypt::luks1::{self, Luks1Header};
+use crate::crypt::luks2::activate::{self, ActivateOptions, DataSegment};
+use crate::crypt::luks2::header::{self, luks_version};
+use crate::crypt::luks2::{
+    self, dump, keyslot, FormatParams, Luks2Header, LuksError, PbkdfKind, PbkdfParams, VolumeKey,
+};
+use crate::export::{self, ExportSpec};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// `dmkit luks` subcommands.
+#[derive(clap::Subcommand)]
+pub enum LuksCommand {
+    /// Write a new LUKS2 (or LUKS1) header and keyslot 0 (like `cryptsetup luksFormat`).
+    #[command(alias = "luksFormat")]
+    Format(FormatArgs),
+    /// Unlock DEVICE and serve the decrypted device at /run/dmkit/NAME (like `cryptsetup open`).
+    #[command(alias = "luksOpen")]
+    Open(OpenArgs),
+    /// Print the header (like `cryptsetup luksDump`).
+    #[command(alias = "luksDump")]
+    Dump(DumpArgs),
+    /// Add a keyslot for a new passphrase (like `cryptsetup luksAddKey`).
+    #[command(alias = "luksAddKey")]
+    AddKey(luks_slots::AddKeyArgs),
+    /// Remove the keyslot the given passphrase opens (like `cryptsetup luksRemoveKey`).
+    #[command(alias = "luksRemoveKey")]
+    RemoveKey(luks_slots::RemoveKeyArgs),
+    /// Replace a passphrase (like `cryptsetup luksChangeKey`).
+    #[command(alias = "luksChangeKey")]
+    ChangeKey(luks_slots::ChangeKeyArgs),
+    /// Wipe one keyslot (like `cryptsetup luksKillSlot`).
+    #[command(alias = "luksKillSlot")]
+    KillSlot(luks_slots::KillSlotArgs),
+    /// Check a passphrase without opening (like `cryptsetup open --test-passphrase`).
+    TestPassphrase(luks_slots::TestArgs),
+    /// Print or set the UUID (like `cryptsetup luksUUID`).
+    #[command(alias = "luksUUID")]
+    Uuid(luks_slots::UuidArgs),
+    /// Save the header and keyslots to a file (like `cryptsetup luksHeaderBackup`).
+    #[command(alias = "luksHeaderBackup")]
+    HeaderBackup(luks_slots::BackupArgs),
+    /// Write a saved header back (like `cryptsetup luksHeaderRestore`).
+    #[command(alias = "luksHeaderRestore")]
+    HeaderRestore(luks_slots::BackupArgs),
+}
+
+/// cryptsetup's top-level command names (`dmkit luksFormat ...`), flattened into `dmkit`.
+// The variants are named after cryptsetup's commands, so they all start with "Luks".
+#[allow(clippy::enum_variant_names)]
+#[derive(clap::Subcommand)]
+pub enum LuksAlias {
+    /// Same as `dmkit luks format`.
+    #[command(name = "luksFormat", hide = true)]
+    LuksFormat(FormatArgs),
+    /// Same as `dmkit luks open`.
+    #[command(name = "luksOpen", hide = true)]
+    LuksOpen(OpenArgs),
+    /// Same as `dmkit luks dump`.
+    #[command(name = "luksDump", hide = true)]
+    LuksDump(DumpArgs),
+    /// Same as `dmkit luks add-key`.
+    #[command(name = "luksAddKey", hide = true)]
+    LuksAddKey(luks_slots::AddKeyArgs),
+    /// Same as `dmkit luks remove-key`.
+    #[command(name = "luksRemoveKey", hide = true)]
+    LuksRemoveKey(luks_slots::RemoveKeyArgs),
+    /// Same as `dmkit luks change-key`.
+    #[command(name = "luksChangeKey", hide = true)]
+    LuksChangeKey(luks_slots::ChangeKeyArgs),
+    /// Same as `dmkit luks kill-slot`.
+    #[command(name = "luksKillSlot", hide = true)]
+    LuksKillSlot(luks_slots::KillSlotArgs),
+    /// Same as `dmkit luks uuid`.
+    #[command(name = "luksUUID", hide = true)]
+    LuksUuid(luks_slots::UuidArgs),
+    /// Same as `dmkit luks header-backup`.
+    #[command(name = "luksHeaderBackup", hide = true)]
+    LuksHeaderBackup(luks_slots::BackupArgs),
+    /// Same as `dmkit luks header-restore`.
+    #[command(name = "luksHeaderRestore", hide = true)]
+    LuksHeaderRestore(luks_slots::BackupArgs),
+}
+
+/// KDF options of commands that make keyslots.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PbkdfArgs {
+    /// KDF: argon2id (LUKS2 default), argon2i or pbkdf2 (LUKS1's only one).
+    #[arg(long)]
+    pub pbkdf: Option<String>,
+    /// Hash for PBKDF2, the AF splitter and the volume key digest.
+    #[arg(long, default_value = "sha256")]
+    pub hash: String,
+    /// Argon2 memory cost in KiB (default: 1 GiB, at most half the RAM).
+    #[arg(long)]
+    pub pbkdf_memory: Option<u32>,
+    /// Argon2 threads (default: up to 4).
+    #[arg(long)]
+    pub pbkdf_parallel: Option<u32>,
+    /// Unlock time to aim for, in milliseconds.
+    #[arg(long, short = 'i', default_value_t = 2000)]
+    pub iter_time: u32,
+    /// Exact PBKDF2 iterations or Argon2 passes (no benchmark).
+    #[arg(long)]
+    pub pbkdf_force_iterations: Option<u32>,
+}
+
+impl PbkdfArgs {
+    pub(super) fn params(&self, luks1: bool) -> Result<PbkdfParams, CliError> {
+        let kind = match self.pbkdf.as_deref() {
+            None if luks1 => PbkdfKind::Pbkdf2,
+            None | Some("argon2id") => PbkdfKind::Argon2id,
+            Some("argon2i") => PbkdfKind::Argon2i,
+            Some("pbkdf2") => PbkdfKind::Pbkdf2,
+            Some(o) => {
+                return Err(CliError::invalid(format!(
+                    "--pbkdf: unknown KDF {o:?} (argon2id, argon2i, pbkdf2)"
+                )))
+            }
+        };
+        let mut p = PbkdfParams {
+            kind,
+            ..PbkdfParams::default()
+        };
+        if luks1 && kind != PbkdfKind::Pbkdf2 {
+            return Err(CliError::invalid("LUKS1 supports only --pbkdf pbkdf2"));
+        }
+        crate::crypt::luks2::af::message_digest(&self.hash)
+            .map_err(|_| CliError::invalid(format!("--hash: unknown hash {:?}", self.hash)))?;
+        p.hash = self.hash.clone();
+        p.iter_time_ms = self.iter_time.max(1);
+        p.force_iterations = self.pbkdf_force_iterations;
+        if let Some(m) = self.pbkdf_memory {
+            p.memory_kib = m;
+        }
+        if let Some(n) = self.pbkdf_parallel {
+            p.parallel = n;
+        }
+        Ok(p)
+    }
+}
+
+/// Arguments of `luks format`.
+#[derive(clap::Args)]
+pub struct FormatArgs {
+    /// Device or image to format.
+    device: PathBuf,
+    /// Key file with the passphrase of keyslot 0 (same as --key-file).
+    key_file_arg: Option<PathBuf>,
+    #[command(flatten)]
+    key: KeyArgs,
+    #[command(flatten)]
+    pbkdf: PbkdfArgs,
+    /// luks2 (default) or luks1.
+    #[arg(long = "type", short = 'M', default_value = "luks2")]
+    luks_type: String,
+    /// Data cipher.
+    #[arg(long, short = 'c', default_value = "aes-xts-plain64")]
+    cipher: String,
+    /// Volume key size in bits (default: 512 for XTS, 256 otherwise).
+    #[arg(long, short = 's')]
+    key_size: Option<u32>,
+    /// Encryption sector size (LUKS2; default 4096 when aligned, else 512).
+    #[arg(long)]
+    sector_size: Option<u32>,
+    /// Label (LUKS2).
+    #[arg(long)]
+    label: Option<String>,
+    /// Subsystem (LUKS2).
+    #[arg(long)]
+    subsystem: Option<String>,
+    /// UUID (default: random).
+    #[arg(long)]
+    uuid: Option<String>,
+    /// Put the header in this file instead of on DEVICE (created if missing).
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// Size of one LUKS2 header copy: 16k, 32k, ..., 4m.
+    #[arg(long, value_parser = parse_size)]
+    luks2_metadata_size: Option<u64>,
+    /// Size of the LUKS2 keyslots area (multiple of 4096).
+    #[arg(long, value_parser = parse_size)]
+    luks2_keyslots_size: Option<u64>,
+    /// Data offset in 512-byte sectors.
+    #[arg(long, short = 'o')]
+    offset: Option<u64>,
+    /// Use the volume key in this file instead of a random one.
+    #[arg(long)]
+    volume_key_file: Option<PathBuf>,
+    /// Overwrite an existing LUKS header without asking.
+    #[arg(long, short = 'q', alias = "batch-mode")]
+    batch_mode: bool,
+}
+
+/// Arguments of `luks open`.
+#[derive(clap::Args)]
+pub struct OpenArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// Name: the device is served at /run/dmkit/NAME (not needed with --test-passphrase).
+    name: Option<String>,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// Only this keyslot.
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
+    /// Pass discards to DEVICE.
+    #[arg(long)]
+    allow_discards: bool,
+    /// Serve read-only.
+    #[arg(long, short = 'r')]
+    read_only: bool,
+    /// Check the passphrase and stop.
+    #[arg(long)]
+    test_passphrase: bool,
+    /// luks, luks1 or luks2 (checked against the header).
+    #[arg(long = "type", short = 'M')]
+    luks_type: Option<String>,
+    /// Also attach a loop device and print it.
+    #[arg(long = "loop")]
+    loop_device: bool,
+    /// Threads serving requests.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Serve in the foreground until interrupted.
+    #[arg(long)]
+    foreground: bool,
+}
+
+/// Arguments of `luks dump`.
+#[derive(clap::Args)]
+pub struct DumpArgs {
+    /// Device or image (or the header file).
+    device: PathBuf,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// Print the JSON metadata (LUKS2) or the header as JSON (LUKS1).
+    #[arg(long, alias = "dump-json-metadata")]
+    json: bool,
+    /// Print the volume key (needs the passphrase). Sensitive!
+    #[arg(long)]
+    dump_volume_key: bool,
+    /// Only this keyslot (with --dump-volume-key).
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Do not ask for confirmation.
+    #[arg(long, short = 'q', alias = "batch-mode")]
+    batch_mode: bool,
+}
+
+/// Run a `dmkit luks` subcommand.
+pub fn run(c: LuksCommand) -> CliResult {
+    match c {
+        LuksCommand::Format(a) => format(a),
+        LuksCommand::Open(a) => open(a),
+        LuksCommand::Dump(a) => dump_cmd(a),
+        LuksCommand::AddKey(a) => luks_slots::add_key(a),
+        LuksCommand::RemoveKey(a) => luks_slots::remove_key(a),
+        LuksCommand::ChangeKey(a) => luks_slots::change_key(a),
+        LuksCommand::KillSlot(a) => luks_slots::kill_slot(a),
+        LuksCommand::TestPassphrase(a) => luks_slots::test_passphrase(a),
+        LuksCommand::Uuid(a) => luks_slots::uuid(a),
+        LuksCommand::HeaderBackup(a) => luks_slots::header_backup(a),
+        LuksCommand::HeaderRestore(a) => luks_slots::header_restore(a),
+    }
+}
+
+/// Run a cryptsetup-named top-level alias.
+pub fn run_alias(c: LuksAlias) -> CliResult {
+    run(match c {
+        LuksAlias::LuksFormat(a) => LuksCommand::Format(a),
+        LuksAlias::LuksOpen(a) => LuksCommand::Open(a),
+        LuksAlias::LuksDump(a) => LuksCommand::Dump(a),
+        LuksAlias::LuksAddKey(a) => LuksCommand::AddKey(a),
+        LuksAlias::LuksRemoveKey(a) => LuksCommand::RemoveKey(a),
+        LuksAlias::LuksChangeKey(a) => LuksCommand::ChangeKey(a),
+        LuksAlias::LuksKillSlot(a) => LuksCommand::KillSlot(a),
+        LuksAlias::LuksUuid(a) => LuksCommand::Uuid(a),
+        LuksAlias::LuksHeaderBackup(a) => LuksCommand::HeaderBackup(a),
+        LuksAlias::LuksHeaderRestore(a) => LuksCommand::HeaderRestore(a),
+    })
+}
+
+/// "16384", "16k", "4m", "1M" -> bytes.
+pub(super) fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("{s:?} is not a size (bytes, or with k/m/g)"))
+}
+
+/// LUKS errors as cryptsetup's exit codes: 2 for a wrong passphrase, 1 otherwise.
+pub(super) fn luks_err(e: LuksError) -> CliError {
+    CliError {
+        code: e.exit_code(),
+        message: e.to_string(),
+    }
+}
+
+/// Open a file as a block device.
+pub(super) fn open_file(path: &Path, read_only: bool) -> Result<FileDevice, CliError> {
+    FileDevice::open(
+        path,
+        OpenOptions {
+            read_only,
+            direct: false,
+        },
+    )
+    .map_err(|e| CliError::no_device(format!("{}: cannot open: {e}", path.display())))
+}
+
+/// A parsed header of either version.
+pub(super) enum Header {
+    /// LUKS2.
+    V2(Box<Luks2Header>),
+    /// LUKS1.
+    V1(Box<Luks1Header>),
+}
+
+/// The device holding the header, and the header.
+pub(super) struct Target {
+    /// Header device (DEVICE, or --header).
+    pub dev: FileDevice,
+    /// The header.
+    pub header: Header,
+    /// Whether the header is detached.
+    pub detached: bool,
+}
+
+/// Read the header of `device` (or of `header`, when detached). One line on stderr when a
+/// corrupt copy was skipped.
+pub(super) fn load(
+    device: &Path,
+    header: Option<&Path>,
+    writable: bool,
+) -> Result<Target, CliError> {
+    let path = header.unwrap_or(device);
+    if header.is_some() && !device.exists() {
+        return Err(CliError::no_device(format!(
+            "{}: no such device or file",
+            device.display()
+        )));
+    }
+    let dev = open_file(path, !writable)?;
+    let mut first = [0u8; 8];
+    if dev.size() >= 8 {
+        dev.read_at(&mut first, 0)
+            .map_err(|e| CliError::invalid(e.to_string()))?;
+    }
+    let detached = header.is_some();
+    let header = if luks_version(&first) == Some(1) {
+        Header::V1(Box::new(luks1::read(&dev, detached).map_err(luks_err)?))
+    } else {
+        let loaded = header::read(&dev).map_err(luks_err)?;
+        if let Some(w) = loaded.warning {
+            eprintln!("dmkit: {w}");
+        }
+        Header::V2(Box::new(loaded.header))
+    };
+    Ok(Target {
+        dev,
+        header,
+        detached,
+    })
+}
+
+impl Target {
+    /// Unlock with `pass` (keyslot `slot` only when given).
+    pub(super) fn unlock(
+        &self,
+        pass: &[u8],
+        slot: Option<u32>,
+    ) -> Result<(u32, VolumeKey), CliError> {
+        match &self.header {
+            Header::V2(h) => keyslot::unlock(&self.dev, h, pass, slot),
+            Header::V1(h) => luks1::unlock(&self.dev, h, pass, slot),
+        }
+        .map_err(luks_err)
+    }
+
+    /// The UUID.
+    pub(super) fn uuid(&self) -> &str {
+        match &self.header {
+            Header::V2(h) => &h.uuid,
+            Header::V1(h) => &h.uuid,
+        }
+    }
+
+    /// Data cipher, and data offset in bytes.
+    pub(super) fn cipher_and_offset(&self) -> (String, u64) {
+        match &self.header {
+            Header::V2(h) => h
+                .metadata
+                .segments
+                .get(&0)
+                .map_or((String::new(), 0), |s| (s.encryption.clone(), s.offset)),
+            Header::V1(h) => (h.cipher(), h.payload_offset as u64 * 512),
+        }
+    }
+}
+
+fn format(a: FormatArgs) -> CliResult {
+    let luks1 = match a.luks_type.as_str() {
+        "luks2" | "luks" => false,
+        "luks1" => true,
+        o => {
+            return Err(CliError::invalid(format!(
+                "--type: {o:?} is not luks2 or luks1"
+            )))
+        }
+    };
+    let mut key = a.key.clone();
+    if key.key_file.is_none() {
+        key.key_file = a.key_file_arg.clone();
+    }
+    let pbkdf = a.pbkdf.params(luks1)?;
+    let spec = crate::crypt::cipher::CipherSpec::parse(&a.cipher)
+        .map_err(|e| CliError::invalid(format!("--cipher: {e}")))?;
+    let key_bits = a.key_size.unwrap_or(spec.default_key_size() as u32 * 8);
+    if !key_bits.is_multiple_of(8) || spec.check_key_size(key_bits as usize / 8).is_err() {
+        return Err(CliError::invalid(format!(
+            "--key-size: {key_bits} bits is not valid for {}",
+            a.cipher
+        )));
+    }
+    if !a.device.exists() {
+        return Err(CliError::no_device(format!(
+            "{}: no such device or file",
+            a.device.display()
+        )));
+    }
+    let data = open_file(&a.device, a.header.is_some())?;
+    let hdr_path = a.header.as_deref().unwrap_or(&a.device);
+    if !a.batch_mode && hdr_path.exists() {
+        let d = open_file(hdr_path, true)?;
+        let mut first = [0u8; 8];
+        if d.size() >= 8 && d.read_at(&mut first, 0).is_ok() && luks_version(&first).is_some() {
+            return Err(CliError::invalid(format!(
+                "{}: already holds a LUKS header; add -q/--batch-mode to overwrite it",
+                hdr_path.display()
+            )));
+        }
+    }
+    let volume_key = match &a.volume_key_file {
+        Some(f) => Some(VolumeKey::new(std::fs::read(f).map_err(|e| {
+            CliError::invalid(format!("{}: cannot read volume key: {e}", f.display()))
+        })?)),
+        None => None,
+    };
+    let pass = passphrase(
+        &key,
+        &format!("Enter passphrase for {}: ", a.device.display()),
+        true,
+    )?;
+    if luks1 {
+        if a.header.is_some()
+            || a.sector_size.is_some_and(|s| s != 512)
+            || a.label.is_some()
+            || volume_key.is_some()
+        {
+            return Err(CliError::invalid("LUKS1 has no --header, --sector-size, --label or --volume-key-file here; use --type luks2"));
+        }
+        let uuid = a.uuid.clone().unwrap_or_else(luks2::format::random_uuid);
+        if !luks2::format::valid_uuid(&uuid) {
+            return Err(CliError::invalid(format!("--uuid {uuid:?} is not a UUID")));
+        }
+        let payload = a
+            .offset
+            .map(|o| {
+                u32::try_from(o).map_err(|_| CliError::invalid("--offset is too large for LUKS1"))
+            })
+            .transpose()?;
+        drop(data);
+        let dev = open_file(&a.device, false)?;
+        luks1::format(
+            &dev,
+            &a.cipher,
+            key_bits / 8,
+            &pbkdf.hash,
+            &uuid,
+            pbkdf.force_iterations,
+            pbkdf.iter_time_ms,
+            payload,
+            &pass,
+        )
+        .map_err(luks_err)?;
+        return Ok(());
+    }
+    let p = FormatParams {
+        cipher: a.cipher.clone(),
+        key_size: key_bits as usize / 8,
+        pbkdf,
+        sector_size: a.sector_size,
+        label: a.label.clone().unwrap_or_default(),
+        subsystem: a.subsystem.clone().unwrap_or_default(),
+        uuid: a.uuid.clone(),
+        metadata_size: a.luks2_metadata_size.unwrap_or(16 << 10),
+        keyslots_size: a.luks2_keyslots_size,
+        data_offset: a.offset.map(|o| o.saturating_mul(512)),
+        detached: a.header.is_some(),
+        volume_key,
+    };
+    let data_size = data.size();
+    let hdr_dev = match &a.header {
+        Some(h) => {
+            // A detached header file is created, and grown to hold headers and keyslots.
+            let need = 2 * p.metadata_size
+                + p.keyslots_size
+                    .unwrap_or(luks2::format::DEFAULT_DATA_OFFSET - 2 * p.metadata_size);
+            let f = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(h)
+                .map_err(|e| {
+                    CliError::no_device(format!("{}: cannot create header file: {e}", h.display()))
+                })?;
+            let meta = f.metadata().map_err(|e| CliError::invalid(e.to_string()))?;
+            if meta.is_file() && meta.len() < need {
+                f.set_len(need)
+                    .map_err(|e| CliError::invalid(format!("{}: {e}", h.display())))?;
+            }
+            open_file(h, false)?
+        }
+        None => {
+            drop(data);
+            open_file(&a.device, false)?
+        }
+    };
+    luks2::format(&hdr_dev, data_size, &p, &pass).map_err(luks_err)?;
+    Ok(())
+}
+
+fn open(a: OpenArgs) -> CliResult {
+    if let Some(t) = a
+        .luks_type
+        .as_deref()
+        .filter(|t| !matches!(*t, "luks" | "luks1" | "luks2"))
+    {
+        return Err(CliError::invalid(format!(
+            "--type: {t:?} is not luks, luks1 or luks2"
+        )));
+    }
+    let name = match (&a.name, a.test_passphrase) {
+        (_, true) => None,
+        (Some(n), false) => {
+            export::validate_name(n).map_err(|e| CliError::invalid(e.to_string()))?;
+            export::ensure_not_open(n)?;
+            Some(n.clone())
+        }
+        (None, false) => return Err(CliError::invalid("missing NAME (or use --test-passphrase)")),
+    };
+    let t = load(&a.device, a.header.as_deref(), false)?;
+    let want = a.luks_type.as_deref();
+    match (&t.header, want) {
+        (Header::V1(_), Some("luks2")) | (Header::V2(_), Some("luks1")) => {
+            return Err(CliError::invalid(format!(
+                "{}: the header is not of --type {}",
+                a.device.display(),
+                want.unwrap_or("")
+            )))
+        }
+        _ => {}
+    }
+    let data = open_file(&a.device, a.read_only || a.test_passphrase)?;
+    let seg = data_segment(&t, &data)?;
+    let pass = passphrase(
+        &a.key,
+        &format!("Enter passphrase for {}: ", a.device.display()),
+        false,
+    )?;
+    let (slot, vk) = t.unlock(&pass, a.key_slot)?;
+    drop(pass);
+    let Some(name) = name else {
+        println!("Key slot {slot} unlocked.");
+        return Ok(());
+    };
+    let opts = ActivateOptions {
+        name: name.clone(),
+        allow_discards: a.allow_discards,
+        read_only: a.read_only,
+    };
+    let dev = activate::crypt_device(&seg, Arc::new(data), &vk, &opts).map_err(luks_err)?;
+    drop(vk);
+    let stats = dev.stats();
+    let details = serde_json::json!({
+        "type": match t.header { Header::V2(_) => "LUKS2", Header::V1(_) => "LUKS1" },
+        "uuid": t.uuid(),
+        "cipher": seg.cipher,
+        "keysize_bits": dev_key_bits(&t),
+        "key_location": "memory",
+        "device": a.device.display().to_string(),
+        "header": a.header.as_ref().map(|h| h.display().to_string()),
+        "offset_sectors": seg.offset / 512,
+        "size_sectors": seg.size / 512,
+        "sector_size": seg.sector_size,
+        "keyslot": slot,
+    });
+    let spec = ExportSpec {
+        name,
+        device: Arc::new(dev),
+        kind: "crypt".to_string(),
+        loop_device: a.loop_device,
+        direct_io_loop: false,
+        allow_discards: a.allow_discards || seg.allow_discards,
+        threads: a.threads.max(1),
+        details,
+        stats: Some(Arc::new(move || stats.to_json())),
+    };
+    super::device::open_export(spec, a.foreground)
+}
+
+fn dev_key_bits(t: &Target) -> u32 {
+    match &t.header {
+        Header::V2(h) => h
+            .metadata
+            .keyslots
+            .values()
+            .next()
+            .map_or(0, |k| k.key_size * 8),
+        Header::V1(h) => h.key_bytes * 8,
+    }
+}
+
+/// The data segment of `t` on `data`, checked (LUKS1 gets the same treatment as LUKS2).
+pub(super) fn data_segment(t: &Target, data: &FileDevice) -> Result<DataSegment, CliError> {
+    match &t.header {
+        Header::V2(h) => {
+            activate::data_segment(h, data.name(), data.size(), t.detached).map_err(luks_err)
+        }
+        Header::V1(h) => {
+            let offset = h.payload_offset as u64 * 512;
+            if offset >= data.size() {
+                return Err(CliError::invalid(format!(
+                    "{}: payload offset {offset} is beyond the end of the device ({} bytes, truncated?)",
+                    data.name(),
+                    data.size()
+                )));
+            }
+            Ok(DataSegment {
+                cipher: h.cipher(),
+                offset,
+                size: (data.size() - offset) / 512 * 512,
+                sector_size: 512,
+                iv_tweak: 0,
+                allow_discards: false,
+            })
+        }
+    }
+}
+
+fn dump_cmd(a: DumpArgs) -> CliResult {
+    let t = load(&a.device, a.header.as_deref(), false)?;
+    if a.dump_volume_key {
+        let pass = passphrase(
+            &a.key,
+            &format!("Enter passphrase for {}: ", a.device.display()),
+            false,
+        )?;
+        let (_, vk) = t.unlock(&pass, a.key_slot)?;
+        let (cipher, offset) = t.cipher_and_offset();
+        print!(
+            "{}",
+            dump::volume_key_text(
+                &a.device.display().to_string(),
+                &cipher,
+                offset / 512,
+                t.uuid(),
+                &vk
+            )
+        );
+        return Ok(());
+    }
+    match (&t.header, a.json) {
+        (Header::V2(h), true) => println!("{:#}", h.metadata.to_value()),
+        (Header::V2(h), false) => print!("{}", dump::text(h)),
+        (Header::V1(h), true) => println!("{:#}", luks1::dump_json(h)),
+        (Header::V1(h), false) => {
+            print!("{}", luks1::dump_text(h, &a.device.display().to_string()))
+        }
+    }
+    Ok(())
+}

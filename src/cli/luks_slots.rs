@@ -1,0 +1,381 @@
+//! `dmkit luks add-key|remove-key|change-key|kill-slot|test-passphrase|uuid|header-backup|
+//! header-restore`: keyslot management and header maintenance, LUKS2 and LUKS1.
+
+use super::luks::{load, luks_err, open_file, Header, PbkdfArgs, Target};
+use super::luks_keys::{passphrase, KeyArgs, Passphrase};
+use super::{CliError, CliResult};
+use crate::block::{BlockDevice, MemoryDevice};
+use crate::crypt::luks1;
+use crate::crypt::luks2::{self, keyslot};
+use std::path::{Path, PathBuf};
+
+/// Arguments of `luks add-key`.
+#[derive(clap::Args)]
+pub struct AddKeyArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// File with the new passphrase (same as --new-keyfile).
+    new_key_file_arg: Option<PathBuf>,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// File with the new passphrase.
+    #[arg(long)]
+    new_keyfile: Option<PathBuf>,
+    /// Keyslot for the new passphrase (default: the first free one).
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
+    #[command(flatten)]
+    pbkdf: PbkdfArgs,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+}
+
+/// Arguments of `luks remove-key`.
+#[derive(clap::Args)]
+pub struct RemoveKeyArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// File with the passphrase to remove (same as --key-file).
+    key_file_arg: Option<PathBuf>,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// Allow removing the last keyslot.
+    #[arg(long, short = 'q', alias = "batch-mode")]
+    batch_mode: bool,
+}
+
+/// Arguments of `luks change-key`.
+#[derive(clap::Args)]
+pub struct ChangeKeyArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// File with the new passphrase (same as --new-keyfile).
+    new_key_file_arg: Option<PathBuf>,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// File with the new passphrase.
+    #[arg(long)]
+    new_keyfile: Option<PathBuf>,
+    /// Only try this keyslot for the old passphrase.
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
+    #[command(flatten)]
+    pbkdf: PbkdfArgs,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+}
+
+/// Arguments of `luks kill-slot`.
+#[derive(clap::Args)]
+pub struct KillSlotArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// The keyslot to wipe.
+    slot: u32,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+    /// Do not ask for a passphrase; allow wiping the last keyslot.
+    #[arg(long, short = 'q', alias = "batch-mode")]
+    batch_mode: bool,
+}
+
+/// Arguments of `luks test-passphrase`.
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Device or image.
+    device: PathBuf,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// Only this keyslot.
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+}
+
+/// Arguments of `luks uuid`.
+#[derive(clap::Args)]
+pub struct UuidArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// Set this UUID instead of printing it.
+    #[arg(long)]
+    uuid: Option<String>,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+}
+
+/// Arguments of `luks header-backup` and `header-restore`.
+#[derive(clap::Args)]
+pub struct BackupArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// The backup file.
+    #[arg(long)]
+    header_backup_file: PathBuf,
+    /// Restore without asking even if the UUIDs differ.
+    #[arg(long, short = 'q', alias = "batch-mode")]
+    batch_mode: bool,
+}
+
+fn prompt(device: &Path) -> String {
+    format!("Enter passphrase for {}: ", device.display())
+}
+
+fn new_passphrase(arg: &Option<PathBuf>, flag: &Option<PathBuf>) -> Result<Passphrase, CliError> {
+    let k = KeyArgs {
+        key_file: flag.clone().or_else(|| arg.clone()),
+        ..Default::default()
+    };
+    passphrase(&k, "Enter new passphrase for key slot: ", true)
+}
+
+fn active_slots(t: &Target) -> usize {
+    match &t.header {
+        Header::V2(h) => h.metadata.keyslots.len(),
+        Header::V1(h) => h.keyslots.iter().filter(|k| k.active).count(),
+    }
+}
+
+/// Add a keyslot for `new` holding `vk`.
+fn add_slot(
+    t: &mut Target,
+    vk: &[u8],
+    new: &[u8],
+    pbkdf: &PbkdfArgs,
+    slot: Option<u32>,
+) -> Result<u32, CliError> {
+    match &mut t.header {
+        Header::V2(h) => {
+            let p = pbkdf.params(false)?;
+            keyslot::add(&t.dev, h, vk, new, &p, slot).map_err(luks_err)
+        }
+        Header::V1(h) => {
+            let p = pbkdf.params(true)?;
+            luks1::add_key(&t.dev, h, vk, new, p.force_iterations, p.iter_time_ms, slot)
+                .map_err(luks_err)
+        }
+    }
+}
+
+fn kill(t: &mut Target, slot: u32) -> CliResult {
+    match &mut t.header {
+        Header::V2(h) => keyslot::kill(&t.dev, h, slot),
+        Header::V1(h) => luks1::kill_slot(&t.dev, h, slot),
+    }
+    .map_err(luks_err)
+}
+
+/// Run `luks add-key`.
+pub fn add_key(a: AddKeyArgs) -> CliResult {
+    let mut t = load(&a.device, a.header.as_deref(), true)?;
+    let old = passphrase(&a.key, &prompt(&a.device), false)?;
+    let (_, vk) = t.unlock(&old, None)?;
+    drop(old);
+    let new = new_passphrase(&a.new_key_file_arg, &a.new_keyfile)?;
+    let slot = add_slot(&mut t, &vk, &new, &a.pbkdf, a.key_slot)?;
+    eprintln!("Key slot {slot} created.");
+    Ok(())
+}
+
+/// Run `luks remove-key`.
+pub fn remove_key(a: RemoveKeyArgs) -> CliResult {
+    let mut t = load(&a.device, a.header.as_deref(), true)?;
+    let mut key = a.key.clone();
+    if key.key_file.is_none() {
+        key.key_file = a.key_file_arg.clone();
+    }
+    let pass = passphrase(&key, &prompt(&a.device), false)?;
+    let (slot, _vk) = t.unlock(&pass, None)?;
+    if active_slots(&t) == 1 && !a.batch_mode {
+        return Err(CliError::invalid(format!(
+            "keyslot {slot} is the last one: the device would become unusable; add -q/--batch-mode to remove it anyway"
+        )));
+    }
+    kill(&mut t, slot)
+}
+
+/// Run `luks change-key`.
+pub fn change_key(a: ChangeKeyArgs) -> CliResult {
+    let mut t = load(&a.device, a.header.as_deref(), true)?;
+    let old = passphrase(&a.key, &prompt(&a.device), false)?;
+    let (slot, vk) = t.unlock(&old, a.key_slot)?;
+    drop(old);
+    let new = new_passphrase(&a.new_key_file_arg, &a.new_keyfile)?;
+    // The new keyslot is complete on disk before the old one is wiped: a crash in between
+    // leaves both passphrases working, never neither.
+    let added = add_slot(&mut t, &vk, &new, &a.pbkdf, None)?;
+    kill(&mut t, slot)?;
+    eprintln!("Key slot {slot} replaced by key slot {added}.");
+    Ok(())
+}
+
+/// Run `luks kill-slot`.
+pub fn kill_slot(a: KillSlotArgs) -> CliResult {
+    let mut t = load(&a.device, a.header.as_deref(), true)?;
+    let exists = match &t.header {
+        Header::V2(h) => h.metadata.keyslots.contains_key(&a.slot),
+        Header::V1(h) => h.keyslots.get(a.slot as usize).is_some_and(|k| k.active),
+    };
+    if !exists {
+        return Err(CliError::invalid(format!(
+            "keyslot {} is not active",
+            a.slot
+        )));
+    }
+    if !a.batch_mode {
+        if active_slots(&t) == 1 {
+            return Err(CliError::invalid(format!(
+                "keyslot {} is the last one: the device would become unusable; add -q/--batch-mode to wipe it anyway",
+                a.slot
+            )));
+        }
+        // Like cryptsetup: prove you hold a key before destroying one.
+        let pass = passphrase(&a.key, &prompt(&a.device), false)?;
+        t.unlock(&pass, None)?;
+    }
+    kill(&mut t, a.slot)
+}
+
+/// Run `luks test-passphrase`.
+pub fn test_passphrase(a: TestArgs) -> CliResult {
+    let t = load(&a.device, a.header.as_deref(), false)?;
+    let pass = passphrase(&a.key, &prompt(&a.device), false)?;
+    let (slot, _vk) = t.unlock(&pass, a.key_slot)?;
+    println!("Key slot {slot} unlocked.");
+    Ok(())
+}
+
+/// Run `luks uuid`.
+pub fn uuid(a: UuidArgs) -> CliResult {
+    let mut t = load(&a.device, a.header.as_deref(), a.uuid.is_some())?;
+    let Some(new) = &a.uuid else {
+        println!("{}", t.uuid());
+        return Ok(());
+    };
+    if !luks2::format::valid_uuid(new) {
+        return Err(CliError::invalid(format!("--uuid {new:?} is not a UUID")));
+    }
+    match &mut t.header {
+        Header::V2(h) => {
+            h.uuid = new.to_ascii_lowercase();
+            h.write(&t.dev).map_err(luks_err)
+        }
+        Header::V1(h) => {
+            h.uuid = new.to_ascii_lowercase();
+            let bytes = h.encode().map_err(luks_err)?;
+            t.dev
+                .write_at(&bytes, 0)
+                .map_err(|e| CliError::invalid(e.to_string()))?;
+            t.dev.flush().map_err(|e| CliError::invalid(e.to_string()))
+        }
+    }
+}
+
+/// Bytes a header backup covers: headers and keyslots (LUKS2), everything before the data
+/// (LUKS1), as cryptsetup saves them.
+fn backup_len(t: &Target) -> u64 {
+    match &t.header {
+        Header::V2(h) => h.metadata_end(),
+        Header::V1(h) => h.payload_offset as u64 * 512,
+    }
+}
+
+/// Run `luks header-backup`.
+pub fn header_backup(a: BackupArgs) -> CliResult {
+    let t = load(&a.device, None, false)?;
+    let len = backup_len(&t).min(t.dev.size());
+    let mut buf = vec![0u8; len as usize];
+    t.dev
+        .read_at(&mut buf, 0)
+        .map_err(|e| CliError::invalid(e.to_string()))?;
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&a.header_backup_file)
+        .map_err(|e| {
+            CliError::invalid(format!(
+                "{}: cannot create backup file: {e}",
+                a.header_backup_file.display()
+            ))
+        })?;
+    f.write_all(&buf)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| CliError::invalid(format!("{}: {e}", a.header_backup_file.display())))
+}
+
+/// Run `luks header-restore`.
+pub fn header_restore(a: BackupArgs) -> CliResult {
+    let file = &a.header_backup_file;
+    let meta = std::fs::metadata(file)
+        .map_err(|e| CliError::no_device(format!("{}: {e}", file.display())))?;
+    if meta.len() > 256 << 20 {
+        return Err(CliError::invalid(format!(
+            "{}: {} bytes is too large for a LUKS header backup",
+            file.display(),
+            meta.len()
+        )));
+    }
+    let bytes =
+        std::fs::read(file).map_err(|e| CliError::invalid(format!("{}: {e}", file.display())))?;
+    // Check the backup as a device of its own before anything touches the real one.
+    let mem = MemoryDevice::from_vec(&file.display().to_string(), bytes.clone());
+    let backup = {
+        let mut first = [0u8; 8];
+        if mem.size() >= 8 {
+            mem.read_at(&mut first, 0)
+                .map_err(|e| CliError::invalid(e.to_string()))?;
+        }
+        match luks2::header::luks_version(&first) {
+            Some(1) => Header::V1(Box::new(luks1::read(&mem, true).map_err(luks_err)?)),
+            _ => Header::V2(Box::new(
+                luks2::header::read(&mem).map_err(luks_err)?.header,
+            )),
+        }
+    };
+    let backup = Target {
+        dev: open_file(&a.device, false)?,
+        header: backup,
+        detached: false,
+    };
+    let (_, data_offset) = backup.cipher_and_offset();
+    let dev_size = backup.dev.size();
+    if bytes.len() as u64 > dev_size || (data_offset > 0 && bytes.len() as u64 > data_offset) {
+        return Err(CliError::invalid(format!(
+            "{}: the backup ({} bytes) does not fit before the data of {} ({} bytes)",
+            file.display(),
+            bytes.len(),
+            a.device.display(),
+            dev_size
+        )));
+    }
+    if let Ok(current) = load(&a.device, None, false) {
+        if current.uuid() != backup.uuid() && !a.batch_mode {
+            return Err(CliError::invalid(format!(
+                "{}: the backup has UUID {}, the device {}; add -q/--batch-mode to restore anyway",
+                a.device.display(),
+                backup.uuid(),
+                current.uuid()
+            )));
+        }
+    }
+    backup
+        .dev
+        .write_at(&bytes, 0)
+        .map_err(|e| CliError::invalid(e.to_string()))?;
+    backup
+        .dev
+        .flush()
+        .map_err(|e| CliError::invalid(e.to_string()))
+}

@@ -1,0 +1,245 @@
+//! `dmkit plain open`: dm-crypt plain mode, with `cryptsetup open --type plain` semantics.
+//!
+//! The key is read raw from `--key-file` (exactly `--key-size` bits at `--keyfile-offset`; as
+//! in cryptsetup, `--keyfile-size` is ignored in plain mode with a key file, and no hash is
+//! applied). `--offset` (data start) and `--skip` (IV offset) count 512-byte sectors.
+//! Interactive passphrases (hashed with `--hash`) are not supported.
+
+use super::device::open_export;
+use super::{CliError, CliResult};
+use crate::block::{BlockDevice, FileDevice, OpenOptions};
+use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
+use crate::crypt::device::{CryptDevice, CryptParams};
+use crate::export::{self, ExportSpec};
+use serde_json::json;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+/// `dmkit plain` subcommands.
+#[derive(clap::Subcommand)]
+pub enum PlainCommand {
+    /// Serve DEVICE decrypted with a raw key at $DMKIT_RUN_DIR/NAME (default /run/dmkit/NAME),
+    /// like `cryptsetup open --type plain`, until `dmkit close NAME`.
+    Open(OpenArgs),
+}
+
+/// Arguments of `dmkit plain open`.
+#[derive(clap::Args)]
+pub struct OpenArgs {
+    /// The encrypted file or block device.
+    pub device: PathBuf,
+    /// Name of the device.
+    pub name: String,
+    /// Cipher, dm-crypt style (aes-xts-plain64, aes-cbc-essiv:sha256, ...).
+    #[arg(short = 'c', long, default_value = "aes-cbc-essiv:sha256")]
+    pub cipher: String,
+    /// Key size in bits (XTS: 256 or 512; CBC: 128, 192 or 256).
+    #[arg(short = 's', long, default_value_t = 256)]
+    pub key_size: usize,
+    /// File holding the raw key (`-` for standard input).
+    #[arg(short = 'd', long)]
+    pub key_file: Option<PathBuf>,
+    /// Bytes to skip at the start of the key file.
+    #[arg(long, default_value_t = 0)]
+    pub keyfile_offset: u64,
+    /// Ignored in plain mode with a key file, as in cryptsetup (the key size is read).
+    #[arg(short = 'l', long)]
+    pub keyfile_size: Option<u64>,
+    /// Start of the encrypted data on DEVICE, in 512-byte sectors.
+    #[arg(short = 'o', long, default_value_t = 0)]
+    pub offset: u64,
+    /// IV offset: sectors to add to the IV sector number, in 512-byte sectors.
+    #[arg(short = 'p', long, default_value_t = 0)]
+    pub skip: u64,
+    /// Size of the device in 512-byte sectors (default: DEVICE from --offset to the end).
+    #[arg(short = 'b', long)]
+    pub size: Option<u64>,
+    /// Encryption sector size in bytes: 512, 1024, 2048 or 4096.
+    #[arg(long, default_value_t = 512)]
+    pub sector_size: u32,
+    /// Count IVs in --sector-size units instead of 512-byte sectors.
+    #[arg(long)]
+    pub iv_large_sectors: bool,
+    /// Pass discards down to DEVICE.
+    #[arg(long)]
+    pub allow_discards: bool,
+    /// Refuse writes.
+    #[arg(short = 'r', long)]
+    pub read_only: bool,
+    /// Also attach a loop device (/dev/loopN, direct I/O) to the exported file.
+    #[arg(long = "loop")]
+    pub loop_device: bool,
+    /// Serving threads.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+    /// Serve in this process until closed or interrupted, instead of in the background.
+    #[arg(long)]
+    pub foreground: bool,
+}
+
+/// Run a `dmkit plain` subcommand.
+pub fn run(c: PlainCommand) -> CliResult {
+    match c {
+        PlainCommand::Open(a) => open(a),
+    }
+}
+
+/// Read exactly `len` key bytes at `offset` of `path` (or standard input).
+fn read_key(path: &Path, offset: u64, len: usize) -> Result<Zeroizing<Vec<u8>>, CliError> {
+    let mut key = Zeroizing::new(vec![0u8; len]);
+    let what = path.display();
+    let short = |got: usize| {
+        CliError::invalid(format!(
+            "{what}: key file too short: need {len} bytes at offset {offset}, got {got}"
+        ))
+    };
+    let fill = |r: &mut dyn Read, key: &mut [u8]| -> Result<usize, std::io::Error> {
+        let mut got = 0;
+        while got < key.len() {
+            match r.read(&mut key[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(got)
+    };
+    let got = if path == Path::new("-") {
+        let mut stdin = std::io::stdin().lock();
+        let mut skip = Zeroizing::new(Vec::new());
+        (&mut stdin)
+            .take(offset)
+            .read_to_end(&mut skip)
+            .map_err(|e| CliError::invalid(format!("standard input: cannot read the key: {e}")))?;
+        if (skip.len() as u64) < offset {
+            return Err(short(0));
+        }
+        fill(&mut stdin, &mut key)
+            .map_err(|e| CliError::invalid(format!("standard input: cannot read the key: {e}")))?
+    } else {
+        let mut f = std::fs::File::open(path).map_err(|e| {
+            let m = format!("{what}: cannot open the key file: {e}");
+            if e.kind() == std::io::ErrorKind::NotFound {
+                CliError::no_device(m)
+            } else {
+                CliError::invalid(m)
+            }
+        })?;
+        f.seek(SeekFrom::Start(offset)).map_err(|e| {
+            CliError::invalid(format!(
+                "{what}: cannot seek to --keyfile-offset {offset}: {e}"
+            ))
+        })?;
+        fill(&mut f, &mut key)
+            .map_err(|e| CliError::invalid(format!("{what}: cannot read the key: {e}")))?
+    };
+    if got < len {
+        return Err(short(got));
+    }
+    Ok(key)
+}
+
+fn open(a: OpenArgs) -> CliResult {
+    export::validate_name(&a.name)?;
+    export::ensure_not_open(&a.name)?;
+    let spec = CipherSpec::parse(&a.cipher).map_err(|e| CliError::invalid(e.to_string()))?;
+    if a.key_size == 0 || !a.key_size.is_multiple_of(8) {
+        return Err(CliError::invalid(format!(
+            "--key-size {}: must be a multiple of 8 bits",
+            a.key_size
+        )));
+    }
+    spec.check_key_size(a.key_size / 8)
+        .map_err(|e| CliError::invalid(format!("--key-size: {e}")))?;
+    let Some(key_file) = &a.key_file else {
+        return Err(CliError::invalid(
+            "plain open needs --key-file (interactive passphrases are not supported)",
+        ));
+    };
+    if a.keyfile_size.is_some() {
+        eprintln!(
+            "dmkit: warning: --keyfile-size is ignored in plain mode with a key file; the read size is the key size ({} bytes)",
+            a.key_size / 8
+        );
+    }
+    let key = read_key(key_file, a.keyfile_offset, a.key_size / 8)?;
+    let cipher = new_sector_cipher(&spec, &key).map_err(|e| CliError::invalid(e.to_string()))?;
+    drop(key);
+
+    let dev = FileDevice::open(
+        &a.device,
+        OpenOptions {
+            read_only: a.read_only,
+            direct: false,
+        },
+    )
+    .map_err(|e| {
+        let m = format!("{}: cannot open: {e}", a.device.display());
+        if e.kind() == std::io::ErrorKind::NotFound {
+            CliError::no_device(m)
+        } else {
+            CliError::invalid(m)
+        }
+    })?;
+    let dev_size = dev.size();
+    let offset = a
+        .offset
+        .checked_mul(512)
+        .ok_or_else(|| CliError::invalid(format!("--offset {}: too large", a.offset)))?;
+    let size = match a.size {
+        Some(s) => s
+            .checked_mul(512)
+            .ok_or_else(|| CliError::invalid(format!("--size {s}: too large")))?,
+        None => {
+            if offset >= dev_size {
+                return Err(CliError::invalid(format!(
+                    "{}: --offset {} sectors is at or beyond the end of the device ({} bytes)",
+                    a.device.display(),
+                    a.offset,
+                    dev_size
+                )));
+            }
+            dev_size - offset
+        }
+    };
+    let params = CryptParams {
+        name: a.name.clone(),
+        offset,
+        size,
+        sector_size: a.sector_size,
+        iv_offset: a.skip,
+        iv_large_sectors: a.iv_large_sectors,
+        allow_discards: a.allow_discards,
+        read_only: a.read_only,
+    };
+    let crypt = CryptDevice::new(Arc::new(dev), cipher, params)
+        .map_err(|e| CliError::invalid(format!("{}: {e}", a.device.display())))?;
+    let implementation = crypt.cipher_implementation();
+    let stats = crypt.stats();
+    let backing = std::fs::canonicalize(&a.device).unwrap_or_else(|_| a.device.clone());
+    let details = json!({
+        "backing": backing,
+        "cipher": spec.to_string(),
+        "key_size_bits": a.key_size,
+        "offset_sectors": a.offset,
+        "skip_sectors": a.skip,
+        "sector_size": a.sector_size,
+        "iv_large_sectors": a.iv_large_sectors,
+        "implementation": implementation,
+    });
+    let spec = ExportSpec {
+        name: a.name,
+        device: Arc::new(crypt),
+        kind: "crypt".to_string(),
+        loop_device: a.loop_device,
+        direct_io_loop: true,
+        allow_discards: a.allow_discards,
+        threads: usize::from(a.threads),
+        details,
+        stats: Some(Arc::new(move || stats.to_json())),
+    };
+    open_export(spec, a.foreground)
+}

@@ -1,0 +1,245 @@
+//! Writing a new LUKS2 header (cryptsetup's `luksFormat`): layout of headers, keyslots area and
+//! data segment, a random volume key, its digest and keyslot 0.
+
+use super::digest;
+use super::header::{Luks2Header, HEADER_SIZES};
+use super::json::{Config, Metadata, Segment, MAX_KEYSLOTS_SIZE};
+use super::keyslot::{self, PbkdfParams};
+use super::{LuksError, VolumeKey};
+use crate::block::BlockDevice;
+use std::collections::BTreeMap;
+
+/// cryptsetup's default data offset (and detached keyslots reach): 16 MiB.
+pub const DEFAULT_DATA_OFFSET: u64 = 16 << 20;
+
+/// What to format.
+#[derive(Debug, Clone)]
+pub struct FormatParams {
+    /// Data cipher, dm-crypt notation ("aes-xts-plain64").
+    pub cipher: String,
+    /// Volume key size in bytes.
+    pub key_size: usize,
+    /// KDF of keyslot 0; its hash is also the AF and digest hash.
+    pub pbkdf: PbkdfParams,
+    /// Encryption sector size (default: 4096 when the data area is 4 KiB aligned, else 512).
+    pub sector_size: Option<u32>,
+    /// Label.
+    pub label: String,
+    /// Subsystem.
+    pub subsystem: String,
+    /// UUID (default: random).
+    pub uuid: Option<String>,
+    /// Size of one header copy (16 KiB .. 4 MiB).
+    pub metadata_size: u64,
+    /// Size of the keyslots area.
+    pub keyslots_size: Option<u64>,
+    /// Data offset in bytes on the data device.
+    pub data_offset: Option<u64>,
+    /// Whether the header lives on a device of its own (`--header`).
+    pub detached: bool,
+    /// Use this volume key instead of a random one.
+    pub volume_key: Option<VolumeKey>,
+}
+
+impl Default for FormatParams {
+    fn default() -> Self {
+        FormatParams {
+            cipher: "aes-xts-plain64".into(),
+            key_size: 64,
+            pbkdf: PbkdfParams::default(),
+            sector_size: None,
+            label: String::new(),
+            subsystem: String::new(),
+            uuid: None,
+            metadata_size: 16 << 10,
+            keyslots_size: None,
+            data_offset: None,
+            detached: false,
+            volume_key: None,
+        }
+    }
+}
+
+/// A random RFC 4122 version 4 UUID, as text.
+pub fn random_uuid() -> String {
+    let mut u = [0u8; 16];
+    getrandom::getrandom(&mut u).expect("the kernel's random source");
+    u[6] = (u[6] & 0x0f) | 0x40;
+    u[8] = (u[8] & 0x3f) | 0x80;
+    let h = hex::encode(u);
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// Whether `s` is a UUID in its canonical text form.
+pub fn valid_uuid(s: &str) -> bool {
+    s.len() == 36
+        && s.char_indices().all(|(i, c)| {
+            if matches!(i, 8 | 13 | 18 | 23) {
+                c == '-'
+            } else {
+                c.is_ascii_hexdigit()
+            }
+        })
+}
+
+/// The header layout: (keyslots_size, data_offset).
+fn layout(p: &FormatParams) -> Result<(u64, u64), LuksError> {
+    let inv = |s: String| Err(LuksError::Invalid(s));
+    if !HEADER_SIZES.contains(&p.metadata_size) {
+        return inv(format!(
+            "--luks2-metadata-size {} is not one of 16k, 32k, ..., 4m",
+            p.metadata_size
+        ));
+    }
+    let meta = 2 * p.metadata_size;
+    let data_offset = match (p.data_offset, p.detached, p.keyslots_size) {
+        (Some(o), _, _) => o,
+        (None, true, _) => 0,
+        (None, false, Some(k)) => (meta + k).div_ceil(1 << 20) * (1 << 20),
+        (None, false, None) => DEFAULT_DATA_OFFSET,
+    };
+    if !data_offset.is_multiple_of(512) {
+        return inv(format!(
+            "data offset {data_offset} is not a multiple of 512"
+        ));
+    }
+    let keyslots_size = match p.keyslots_size {
+        Some(k) => k,
+        None if p.detached => DEFAULT_DATA_OFFSET - meta,
+        None => (data_offset.saturating_sub(meta).min(MAX_KEYSLOTS_SIZE)) / 4096 * 4096,
+    };
+    if !keyslots_size.is_multiple_of(4096) || keyslots_size > MAX_KEYSLOTS_SIZE {
+        return inv(format!(
+            "--luks2-keyslots-size {keyslots_size} is not a multiple of 4096 up to 128 MiB"
+        ));
+    }
+    if !p.detached && meta + keyslots_size > data_offset {
+        return inv(format!(
+            "data offset {data_offset} overlaps the LUKS2 metadata and keyslots ({} bytes)",
+            meta + keyslots_size
+        ));
+    }
+    Ok((keyslots_size, data_offset))
+}
+
+/// Format: write a LUKS2 header with keyslot 0 opened by `passphrase` to `hdr_dev` (the data
+/// device itself unless detached; `data_size` is the data device's size). Returns the header
+/// and the volume key.
+pub fn format(
+    hdr_dev: &dyn BlockDevice,
+    data_size: u64,
+    p: &FormatParams,
+    passphrase: &[u8],
+) -> Result<(Luks2Header, VolumeKey), LuksError> {
+    let (keyslots_size, data_offset) = layout(p)?;
+    let sector_size = match p.sector_size {
+        Some(s) if matches!(s, 512 | 1024 | 2048 | 4096) => s,
+        Some(s) => {
+            return Err(LuksError::Invalid(format!(
+                "--sector-size {s} is not 512, 1024, 2048 or 4096"
+            )))
+        }
+        None if data_offset.is_multiple_of(4096)
+            && data_size.saturating_sub(data_offset).is_multiple_of(4096) =>
+        {
+            4096
+        }
+        None => 512,
+    };
+    if !data_offset.is_multiple_of(sector_size as u64) {
+        return Err(LuksError::Invalid(format!(
+            "data offset {data_offset} is not a multiple of the sector size {sector_size}"
+        )));
+    }
+    if data_size < data_offset + sector_size as u64 {
+        return Err(LuksError::Invalid(format!(
+            "{} is too small: {data_size} bytes leave no data after the data offset {data_offset}",
+            if p.detached {
+                "the data device"
+            } else {
+                hdr_dev.name()
+            }
+        )));
+    }
+    let metadata_end = 2 * p.metadata_size + keyslots_size;
+    if hdr_dev.size() < metadata_end {
+        return Err(LuksError::Invalid(format!(
+            "{} is too small for the LUKS2 metadata and keyslots ({metadata_end} bytes)",
+            hdr_dev.name()
+        )));
+    }
+    crate::crypt::luks2::area::check(&p.cipher, p.key_size).map_err(|_| {
+        LuksError::Unsupported(format!(
+            "cipher {:?} with a {}-bit key",
+            p.cipher,
+            p.key_size * 8
+        ))
+    })?;
+    let uuid = match &p.uuid {
+        Some(u) if valid_uuid(u) => u.to_ascii_lowercase(),
+        Some(u) => return Err(LuksError::Invalid(format!("--uuid {u:?} is not a UUID"))),
+        None => random_uuid(),
+    };
+    let vk: VolumeKey = match &p.volume_key {
+        Some(k) if k.len() == p.key_size => k.clone(),
+        Some(k) => {
+            return Err(LuksError::Invalid(format!(
+                "the volume key has {} bytes, --key-size says {}",
+                k.len(),
+                p.key_size
+            )))
+        }
+        None => {
+            let mut k = VolumeKey::new(vec![0u8; p.key_size]);
+            getrandom::getrandom(&mut k)
+                .map_err(|e| LuksError::Crypto(format!("random source: {e}")))?;
+            k
+        }
+    };
+    let digest = digest::create(&vk, &p.pbkdf.hash, p.pbkdf.force_iterations.is_none())?;
+    let segment = Segment {
+        kind: "crypt".into(),
+        offset: data_offset,
+        size: None,
+        iv_tweak: 0,
+        encryption: p.cipher.clone(),
+        sector_size,
+        flags: Vec::new(),
+        raw: Default::default(),
+    };
+    let mut h = Luks2Header {
+        hdr_size: p.metadata_size,
+        seqid: 0,
+        label: p.label.clone(),
+        subsystem: p.subsystem.clone(),
+        uuid,
+        checksum_alg: "sha256".into(),
+        metadata: Metadata {
+            keyslots: BTreeMap::new(),
+            tokens: BTreeMap::new(),
+            segments: BTreeMap::from([(0, segment)]),
+            digests: BTreeMap::from([(0, digest)]),
+            config: Config {
+                json_size: p.metadata_size - 4096,
+                keyslots_size,
+                flags: Vec::new(),
+                requirements: Vec::new(),
+                raw: Default::default(),
+            },
+            extra: Default::default(),
+        },
+    };
+    // Check label and subsystem lengths before anything is written.
+    h.encode()?;
+    // Old headers and keyslots must not survive under the new ones.
+    keyslot::wipe(hdr_dev, 0, metadata_end)?;
+    keyslot::add(hdr_dev, &mut h, &vk, passphrase, &p.pbkdf, Some(0))?;
+    Ok((h, vk))
+}

@@ -1,0 +1,240 @@
+//! Key derivation: PBKDF2 (OpenSSL) and Argon2i/Argon2id (the `argon2` crate, lanes computed
+//! in parallel on rayon's pool), plus the benchmarks behind `--iter-time`.
+
+use super::af::message_digest;
+use super::LuksError;
+use std::time::{Duration, Instant};
+use zeroize::Zeroizing;
+
+/// Which Argon2 variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Argon2Variant {
+    /// Argon2i (data-independent addressing).
+    I,
+    /// Argon2id (hybrid; cryptsetup's default for LUKS2).
+    Id,
+}
+
+impl Argon2Variant {
+    /// The name in LUKS2 metadata.
+    pub fn name(self) -> &'static str {
+        match self {
+            Argon2Variant::I => "argon2i",
+            Argon2Variant::Id => "argon2id",
+        }
+    }
+}
+
+/// A key derivation function with its parameters, as a LUKS keyslot stores them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kdf {
+    /// PBKDF2-HMAC.
+    Pbkdf2 {
+        /// Hash of the HMAC ("sha256", ...).
+        hash: String,
+        /// Iteration count.
+        iterations: u32,
+        /// Salt.
+        salt: Vec<u8>,
+    },
+    /// Argon2i or Argon2id, version 0x13.
+    Argon2 {
+        /// Variant.
+        variant: Argon2Variant,
+        /// Time cost (passes).
+        time: u32,
+        /// Memory cost in KiB.
+        memory: u32,
+        /// Lanes (cryptsetup's "cpus"/threads).
+        cpus: u32,
+        /// Salt.
+        salt: Vec<u8>,
+    },
+}
+
+/// Largest Argon2 memory cost cryptsetup accepts (4 GiB in KiB).
+pub const MAX_ARGON2_MEMORY_KIB: u32 = 4 * 1024 * 1024;
+/// Most Argon2 lanes cryptsetup accepts.
+pub const MAX_ARGON2_CPUS: u32 = 16;
+
+impl Kdf {
+    /// The salt.
+    pub fn salt(&self) -> &[u8] {
+        match self {
+            Kdf::Pbkdf2 { salt, .. } | Kdf::Argon2 { salt, .. } => salt,
+        }
+    }
+
+    /// Derive `out_len` bytes from `passphrase`.
+    pub fn derive(
+        &self,
+        passphrase: &[u8],
+        out_len: usize,
+    ) -> Result<Zeroizing<Vec<u8>>, LuksError> {
+        let mut out = Zeroizing::new(vec![0u8; out_len]);
+        match self {
+            Kdf::Pbkdf2 {
+                hash,
+                iterations,
+                salt,
+            } => pbkdf2(hash, passphrase, salt, *iterations, &mut out)?,
+            Kdf::Argon2 {
+                variant,
+                time,
+                memory,
+                cpus,
+                salt,
+            } => {
+                // Refuse before allocating: metadata decides how much memory this takes.
+                if *memory > MAX_ARGON2_MEMORY_KIB || *cpus == 0 || *cpus > MAX_ARGON2_CPUS {
+                    return Err(LuksError::Invalid(format!(
+                        "argon2 memory {memory} KiB / {cpus} threads is beyond cryptsetup's limits"
+                    )));
+                }
+                let algorithm = match variant {
+                    Argon2Variant::I => argon2::Algorithm::Argon2i,
+                    Argon2Variant::Id => argon2::Algorithm::Argon2id,
+                };
+                let params = argon2::Params::new(*memory, *time, *cpus, Some(out_len))
+                    .map_err(|e| LuksError::Invalid(format!("argon2 parameters: {e}")))?;
+                let a = argon2::Argon2::new(algorithm, argon2::Version::V0x13, params);
+                in_private_pool(*cpus, || a.hash_password_into(passphrase, salt, &mut out))
+                    .map_err(|e| LuksError::Crypto(format!("argon2: {e}")))?;
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Run `f` (Argon2's lanes) on a rayon pool of its own and wait until that pool's threads are
+/// gone: `open` forks its server afterwards and must be single-threaded by then.
+fn in_private_pool<T: Send>(lanes: u32, f: impl FnOnce() -> T + Send) -> T {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (lanes as usize).min(cpus);
+    if threads <= 1 {
+        return f();
+    }
+    let before = thread_count();
+    let Ok(pool) = rayon::ThreadPoolBuilder::new().num_threads(threads).build() else {
+        return f();
+    };
+    let out = pool.install(f);
+    drop(pool);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while thread_count() > before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    out
+}
+
+/// Threads of this process (from /proc; 1 when unknown).
+fn thread_count() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(1)
+}
+
+/// PBKDF2-HMAC-`hash` into `out`.
+pub fn pbkdf2(
+    hash: &str,
+    passphrase: &[u8],
+    salt: &[u8],
+    iterations: u32,
+    out: &mut [u8],
+) -> Result<(), LuksError> {
+    if iterations == 0 {
+        return Err(LuksError::Invalid("PBKDF2 with 0 iterations".into()));
+    }
+    let md = message_digest(hash)?;
+    openssl::pkcs5::pbkdf2_hmac(passphrase, salt, iterations as usize, md, out)
+        .map_err(|e| LuksError::Crypto(format!("pbkdf2-{hash}: {e}")))
+}
+
+/// Fewest PBKDF2 iterations cryptsetup uses.
+pub const MIN_PBKDF2_ITERATIONS: u32 = 1000;
+/// Fewest Argon2 passes cryptsetup uses.
+pub const MIN_ARGON2_TIME: u32 = 4;
+
+/// PBKDF2 iterations that take about `ms` milliseconds here (at least 1000), measured like
+/// cryptsetup's benchmark: time a trial run and scale.
+pub fn benchmark_pbkdf2(hash: &str, key_len: usize, ms: u32) -> Result<u32, LuksError> {
+    let mut out = vec![0u8; key_len];
+    let mut trial: u32 = 1 << 14;
+    loop {
+        let t = Instant::now();
+        pbkdf2(hash, b"benchmark passphrase", &[0u8; 32], trial, &mut out)?;
+        let spent = t.elapsed();
+        // Scale from a run long enough that timer noise does not matter.
+        if spent >= Duration::from_millis(50) || trial >= 1 << 26 {
+            let per_ms = trial as f64 / spent.as_secs_f64().max(1e-6) / 1000.0;
+            let n = (per_ms * ms as f64).min(u32::MAX as f64) as u32;
+            return Ok(n.max(MIN_PBKDF2_ITERATIONS));
+        }
+        trial *= 4;
+    }
+}
+
+/// Argon2 (time, memory KiB) that take about `ms` milliseconds with `cpus` lanes: memory stays
+/// at `max_memory` unless even the fewest passes are too slow, then it shrinks.
+pub fn benchmark_argon2(
+    variant: Argon2Variant,
+    max_memory: u32,
+    cpus: u32,
+    key_len: usize,
+    ms: u32,
+) -> Result<(u32, u32), LuksError> {
+    let mut memory = max_memory.max(8 * cpus);
+    let target = Duration::from_millis(ms as u64);
+    loop {
+        let kdf = Kdf::Argon2 {
+            variant,
+            time: MIN_ARGON2_TIME,
+            memory,
+            cpus,
+            salt: vec![0u8; 32],
+        };
+        let t = Instant::now();
+        kdf.derive(b"benchmark passphrase", key_len)?;
+        let spent = t.elapsed();
+        if spent > target && memory > 32 * 1024 {
+            memory = (memory as f64 * target.as_secs_f64() / spent.as_secs_f64()) as u32;
+            memory = memory.max(32 * 1024);
+            continue;
+        }
+        let scale = target.as_secs_f64() / spent.as_secs_f64().max(1e-6);
+        let time = ((MIN_ARGON2_TIME as f64) * scale) as u32;
+        return Ok((time.max(MIN_ARGON2_TIME), memory));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pbkdf2_rfc6070_vector() {
+        let mut out = [0u8; 20];
+        pbkdf2("sha1", b"password", b"salt", 2, &mut out).unwrap();
+        assert_eq!(hex::encode(out), "ea6c014dc72d6f8ccd1ed92ace1d41f0d8de8957");
+    }
+
+    #[test]
+    fn argon2id_rfc9106_shape() {
+        // Same parameters, same output, whatever the thread count on this machine.
+        let k = Kdf::Argon2 {
+            variant: Argon2Variant::Id,
+            time: 1,
+            memory: 64,
+            cpus: 4,
+            salt: vec![2u8; 16],
+        };
+        let a = k.derive(b"pw", 32).unwrap();
+        let b = k.derive(b"pw", 32).unwrap();
+        assert_eq!(a, b);
+    }
+}

@@ -1,0 +1,337 @@
+//! LUKS2 keyslots: unlock the volume key with a passphrase (KDF -> decrypt the area -> AF
+//! merge -> digest check), store it under a new passphrase, and destroy a keyslot.
+
+use super::af;
+use super::area;
+use super::digest;
+use super::header::Luks2Header;
+use super::json::{Af, Area, Keyslot};
+use super::kdf::{benchmark_argon2, benchmark_pbkdf2, Argon2Variant, Kdf};
+use super::{LuksError, VolumeKey, MAX_KEYSLOTS, SALT_SIZE, STRIPES};
+use crate::block::BlockDevice;
+use zeroize::Zeroizing;
+
+/// Which KDF a new keyslot gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PbkdfKind {
+    /// PBKDF2 (LUKS1's only KDF).
+    Pbkdf2,
+    /// Argon2i.
+    Argon2i,
+    /// Argon2id (cryptsetup's LUKS2 default).
+    Argon2id,
+}
+
+/// How to choose the KDF parameters of a new keyslot (cryptsetup's `--pbkdf*` options).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PbkdfParams {
+    /// The KDF.
+    pub kind: PbkdfKind,
+    /// Hash for PBKDF2, the AF splitter and the digest.
+    pub hash: String,
+    /// Target unlock time in milliseconds (`--iter-time`), used when not forced.
+    pub iter_time_ms: u32,
+    /// Exact iterations (PBKDF2) or passes (Argon2), skipping the benchmark.
+    pub force_iterations: Option<u32>,
+    /// Argon2 memory in KiB (`--pbkdf-memory`).
+    pub memory_kib: u32,
+    /// Argon2 lanes (`--pbkdf-parallel`).
+    pub parallel: u32,
+}
+
+impl Default for PbkdfParams {
+    fn default() -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        PbkdfParams {
+            kind: PbkdfKind::Argon2id,
+            hash: "sha256".into(),
+            iter_time_ms: 2000,
+            force_iterations: None,
+            memory_kib: default_memory_kib(),
+            parallel: cpus.min(4),
+        }
+    }
+}
+
+/// cryptsetup's default Argon2 memory: 1 GiB, but at most half of the physical memory.
+fn default_memory_kib() -> u32 {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let half = if pages > 0 && page > 0 {
+        (pages as u64 * page as u64 / 2048) as u32
+    } else {
+        u32::MAX
+    };
+    half.clamp(32 * 1024, 1024 * 1024)
+}
+
+impl PbkdfParams {
+    /// KDF parameters for a key of `key_len` bytes: forced, or benchmarked for the target time.
+    pub fn make_kdf(&self, key_len: usize) -> Result<Kdf, LuksError> {
+        let mut salt = vec![0u8; SALT_SIZE];
+        getrandom::getrandom(&mut salt)
+            .map_err(|e| LuksError::Crypto(format!("random source: {e}")))?;
+        let variant = match self.kind {
+            PbkdfKind::Pbkdf2 => {
+                let iterations = match self.force_iterations {
+                    Some(n) => n.max(1),
+                    None => benchmark_pbkdf2(&self.hash, key_len, self.iter_time_ms)?,
+                };
+                return Ok(Kdf::Pbkdf2 {
+                    hash: self.hash.clone(),
+                    iterations,
+                    salt,
+                });
+            }
+            PbkdfKind::Argon2i => Argon2Variant::I,
+            PbkdfKind::Argon2id => Argon2Variant::Id,
+        };
+        let cpus = self.parallel.clamp(1, super::kdf::MAX_ARGON2_CPUS);
+        let memory = self
+            .memory_kib
+            .clamp(8 * cpus, super::kdf::MAX_ARGON2_MEMORY_KIB);
+        let (time, memory) = match self.force_iterations {
+            Some(t) => (t.max(1), memory),
+            None => benchmark_argon2(variant, memory, cpus, key_len, self.iter_time_ms)?,
+        };
+        Ok(Kdf::Argon2 {
+            variant,
+            time,
+            memory,
+            cpus,
+            salt,
+        })
+    }
+}
+
+/// Bytes the split volume key takes, rounded up to whole sectors.
+fn material_len(key_size: u32, stripes: u32) -> u64 {
+    af::split_sectors_bytes(key_size as u64, stripes)
+}
+
+/// Try `passphrase` on keyslot `id`: `Ok(None)` when it is the wrong passphrase.
+fn try_slot(
+    dev: &dyn BlockDevice,
+    h: &Luks2Header,
+    id: u32,
+    k: &Keyslot,
+    passphrase: &[u8],
+) -> Result<Option<VolumeKey>, LuksError> {
+    let corrupt = |what: String| LuksError::Corrupt {
+        device: dev.name().to_string(),
+        what,
+    };
+    let (Some(af_p), Some(kdf)) = (&k.af, &k.kdf) else {
+        return Ok(None);
+    };
+    let Some((_, d)) = h.metadata.keyslot_digest(id) else {
+        return Ok(None);
+    };
+    let len = material_len(k.key_size, af_p.stripes);
+    if len > k.area.size || k.area.offset.saturating_add(len) > dev.size() {
+        return Err(corrupt(format!(
+            "keyslot {id}: {len} bytes of key material do not fit in its area ({} bytes at {}) or the device ({} bytes)",
+            k.area.size,
+            k.area.offset,
+            dev.size()
+        )));
+    }
+    let key = kdf.derive(passphrase, k.area.key_size as usize)?;
+    let mut material = Zeroizing::new(vec![0u8; len as usize]);
+    dev.read_at(&mut material, k.area.offset)?;
+    area::crypt(&k.area.encryption, &key, &mut material, false)?;
+    let vk = af::merge(&material, k.key_size as usize, af_p.stripes, &af_p.hash)?;
+    Ok(digest::verify(d, &vk)?.then_some(vk))
+}
+
+/// Unlock the volume key of segment 0 with `passphrase`, trying `slot` only or every keyslot
+/// (preferred ones first, "ignore" ones skipped). Returns the keyslot that opened.
+pub fn unlock(
+    dev: &dyn BlockDevice,
+    h: &Luks2Header,
+    passphrase: &[u8],
+    slot: Option<u32>,
+) -> Result<(u32, VolumeKey), LuksError> {
+    let m = &h.metadata;
+    let mut order: Vec<(u32, &Keyslot)> = match slot {
+        Some(s) => {
+            let k = m
+                .keyslots
+                .get(&s)
+                .ok_or_else(|| LuksError::Invalid(format!("keyslot {s} is not active")))?;
+            vec![(s, k)]
+        }
+        None => m
+            .keyslots
+            .iter()
+            .map(|(&i, k)| (i, k))
+            .filter(|(_, k)| k.priority != Some(0))
+            .collect(),
+    };
+    order.sort_by_key(|(id, k)| (k.priority != Some(2), *id));
+    let seg_digest = m.segment_digest(0).map(|(i, _)| i);
+    for (id, k) in order {
+        if k.kind != "luks2" || m.keyslot_digest(id).map(|(i, _)| i) != seg_digest {
+            continue;
+        }
+        if let Some(vk) = try_slot(dev, h, id, k, passphrase)? {
+            return Ok((id, vk));
+        }
+    }
+    Err(LuksError::WrongPassphrase)
+}
+
+/// Whether `vk` is the volume key of segment 0.
+pub fn check_volume_key(h: &Luks2Header, vk: &[u8]) -> Result<bool, LuksError> {
+    match h.metadata.segment_digest(0) {
+        Some((_, d)) => digest::verify(d, vk),
+        None => Ok(false),
+    }
+}
+
+/// The first 4096-aligned free range of `size` bytes in the keyslots area.
+fn free_area(h: &Luks2Header, size: u64) -> Option<u64> {
+    let mut used: Vec<(u64, u64)> = h
+        .metadata
+        .keyslots
+        .values()
+        .map(|k| (k.area.offset, k.area.offset + k.area.size))
+        .collect();
+    used.sort();
+    let end = h.metadata_end();
+    let mut at = 2 * h.hdr_size;
+    for (s, e) in used {
+        if at + size <= s {
+            return Some(at);
+        }
+        at = at.max(e.div_ceil(4096) * 4096);
+    }
+    (at + size <= end).then_some(at)
+}
+
+/// Store `vk` in a new keyslot (`slot`, or the lowest free one) under `passphrase`: writes the
+/// keyslot area, then the header. Returns the keyslot id.
+pub fn add(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    vk: &[u8],
+    passphrase: &[u8],
+    params: &PbkdfParams,
+    slot: Option<u32>,
+) -> Result<u32, LuksError> {
+    let m = &h.metadata;
+    let id = match slot {
+        Some(s) if s >= MAX_KEYSLOTS => {
+            return Err(LuksError::Invalid(format!(
+                "keyslot {s} is out of range 0..{}",
+                MAX_KEYSLOTS - 1
+            )))
+        }
+        Some(s) if m.keyslots.contains_key(&s) => {
+            return Err(LuksError::Invalid(format!("keyslot {s} is already in use")))
+        }
+        Some(s) => s,
+        None => (0..MAX_KEYSLOTS)
+            .find(|i| !m.keyslots.contains_key(i))
+            .ok_or_else(|| LuksError::Invalid("all 32 keyslots are in use".into()))?,
+    };
+    // Keyslots use the data cipher when it suits a keyslot area, as cryptsetup does.
+    let (encryption, area_key) = match m.segments.get(&0) {
+        Some(s) if area::check(&s.encryption, vk.len()).is_ok() => {
+            (s.encryption.clone(), vk.len() as u32)
+        }
+        _ => ("aes-xts-plain64".to_string(), 64),
+    };
+    let key_size = vk.len() as u32;
+    let size = material_len(key_size, STRIPES).div_ceil(4096) * 4096;
+    let offset = free_area(h, size).ok_or_else(|| {
+        LuksError::Invalid(format!("no room for a {size}-byte keyslot area in the keyslots area (use a larger --luks2-keyslots-size)"))
+    })?;
+    if offset + size > dev.size() {
+        return Err(LuksError::Invalid(format!(
+            "the keyslot area at {offset} lies beyond the end of {}",
+            dev.name()
+        )));
+    }
+    let kdf = params.make_kdf(area_key as usize)?;
+    let key = kdf.derive(passphrase, area_key as usize)?;
+    let split = af::split(vk, STRIPES, &params.hash)?;
+    let mut material = Zeroizing::new(vec![0u8; size as usize]);
+    material[..split.len()].copy_from_slice(&split);
+    area::crypt(&encryption, &key, &mut material, true)?;
+    dev.write_at(&material, offset)?;
+    dev.flush()?;
+    let ks = Keyslot {
+        kind: "luks2".into(),
+        key_size,
+        priority: None,
+        area: Area {
+            kind: "raw".into(),
+            offset,
+            size,
+            encryption,
+            key_size: area_key,
+        },
+        af: Some(Af {
+            stripes: STRIPES,
+            hash: params.hash.clone(),
+        }),
+        kdf: Some(kdf),
+        raw: Default::default(),
+    };
+    let m = &mut h.metadata;
+    m.keyslots.insert(id, ks);
+    let digest_id = match m.segment_digest(0) {
+        Some((i, _)) => i,
+        None => return Err(LuksError::Invalid("no digest for segment 0".into())),
+    };
+    let d = m.digests.get_mut(&digest_id).expect("found above");
+    d.keyslots.push(id);
+    d.keyslots.sort_unstable();
+    h.write(dev)?;
+    Ok(id)
+}
+
+/// Destroy keyslot `id`: overwrite its area, then drop it (and references to it) from the
+/// metadata.
+pub fn kill(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), LuksError> {
+    let k = h
+        .metadata
+        .keyslots
+        .get(&id)
+        .ok_or_else(|| LuksError::Invalid(format!("keyslot {id} is not active")))?;
+    let (offset, size) = (k.area.offset, k.area.size);
+    if offset.saturating_add(size) <= dev.size() {
+        wipe(dev, offset, size)?;
+    }
+    let m = &mut h.metadata;
+    m.keyslots.remove(&id);
+    for d in m.digests.values_mut() {
+        d.keyslots.retain(|&s| s != id);
+    }
+    let name = id.to_string();
+    for t in m.tokens.values_mut() {
+        if let Some(list) = t.get_mut("keyslots").and_then(|v| v.as_array_mut()) {
+            list.retain(|v| v.as_str() != Some(name.as_str()));
+        }
+    }
+    h.write(dev)
+}
+
+/// Overwrite `[offset, offset + size)` with zeros, in pieces.
+pub fn wipe(dev: &dyn BlockDevice, offset: u64, size: u64) -> Result<(), LuksError> {
+    let zeros = vec![0u8; 1 << 20];
+    let mut done = 0u64;
+    while done < size {
+        let n = (size - done).min(zeros.len() as u64) as usize;
+        dev.write_at(&zeros[..n], offset + done)?;
+        done += n as u64;
+    }
+    dev.flush()?;
+    Ok(())
+}

@@ -1,0 +1,100 @@
+//! LUKS2, on-disk compatible with cryptsetup: the binary header pair and its JSON metadata,
+//! keyslots (PBKDF2/Argon2 + the AF splitter), the volume key digest, and the data segment.
+//!
+//! The pieces shared with LUKS1 (the AF splitter, the KDFs, keyslot area encryption and the
+//! error type) live here too; [`super::luks1`] uses them.
+//!
+//! Nothing read from disk is trusted: every size and offset is checked against the device
+//! before it is used, and the JSON text is screened before it is parsed.
+
+pub mod activate;
+pub mod af;
+pub mod area;
+pub mod digest;
+pub mod dump;
+pub mod format;
+pub mod header;
+pub mod json;
+pub mod keyslot;
+
+pub use format::{format, FormatParams};
+pub use header::{LoadedHeader, Luks2Header};
+pub use json::{Metadata, Segment};
+pub use kdf::{Argon2Variant, Kdf};
+pub use keyslot::{PbkdfKind, PbkdfParams};
+
+pub mod kdf;
+
+use crate::block::BlockError;
+
+/// A volume (master) key: wiped from memory when dropped.
+pub type VolumeKey = zeroize::Zeroizing<Vec<u8>>;
+
+/// Errors of the LUKS1 and LUKS2 formats.
+#[derive(Debug, thiserror::Error)]
+pub enum LuksError {
+    /// The device holds no LUKS header.
+    #[error("{device}: not a LUKS device (no LUKS header found)")]
+    NotLuks {
+        /// Device name.
+        device: String,
+    },
+    /// A header is damaged or inconsistent.
+    #[error("{device}: {what}")]
+    Corrupt {
+        /// Device name.
+        device: String,
+        /// What is wrong, naming the field.
+        what: String,
+    },
+    /// Both LUKS2 header copies are damaged.
+    #[error("{device}: both LUKS2 header copies are corrupt: primary: {primary}; secondary: {secondary}")]
+    BothCorrupt {
+        /// Device name.
+        device: String,
+        /// Why the primary copy was refused.
+        primary: String,
+        /// Why the secondary copy was refused.
+        secondary: String,
+    },
+    /// The passphrase opens no keyslot (cryptsetup's words).
+    #[error("No key available with this passphrase.")]
+    WrongPassphrase,
+    /// The header needs a feature we do not implement.
+    #[error("{device}: unsupported LUKS2 requirement {requirement:?}; refusing to activate")]
+    Requirement {
+        /// Device name.
+        device: String,
+        /// The requirement from `config.requirements.mandatory`.
+        requirement: String,
+    },
+    /// An algorithm or parameter we cannot handle.
+    #[error("unsupported {0}")]
+    Unsupported(String),
+    /// Bad parameters from the caller.
+    #[error("{0}")]
+    Invalid(String),
+    /// A cryptographic primitive failed.
+    #[error("crypto error: {0}")]
+    Crypto(String),
+    /// I/O on the device failed.
+    #[error(transparent)]
+    Io(#[from] BlockError),
+}
+
+impl LuksError {
+    /// cryptsetup's exit code for this error: 2 for a wrong passphrase, 1 otherwise.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            LuksError::WrongPassphrase => 2,
+            _ => 1,
+        }
+    }
+}
+
+/// The most keyslots (and tokens) LUKS2 metadata may have.
+pub const MAX_KEYSLOTS: u32 = 32;
+/// The AF stripes cryptsetup always uses.
+pub const STRIPES: u32 = 4000;
+/// Salt length of keyslots and digests.
+pub const SALT_SIZE: usize = 32;

@@ -1,0 +1,463 @@
+//! `dmkit luks` refuses bad input the way the CLI contract says: exactly one stderr line
+//! `dmkit: ...` naming what is wrong, the documented exit code (2 for a wrong passphrase, 1
+//! otherwise), no panic, and not one byte of the image changed.
+//!
+//! Hostile headers are built here byte by byte, with valid checksums, so the parser's own
+//! checks (not the checksum) must catch them.
+
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let e = Env {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        fs::write(e.path("pass"), "right passphrase").unwrap();
+        fs::write(e.path("wrong"), "wrong passphrase").unwrap();
+        e
+    }
+    fn path(&self, n: &str) -> PathBuf {
+        self.dir.path().join(n)
+    }
+    fn s(&self, n: &str) -> String {
+        self.path(n).display().to_string()
+    }
+    fn dmkit(&self, args: &[&str]) -> Output {
+        Command::new(DMKIT)
+            .args(args)
+            .env("DMKIT_RUN_DIR", self.path("run"))
+            .env_remove("RUST_BACKTRACE")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+    /// A 20 MiB LUKS2 image with a cheap PBKDF2 keyslot 0.
+    fn luks2(&self) -> String {
+        let img = self.s("disk.img");
+        fs::File::create(&img).unwrap().set_len(20 << 20).unwrap();
+        let o = self.dmkit(&[
+            "luks",
+            "format",
+            "--key-file",
+            &self.s("pass"),
+            "--pbkdf",
+            "pbkdf2",
+            "--pbkdf-force-iterations",
+            "1000",
+            &img,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        img
+    }
+    /// Run dmkit on `img` and check it fails with `code`, one line containing `needle`, and
+    /// leaves the image as it was.
+    fn refuses(&self, img: &str, args: &[&str], code: i32, needle: &str) {
+        let before = fs::read(img).unwrap();
+        let o = self.dmkit(args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "dmkit {args:?}: exit code; stderr: {err}"
+        );
+        assert!(!err.contains("panicked"), "dmkit {args:?} panicked: {err}");
+        assert_eq!(
+            err.lines().count(),
+            1,
+            "dmkit {args:?}: want one stderr line, got: {err}"
+        );
+        assert!(err.starts_with("dmkit: "), "dmkit {args:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "dmkit {args:?}: {err:?} does not mention {needle:?}"
+        );
+        assert!(
+            fs::read(img).unwrap() == before,
+            "dmkit {args:?} modified the image"
+        );
+    }
+}
+
+fn json_of(img: &str) -> serde_json::Value {
+    let b = fs::read(img).unwrap();
+    let area = &b[4096..16384];
+    let end = area.iter().position(|&c| c == 0).unwrap();
+    serde_json::from_slice(&area[..end]).unwrap()
+}
+
+/// One header copy (binary header + JSON area) with a valid sha256 checksum.
+fn header_copy(json: &[u8], hdr_size: u64, offset: u64, seqid: u64) -> Vec<u8> {
+    let mut b = vec![0u8; hdr_size as usize];
+    b[..6].copy_from_slice(if offset == 0 {
+        b"LUKS\xba\xbe"
+    } else {
+        b"SKUL\xba\xbe"
+    });
+    b[6..8].copy_from_slice(&2u16.to_be_bytes());
+    b[8..16].copy_from_slice(&hdr_size.to_be_bytes());
+    b[16..24].copy_from_slice(&seqid.to_be_bytes());
+    b[72..78].copy_from_slice(b"sha256");
+    b[168..204].copy_from_slice(b"0c3ed3d5-4b0a-4c52-9b3a-1f1d2d0a0b0c");
+    b[256..264].copy_from_slice(&offset.to_be_bytes());
+    let n = json.len().min(hdr_size as usize - 4096);
+    b[4096..4096 + n].copy_from_slice(&json[..n]);
+    let sum = Sha256::digest(&b);
+    b[448..480].copy_from_slice(&sum);
+    b
+}
+
+/// Write both header copies with `json` into `img`.
+fn write_headers(img: &str, json: &[u8], hdr_size: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new().write(true).open(img).unwrap();
+    f.write_all_at(&header_copy(json, hdr_size, 0, 9), 0)
+        .unwrap();
+    f.write_all_at(&header_copy(json, hdr_size, hdr_size, 9), hdr_size)
+        .unwrap();
+}
+
+fn edit_json(img: &str, f: impl Fn(&mut serde_json::Value)) {
+    let mut v = json_of(img);
+    f(&mut v);
+    write_headers(img, v.to_string().as_bytes(), 16384);
+}
+
+fn flip(img: &str, offset: u64) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(img)
+        .unwrap();
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset).unwrap();
+    f.write_all_at(&[b[0] ^ 0x55], offset).unwrap();
+}
+
+#[test]
+fn wrong_passphrase_exits_2_with_cryptsetups_words() {
+    let e = Env::new();
+    let img = e.luks2();
+    let w = e.s("wrong");
+    for args in [
+        vec!["luks", "test-passphrase", "--key-file", &w, &img],
+        vec!["luks", "open", "--key-file", &w, &img, "x"],
+        vec!["luks", "dump", "--dump-volume-key", "--key-file", &w, &img],
+        vec![
+            "luks",
+            "add-key",
+            "--key-file",
+            &w,
+            "--new-keyfile",
+            &w,
+            &img,
+        ],
+        vec!["luks", "remove-key", "--key-file", &w, &img],
+    ] {
+        e.refuses(&img, &args, 2, "No key available with this passphrase.");
+    }
+}
+
+#[test]
+fn corrupt_primary_falls_back_to_the_secondary_and_says_so() {
+    let e = Env::new();
+    let img = e.luks2();
+    flip(&img, 4096 + 20);
+    let before = fs::read(&img).unwrap();
+    let o = e.dmkit(&["luks", "test-passphrase", "--key-file", &e.s("pass"), &img]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("primary LUKS2 header is corrupt") && err.contains("secondary"),
+        "{err}"
+    );
+    assert!(fs::read(&img).unwrap() == before);
+}
+
+#[test]
+fn both_copies_corrupt_is_a_clear_error() {
+    let e = Env::new();
+    let img = e.luks2();
+    flip(&img, 4096 + 20);
+    flip(&img, 16384 + 4096 + 20);
+    e.refuses(
+        &img,
+        &["luks", "dump", &img],
+        1,
+        "both LUKS2 header copies are corrupt",
+    );
+    e.refuses(
+        &img,
+        &["luks", "test-passphrase", "--key-file", &e.s("pass"), &img],
+        1,
+        "both LUKS2 header copies are corrupt",
+    );
+}
+
+#[test]
+fn unknown_mandatory_requirement_refuses_activation() {
+    let e = Env::new();
+    let img = e.luks2();
+    edit_json(&img, |v| {
+        v["config"]["requirements"] = serde_json::json!({"mandatory": ["x-future-feature"]})
+    });
+    e.refuses(
+        &img,
+        &["luks", "open", "--key-file", &e.s("pass"), &img, "r0"],
+        1,
+        "unsupported LUKS2 requirement \"x-future-feature\"",
+    );
+    let o = e.dmkit(&["luks", "dump", &img]);
+    assert!(o.status.success());
+    assert!(String::from_utf8_lossy(&o.stdout).contains("x-future-feature"));
+}
+
+#[test]
+fn json_bombs_are_refused() {
+    let e = Env::new();
+    let img = e.luks2();
+    let deep = format!("{{\"keyslots\":{}", "[".repeat(8000));
+    write_headers(&img, deep.as_bytes(), 16384);
+    e.refuses(&img, &["luks", "dump", &img], 1, "nested deeper");
+    // Two million values in a 4 MiB JSON area.
+    let img2 = e.s("wide.img");
+    fs::File::create(&img2).unwrap().set_len(16 << 20).unwrap();
+    let mut wide =
+        String::from("{\"keyslots\":{},\"tokens\":{\"0\":{\"type\":\"x\",\"keyslots\":[],\"v\":[");
+    while wide.len() < (4 << 20) - 4096 - 16 {
+        wide.push_str("0,");
+    }
+    write_headers(&img2, wide.as_bytes(), 4 << 20);
+    e.refuses(
+        &img2,
+        &["luks", "dump", &img2],
+        1,
+        "more than 100000 values",
+    );
+}
+
+/// An edit of the JSON metadata.
+type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+
+#[test]
+fn absurd_sizes_and_offsets_are_refused() {
+    let e = Env::new();
+    let pass = e.s("pass");
+    let cases: Vec<(Edit, &str, bool)> = vec![
+        (
+            Box::new(|v| v["keyslots"]["0"]["area"]["offset"] = "18446744073709551615".into()),
+            "area",
+            false,
+        ),
+        (
+            Box::new(|v| v["keyslots"]["0"]["area"]["size"] = "99999999999".into()),
+            "outside the keyslots area",
+            false,
+        ),
+        (
+            Box::new(
+                |v| v["keyslots"]["0"]["kdf"] = serde_json::json!({"type":"argon2id","time":1,"memory":4294967295u64,"cpus":1,"salt":"AAAA"}),
+            ),
+            "outside cryptsetup's limits",
+            false,
+        ),
+        (
+            Box::new(|v| v["keyslots"]["0"]["key_size"] = 100000.into()),
+            "key_size",
+            false,
+        ),
+        (
+            Box::new(|v| v["segments"]["0"]["offset"] = "1099511627776".into()),
+            "no data after the data offset",
+            true,
+        ),
+        (
+            Box::new(|v| v["segments"]["0"]["size"] = "1099511627776".into()),
+            "beyond the end of the device",
+            true,
+        ),
+        (
+            Box::new(|v| v["segments"]["0"]["sector_size"] = 3000.into()),
+            "sector_size",
+            false,
+        ),
+        (
+            Box::new(|v| v["config"]["keyslots_size"] = "18446744073709551615".into()),
+            "keyslots_size",
+            false,
+        ),
+        (
+            Box::new(|v| v["config"]["json_size"] = "4096".into()),
+            "json_size",
+            false,
+        ),
+        (
+            Box::new(|v| v["digests"]["0"]["keyslots"] = serde_json::json!(["7"])),
+            "keyslot 7",
+            false,
+        ),
+        (
+            Box::new(|v| v["digests"]["0"]["iterations"] = (-1).into()),
+            "iterations",
+            false,
+        ),
+    ];
+    for (edit, needle, at_open) in cases {
+        let img = e.luks2();
+        edit_json(&img, |v| edit(v));
+        if at_open {
+            e.refuses(
+                &img,
+                &["luks", "open", "--key-file", &pass, &img, "z"],
+                1,
+                needle,
+            );
+        } else {
+            e.refuses(
+                &img,
+                &["luks", "test-passphrase", "--key-file", &pass, &img],
+                1,
+                needle,
+            );
+        }
+    }
+    // An impossible header size in the binary header of both copies.
+    let img = e.luks2();
+    for at in [8u64, 16384 + 8] {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.write_all_at(&u64::MAX.to_be_bytes(), at).unwrap();
+    }
+    e.refuses(&img, &["luks", "dump", &img], 1, "header size");
+}
+
+#[test]
+fn truncated_devices_are_refused() {
+    let e = Env::new();
+    let pass = e.s("pass");
+    let img = e.luks2();
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    e.refuses(
+        &img,
+        &["luks", "open", "--key-file", &pass, &img, "t"],
+        1,
+        "no data after the data offset",
+    );
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(100 << 10)
+        .unwrap();
+    e.refuses(
+        &img,
+        &["luks", "test-passphrase", "--key-file", &pass, &img],
+        1,
+        "truncated",
+    );
+    fs::OpenOptions::new()
+        .write(true)
+        .open(&img)
+        .unwrap()
+        .set_len(20 << 10)
+        .unwrap();
+    e.refuses(&img, &["luks", "dump", &img], 1, "does not fit");
+}
+
+#[test]
+fn short_key_files_and_non_luks_devices_are_refused() {
+    let e = Env::new();
+    let img = e.luks2();
+    e.refuses(
+        &img,
+        &[
+            "luks",
+            "test-passphrase",
+            "--key-file",
+            &e.s("pass"),
+            "--keyfile-size",
+            "100",
+            &img,
+        ],
+        1,
+        "key file is too short",
+    );
+    e.refuses(
+        &img,
+        &[
+            "luks",
+            "test-passphrase",
+            "--key-file",
+            &e.s("pass"),
+            "--keyfile-offset",
+            "1000",
+            &img,
+        ],
+        1,
+        "holds no passphrase",
+    );
+    let zeros = e.s("zeros.img");
+    fs::File::create(&zeros).unwrap().set_len(1 << 20).unwrap();
+    e.refuses(&zeros, &["luks", "dump", &zeros], 1, "not a LUKS device");
+    e.refuses(&img, &["luks", "kill-slot", &img, "0"], 1, "last one");
+}
+
+#[test]
+fn corrupt_luks1_headers_are_refused() {
+    let e = Env::new();
+    let img = e.s("l1.img");
+    fs::File::create(&img).unwrap().set_len(4 << 20).unwrap();
+    let o = e.dmkit(&[
+        "luks",
+        "format",
+        "--type",
+        "luks1",
+        "--key-file",
+        &e.s("pass"),
+        "--pbkdf-force-iterations",
+        "1000",
+        &img,
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    e.refuses(
+        &img,
+        &["luks", "test-passphrase", "--key-file", &e.s("wrong"), &img],
+        2,
+        "No key available",
+    );
+    flip(&img, 208 + 48 * 3 + 1);
+    e.refuses(
+        &img,
+        &["luks", "dump", &img],
+        1,
+        "neither enabled nor disabled",
+    );
+    flip(&img, 208 + 48 * 3 + 1);
+    {
+        use std::os::unix::fs::FileExt;
+        let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+        f.write_all_at(&0x7fff_ffffu32.to_be_bytes(), 208 + 40)
+            .unwrap();
+    }
+    e.refuses(
+        &img,
+        &["luks", "test-passphrase", "--key-file", &e.s("pass"), &img],
+        1,
+        "outside the device",
+    );
+}
