@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::cipher::{self as cipher_bench, CipherSpeed};
-use super::config::{crypt_open_args, Config};
+use super::config::Config;
 use super::harness::{self, command_line, Dmkit, Export, Interrupt, Workspace};
 use super::model::Stats;
 use super::table::{format_size, Align, TextTable};
@@ -479,34 +479,6 @@ fn need(prog: &str, package: &str) -> Result<(), BenchError> {
     }
 }
 
-/// Volume key and payload offset (512-byte sectors) of a LUKS1 image, from
-/// `cryptsetup luksDump --dump-master-key` output.
-pub fn parse_luks_dump(text: &str) -> Result<(zeroize::Zeroizing<Vec<u8>>, u64), BenchError> {
-    let mut offset = None;
-    let mut hex = zeroize::Zeroizing::new(String::new());
-    let mut in_mk = false;
-    for line in text.lines() {
-        if let Some(v) = line.strip_prefix("Payload offset:") {
-            offset = v.trim().parse::<u64>().ok();
-            in_mk = false;
-        } else if let Some(v) = line.strip_prefix("MK dump:") {
-            hex.push_str(&v.replace([' ', '\t'], ""));
-            in_mk = true;
-        } else if in_mk && line.starts_with('\t') {
-            hex.push_str(&line.replace([' ', '\t'], ""));
-        } else {
-            in_mk = false;
-        }
-    }
-    let bad = |w: &str| BenchError::Tool(format!("cryptsetup luksDump: no {w} in its output"));
-    let offset = offset.ok_or_else(|| bad("payload offset"))?;
-    if hex.is_empty() {
-        return Err(bad("volume key"));
-    }
-    let key = hex::decode(hex.as_bytes()).map_err(|_| bad("readable volume key"))?;
-    Ok((zeroize::Zeroizing::new(key), offset))
-}
-
 /// Result of the peer comparison.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerReport {
@@ -650,44 +622,6 @@ pub fn run_peer(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<PeerRepo
         }
     }
 
-    // The volume key and payload offset, so our side opens the very same image.
-    let mut dump = Command::new("cryptsetup");
-    dump.args([
-        "luksDump",
-        "--dump-master-key",
-        "--batch-mode",
-        "--key-file",
-    ])
-    .arg(&secret)
-    .arg(&img);
-    let out = harness::run_ok(
-        &mut dump,
-        ws.dir(),
-        interrupt,
-        Some(Duration::from_secs(120)),
-    )?;
-    let mut out = out;
-    let parsed = parse_luks_dump(&out.stdout);
-    zeroize::Zeroize::zeroize(&mut out.stdout);
-    let (key, payload) = parsed?;
-    let keyfile = ws.path("volume.key");
-    {
-        use std::io::Write;
-        use std::os::unix::fs::OpenOptionsExt;
-        fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&keyfile)
-            .and_then(|mut f| f.write_all(&key))
-            .map_err(|source| BenchError::Io {
-                what: format!("write {}", keyfile.display()),
-                source,
-            })?;
-    }
-    let key_bits = key.len() * 8;
-    drop(key);
-
     // qemu-storage-daemon: file -> luks -> FUSE export, writable.
     let mnt = ws.path("qsd-export");
     fs::write(&mnt, b"").map_err(|source| BenchError::Io {
@@ -743,18 +677,17 @@ pub fn run_peer(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<PeerRepo
     })?;
     let qsd_loop = Loop(qloop.path.clone());
 
-    // Ours: plain mode with the same volume key over the same image.
+    // Ours: `dmkit luks open` of the very same LUKS1 image, with the same passphrase.
     let name = format!("bench{}-peer", std::process::id());
-    let mut args = crypt_open_args(&img, &name, &keyfile, 512);
-    args.extend([
-        "--offset".to_string(),
-        payload.to_string(),
-        "--loop".to_string(),
-    ]);
-    if key_bits != 512 {
-        let i = args.iter().position(|a| a == "512").unwrap_or(7);
-        args[i] = key_bits.to_string();
-    }
+    let args: Vec<String> = vec![
+        "luks".into(),
+        "open".into(),
+        img.to_string_lossy().into_owned(),
+        name.clone(),
+        "--key-file".into(),
+        secret.to_string_lossy().into_owned(),
+        "--loop".into(),
+    ];
     let dmkit_command = format!("dmkit {}", args.join(" "));
     say(o.progress, format!("opening {dmkit_command}"));
     let ours = dmkit.open(&name, &args, ws.dir(), interrupt)?;
@@ -895,17 +828,6 @@ mod tests {
         let b = serial_bound(1126.0, 1823.0);
         assert!((b - 696.0).abs() < 1.0, "{b}");
         assert_eq!(serial_bound(0.0, 5.0), 0.0);
-    }
-
-    #[test]
-    fn parses_luks_dump() {
-        let text = "LUKS header information for t.img\nCipher name:   \taes\nCipher mode:   \txts-plain64\nPayload offset:\t4040\nMK bits:       \t512\nMK dump:\t19 c0 7d f4 e1 f4 88 ce f5 03 89 3a 65 2d 8b 1a \n\t\t2a d1 5a e8 d2 70 4e 37 98 5d 6e 96 49 25 e6 25 \n\t\tdc 58 2c c9 e7 92 5c 24 88 7b 87 d3 2a 75 65 70 \n\t\t6f 9a 2a 72 5f f7 b1 03 2c 54 79 a3 18 b6 a4 bf \n";
-        let (k, off) = parse_luks_dump(text).unwrap();
-        assert_eq!(off, 4040);
-        assert_eq!(k.len(), 64);
-        assert_eq!(k[0], 0x19);
-        assert_eq!(k[63], 0xbf);
-        assert!(parse_luks_dump("nothing").is_err());
     }
 
     #[test]

@@ -91,7 +91,11 @@ struct OverheadArgs {
     #[arg(long)]
     json: bool,
     /// Configurations, the baseline first: plain, verity, verity-cold (no data cache), crypt.
-    #[arg(long, value_delimiter = ',', default_value = "plain,verity,verity-cold,crypt")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "plain,verity,verity-cold,crypt"
+    )]
     config: Vec<String>,
     /// Workloads: read, randread, read-direct, randread-direct, seq-1m, rand-4k-qd32,
     /// rand-4k-qd1 [default: all].

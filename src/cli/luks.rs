@@ -623,7 +623,7 @@ fn open(a: OpenArgs) -> CliResult {
         device: Arc::new(dev),
         kind: "crypt".to_string(),
         loop_device: a.loop_device,
-        direct_io_loop: false,
+        direct_io_loop: true,
         allow_discards: a.allow_discards || seg.allow_discards,
         threads: a.threads.max(1),
         details,

@@ -578,7 +578,7 @@ fn open(a: OpenArgs) -> CliResult {
         device: Arc::new(dev),
         kind: "verity".to_string(),
         loop_device: a.loop_device,
-        direct_io_loop: false,
+        direct_io_loop: true,
         allow_discards: false,
         threads: a.threads.max(1),
         details,
