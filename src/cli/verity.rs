@@ -566,8 +566,10 @@ fn open(a: OpenArgs) -> CliResult {
     }
     let stats = dev.stats();
     let mut details = params_json(&p, &layout);
-    details["data_device"] = a.data.display().to_string().into();
-    details["hash_device"] = a.hash_device.display().to_string().into();
+    // Absolute paths: status is read from anywhere, not from where `open` ran.
+    let absolute = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    details["data_device"] = absolute(&a.data).display().to_string().into();
+    details["hash_device"] = absolute(&a.hash_device).display().to_string().into();
     details["root_hash"] = root_hex.to_lowercase().into();
     details["check_at_most_once"] = a.check_at_most_once.into();
     details["ignore_corruption"] = a.ignore_corruption.into();
