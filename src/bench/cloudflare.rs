@@ -134,13 +134,7 @@ pub struct RwResult {
 
 /// Parse fio's JSON (one job): both directions' `bw_bytes`.
 pub fn parse_rw(text: &str) -> Result<RwResult, BenchError> {
-    let start = text
-        .find("\n{")
-        .map(|i| i + 1)
-        .or_else(|| text.starts_with('{').then_some(0))
-        .ok_or_else(|| BenchError::Fio("no JSON object in fio output".into()))?;
-    let v: serde_json::Value = serde_json::from_str(&text[start..])
-        .map_err(|e| BenchError::Fio(format!("fio JSON: {e}")))?;
+    let v = super::fio::json_document(text)?;
     let job = v
         .get("jobs")
         .and_then(|j| j.as_array())

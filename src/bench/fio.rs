@@ -202,17 +202,22 @@ fn opt_num(v: &serde_json::Value, path: &[&str]) -> Option<f64> {
     field(v, path).and_then(serde_json::Value::as_f64)
 }
 
-/// Parse fio's `--output-format=json` output (one job, read side). fio may print warning lines
-/// before the JSON object; they are skipped. A job that reports an error, or did no I/O, is an
-/// error.
-pub fn parse_output(text: &str) -> Result<FioResult, BenchError> {
+/// The JSON document in fio's `--output-format=json` output, after any warning lines fio
+/// prints before it.
+pub fn json_document(text: &str) -> Result<serde_json::Value, BenchError> {
     let start = text
         .find("\n{")
         .map(|i| i + 1)
         .or_else(|| text.starts_with('{').then_some(0))
         .ok_or_else(|| BenchError::Fio("no JSON object in fio output".into()))?;
-    let v: serde_json::Value = serde_json::from_str(&text[start..])
-        .map_err(|e| BenchError::Fio(format!("fio JSON: {e}")))?;
+    serde_json::from_str(&text[start..]).map_err(|e| BenchError::Fio(format!("fio JSON: {e}")))
+}
+
+/// Parse fio's `--output-format=json` output (one job, read side). fio may print warning lines
+/// before the JSON object; they are skipped. A job that reports an error, or did no I/O, is an
+/// error.
+pub fn parse_output(text: &str) -> Result<FioResult, BenchError> {
+    let v = json_document(text)?;
     let jobs = v
         .get("jobs")
         .and_then(serde_json::Value::as_array)

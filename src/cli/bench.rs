@@ -156,13 +156,8 @@ fn run_overhead(a: OverheadArgs) -> CliResult {
     if let Some(s) = &a.size {
         o.size = bench::parse_size(s).map_err(cli_error)?;
     }
-    if let Some(t) = a.runtime {
-        if !(t.is_finite() && t > 0.0 && t <= 3600.0) {
-            return Err(CliError::invalid(
-                "bench: --runtime must be in (0, 3600] seconds",
-            ));
-        }
-        o.runtime_ms = ((t * 1000.0).round() as u64).max(1);
+    if let Some(ms) = runtime_ms(a.runtime, "bench")? {
+        o.runtime_ms = ms;
     }
     o.dir = a.dir;
     o.configs = Config::parse_list(&a.config).map_err(cli_error)?;
@@ -223,13 +218,8 @@ fn run_crypt(a: CryptArgs) -> CliResult {
     if let Some(s) = &a.size {
         o.size = bench::parse_size(s).map_err(cli_error)?;
     }
-    if let Some(t) = a.runtime {
-        if !(t.is_finite() && t > 0.0 && t <= 3600.0) {
-            return Err(CliError::invalid(
-                "bench crypt: --runtime must be in (0, 3600] seconds",
-            ));
-        }
-        o.runtime_ms = ((t * 1000.0).round() as u64).max(1);
+    if let Some(ms) = runtime_ms(a.runtime, "bench crypt")? {
+        o.runtime_ms = ms;
     }
     o.dir = a.dir;
     let interrupt = Interrupt::install();
@@ -256,4 +246,17 @@ fn run_crypt(a: CryptArgs) -> CliResult {
             "bench crypt: --peer {p}: unknown peer (known: qemu-storage-daemon)"
         ))),
     }
+}
+
+/// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.
+fn runtime_ms(seconds: Option<f64>, command: &str) -> Result<Option<u64>, CliError> {
+    let Some(t) = seconds else {
+        return Ok(None);
+    };
+    if !(t.is_finite() && t > 0.0 && t <= 3600.0) {
+        return Err(CliError::invalid(format!(
+            "{command}: --runtime must be in (0, 3600] seconds"
+        )));
+    }
+    Ok(Some(((t * 1000.0).round() as u64).max(1)))
 }

@@ -2,7 +2,7 @@
 //! the baseline the benchmarks compare every layer against.
 use super::device::open_export;
 use super::{CliError, CliResult};
-use crate::block::{BlockDevice, FileDevice, OpenOptions};
+use crate::block::BlockDevice;
 use crate::export::{self, ExportSpec};
 use serde_json::json;
 use std::path::PathBuf;
@@ -52,21 +52,7 @@ pub fn run(c: LinearCommand) -> CliResult {
 
 fn open(a: OpenArgs) -> CliResult {
     export::validate_name(&a.name)?;
-    let dev = FileDevice::open(
-        &a.file,
-        OpenOptions {
-            read_only: a.read_only,
-            direct: a.direct,
-        },
-    )
-    .map_err(|e| {
-        let m = format!("{}: cannot open: {e}", a.file.display());
-        if e.kind() == std::io::ErrorKind::NotFound {
-            CliError::no_device(m)
-        } else {
-            CliError::invalid(m)
-        }
-    })?;
+    let dev = super::files::open_device(&a.file, a.read_only, a.direct)?;
     let size = dev.size();
     if size == 0 {
         return Err(CliError::invalid(format!("{}: is empty", a.file.display())));

@@ -5,7 +5,7 @@
 use super::luks_keys::{passphrase, KeyArgs};
 use super::luks_slots;
 use super::{CliError, CliResult};
-use crate::block::{BlockDevice, FileDevice, OpenOptions};
+use crate::block::{BlockDevice, FileDevice};
 use crate::crypt::luks1::{self, Luks1Header};
 use crate::crypt::luks2::activate::{self, ActivateOptions, DataSegment};
 use crate::crypt::luks2::header::{self, luks_version};
@@ -320,14 +320,7 @@ pub(super) fn luks_err(e: LuksError) -> CliError {
 
 /// Open a file as a block device.
 pub(super) fn open_file(path: &Path, read_only: bool) -> Result<FileDevice, CliError> {
-    FileDevice::open(
-        path,
-        OpenOptions {
-            read_only,
-            direct: false,
-        },
-    )
-    .map_err(|e| CliError::no_device(format!("{}: cannot open: {e}", path.display())))
+    super::files::open_device(path, read_only, false)
 }
 
 /// A parsed header of either version.

@@ -5,6 +5,7 @@
 
 mod bench;
 mod device;
+mod files;
 mod fsverity;
 mod linear;
 mod luks;

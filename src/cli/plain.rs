@@ -7,7 +7,7 @@
 
 use super::device::open_export;
 use super::{CliError, CliResult};
-use crate::block::{BlockDevice, FileDevice, OpenOptions};
+use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::device::{CryptDevice, CryptParams};
 use crate::export::{self, ExportSpec};
@@ -169,21 +169,7 @@ fn open(a: OpenArgs) -> CliResult {
     let cipher = new_sector_cipher(&spec, &key).map_err(|e| CliError::invalid(e.to_string()))?;
     drop(key);
 
-    let dev = FileDevice::open(
-        &a.device,
-        OpenOptions {
-            read_only: a.read_only,
-            direct: false,
-        },
-    )
-    .map_err(|e| {
-        let m = format!("{}: cannot open: {e}", a.device.display());
-        if e.kind() == std::io::ErrorKind::NotFound {
-            CliError::no_device(m)
-        } else {
-            CliError::invalid(m)
-        }
-    })?;
+    let dev = super::files::open_device(&a.device, a.read_only, false)?;
     let dev_size = dev.size();
     let offset = a
         .offset

@@ -1,7 +1,7 @@
 //! `dmkit verity format|verify|dump|open|sign`, with veritysetup's options and argument order.
 
 use super::{CliError, CliResult};
-use crate::block::{BlockDevice, FileDevice, OpenOptions};
+use crate::block::{BlockDevice, FileDevice};
 use crate::export::{self, ExportSpec};
 use crate::hash::HashAlgorithm;
 use crate::verity::superblock::{format_uuid, parse_uuid};
@@ -196,14 +196,7 @@ fn verity_err(e: VerityError) -> CliError {
 }
 
 fn open_file(path: &Path, read_only: bool) -> Result<FileDevice, CliError> {
-    FileDevice::open(
-        path,
-        OpenOptions {
-            read_only,
-            direct: false,
-        },
-    )
-    .map_err(|e| CliError::no_device(format!("{}: cannot open: {e}", path.display())))
+    super::files::open_device(path, read_only, false)
 }
 
 /// Whether two paths name the same file (data and hash area in one image).
