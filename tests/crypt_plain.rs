@@ -7,54 +7,23 @@
 //! Tests that need /dev/fuse (and root) check first: when missing they panic under CI (env
 //! `CI` set) and otherwise print why and pass.
 
+mod common;
+
+use common::env::fuse_missing;
+use common::rng::bytes;
+use common::run::RunDir;
 use openssl::symm::{Cipher, Crypter, Mode};
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 
-const BIN: &str = env!("CARGO_BIN_EXE_dmkit");
-
-fn fuse_missing() -> bool {
-    // SAFETY: geteuid cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
-    let fuse = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_ok();
-    if root && fuse {
-        return false;
-    }
-    let what = if root {
-        "/dev/fuse"
-    } else {
-        "root (to mount FUSE)"
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{what} is required in CI");
-    }
-    eprintln!("skipped: {what} is not available");
-    true
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
-
+/// A work directory and a run directory that closes what is still open when dropped.
 struct Env {
+    // First, so devices are closed before their backing files go.
+    run: RunDir,
     _dir: tempfile::TempDir,
     dir: PathBuf,
-    run: PathBuf,
-    open: std::cell::RefCell<Vec<String>>,
 }
 
 impl Env {
@@ -62,19 +31,14 @@ impl Env {
         let d = tempfile::tempdir().unwrap();
         let dir = fs::canonicalize(d.path()).unwrap();
         Env {
-            run: dir.join("run"),
             dir,
             _dir: d,
-            open: Default::default(),
+            run: RunDir::new(),
         }
     }
 
     fn dmkit(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env("DMKIT_RUN_DIR", &self.run)
-            .output()
-            .expect("run dmkit")
+        self.run.output(args)
     }
 
     fn open(&self, args: &[&str]) -> PathBuf {
@@ -85,35 +49,18 @@ impl Env {
             String::from_utf8_lossy(&out.stderr)
         );
         let name = args[3].to_string();
-        self.open.borrow_mut().push(name.clone());
+        self.run.track(&name);
         let path = String::from_utf8_lossy(&out.stdout)
             .lines()
             .next()
             .unwrap()
             .to_string();
-        assert_eq!(PathBuf::from(&path), self.run.join(&name));
+        assert_eq!(PathBuf::from(&path), self.run.path().join(&name));
         PathBuf::from(path)
     }
 
     fn close(&self, name: &str) {
-        let out = self.dmkit(&["close", name]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        self.open.borrow_mut().retain(|n| n != name);
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        for n in self.open.borrow().iter() {
-            let _ = Command::new(BIN)
-                .args(["close", n])
-                .env("DMKIT_RUN_DIR", &self.run)
-                .output();
-        }
+        self.run.close(name);
     }
 }
 
@@ -282,12 +229,12 @@ fn writes_equal_openssl_and_openssl_data_reads_back() {
     let env = Env::new();
     for (n, case) in CASES.iter().enumerate() {
         let keyfile = env.dir.join(format!("key{n}"));
-        let keybytes = pattern(7 + case.key_bits / 8 + 5, 100 + n as u64);
+        let keybytes = bytes(100 + n as u64, 7 + case.key_bits / 8 + 5);
         fs::write(&keyfile, &keybytes).unwrap();
         let key = &keybytes[7..7 + case.key_bits / 8];
         let off = case.offset_sectors as usize * 512;
         let backing = env.dir.join(format!("backing{n}.img"));
-        let head = pattern(off, 7);
+        let head = bytes(7, off);
         let mut initial = head.clone();
         initial.resize(off + DEV_SIZE, 0);
         fs::write(&backing, &initial).unwrap();
@@ -299,7 +246,7 @@ fn writes_equal_openssl_and_openssl_data_reads_back() {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let path = env.open(&argv);
         assert_eq!(fs::metadata(&path).unwrap().len(), DEV_SIZE as u64);
-        let plain = pattern(DEV_SIZE, 1000 + n as u64);
+        let plain = bytes(1000 + n as u64, DEV_SIZE);
         {
             let f = OpenOptions::new().write(true).open(&path).unwrap();
             f.write_all_at(&plain, 0).unwrap();
@@ -322,7 +269,7 @@ fn writes_equal_openssl_and_openssl_data_reads_back() {
         );
 
         // 2. Data encrypted by OpenSSL reads back as its plaintext through the export.
-        let plain2 = pattern(DEV_SIZE, 2000 + n as u64);
+        let plain2 = bytes(2000 + n as u64, DEV_SIZE);
         let mut img = head.clone();
         img.extend_from_slice(&case.reference(key, &plain2, Mode::Encrypt));
         fs::write(&backing, &img).unwrap();
@@ -350,9 +297,9 @@ fn read_only_and_status() {
     }
     let env = Env::new();
     let keyfile = env.dir.join("key");
-    fs::write(&keyfile, pattern(64, 1)).unwrap();
+    fs::write(&keyfile, bytes(1, 64)).unwrap();
     let backing = env.dir.join("b.img");
-    fs::write(&backing, pattern(256 << 10, 2)).unwrap();
+    fs::write(&backing, bytes(2, 256 << 10)).unwrap();
     let args = [
         "plain",
         "open",
@@ -381,7 +328,7 @@ fn read_only_and_status() {
     assert_eq!(v["details"]["cipher"], "aes-xts-plain64");
     let text = String::from_utf8_lossy(&out.stdout);
     // The key never appears in status output.
-    assert!(!text.contains(&hex::encode(pattern(64, 1))));
+    assert!(!text.contains(&hex::encode(bytes(1, 64))));
     env.close("ro");
 }
 

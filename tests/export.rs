@@ -4,85 +4,44 @@
 //! that need /dev/fuse or loop devices (and root) check for them first: when missing they
 //! panic under CI (env `CI` set) and otherwise print why and pass.
 
+mod common;
+
+use common::env::{fuse_missing, loop_missing};
+use common::rng::bytes;
+use common::run::RunDir;
 use std::fs::{self, File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
-
-const BIN: &str = env!("CARGO_BIN_EXE_dmkit");
-
-fn missing(what: &str) -> bool {
-    if std::env::var_os("CI").is_some() {
-        panic!("{what} is required in CI");
-    }
-    eprintln!("skipped: {what} is not available");
-    true
-}
-
-/// Whether FUSE mounts can be made here (root and /dev/fuse).
-fn fuse_missing() -> bool {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return missing("root (to mount FUSE)");
-    }
-    if OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_err()
-    {
-        return missing("/dev/fuse");
-    }
-    false
-}
-
-fn loop_missing() -> bool {
-    fuse_missing() || (!Path::new("/dev/loop-control").exists() && missing("/dev/loop-control"))
-}
 
 /// A runtime directory and a backing file; closes what it opened when dropped, so a failing
 /// test leaves no mount behind.
 struct Env {
-    _dir: tempfile::TempDir,
+    // First, so devices are closed before the backing file goes.
+    run_dir: RunDir,
     run: PathBuf,
+    _dir: tempfile::TempDir,
     backing: PathBuf,
-    names: std::cell::RefCell<Vec<String>>,
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 impl Env {
     fn new(size: usize) -> Env {
         let dir = tempfile::tempdir().unwrap();
-        let run = fs::canonicalize(dir.path()).unwrap().join("run");
+        let run_dir = RunDir::new();
         let backing = fs::canonicalize(dir.path()).unwrap().join("backing.img");
-        fs::write(&backing, pattern(size, size as u64)).unwrap();
+        fs::write(&backing, bytes(size as u64, size)).unwrap();
         Env {
             _dir: dir,
-            run,
+            run: run_dir.path().to_path_buf(),
+            run_dir,
             backing,
-            names: Default::default(),
         }
     }
 
     fn dmkit(&self, args: &[&str]) -> Output {
-        Command::new(BIN)
-            .args(args)
-            .env("DMKIT_RUN_DIR", &self.run)
-            .output()
-            .expect("run dmkit")
+        self.run_dir.output(args)
     }
 
     /// `dmkit linear open BACKING NAME extra...`, which must succeed; returns its stdout lines.
@@ -96,7 +55,7 @@ impl Env {
             "open failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        self.names.borrow_mut().push(name.to_string());
+        self.run_dir.track(name);
         String::from_utf8(out.stdout)
             .unwrap()
             .lines()
@@ -112,14 +71,6 @@ impl Env {
         let text = fs::read_to_string(self.run.join(".dmkit").join(format!("{name}.json")))
             .expect("state file");
         serde_json::from_str(&text).unwrap()
-    }
-}
-
-impl Drop for Env {
-    fn drop(&mut self) {
-        for n in self.names.borrow().iter() {
-            let _ = self.dmkit(&["close", n]);
-        }
     }
 }
 
@@ -224,7 +175,7 @@ fn reads_and_writes_match_the_backing_file() {
         (65536, 1 << 20),
         (size - 7, 7),
     ] {
-        let data = pattern(len, off as u64 + 99);
+        let data = bytes(off as u64 + 99, len);
         f.write_all_at(&data, off as u64).unwrap();
         want[off..off + len].copy_from_slice(&data);
     }
@@ -261,7 +212,7 @@ fn direct_reads_and_writes() {
     let buf = &mut v[o..o + (1 << 20)];
     f.read_exact_at(buf, 3 << 20).unwrap();
     assert_eq!(&buf[..], &want[3 << 20..4 << 20]);
-    let data = pattern(1 << 20, 7);
+    let data = bytes(7, 1 << 20);
     buf.copy_from_slice(&data);
     f.write_all_at(buf, 1 << 20).unwrap();
     want[1 << 20..2 << 20].copy_from_slice(&data);
@@ -532,7 +483,7 @@ fn corrupt_blocks_read_as_eio_and_are_counted() {
     let dir = tempfile::tempdir().unwrap();
     let mp = fs::canonicalize(dir.path()).unwrap().join("dev");
     fs::write(&mp, b"").unwrap();
-    let data = pattern(64 * 4096, 3);
+    let data = bytes(3, 64 * 4096);
     let dev = CorruptAt3(dmkit::block::MemoryDevice::from_vec("mem", data.clone()));
     let mut export =
         FuseExport::mount(&mp, std::sync::Arc::new(dev), FuseOptions::default()).expect("mount");

@@ -18,44 +18,21 @@
 //! Each group is one guest boot. Skipped with a message when qemu or the kernel package is
 //! missing, except in CI (`CI` set), where that is a failure.
 
+mod common;
 #[path = "kernel/harness.rs"]
 mod harness;
 
+use common::env::{is_root, missing};
+use common::pki::{make_ident, RSA};
+use common::rng::bytes;
+use common::run::{ok, RunDir};
+use common::verity_case::VerityCase as VCase;
+use common::{xor_byte, DMKIT};
 use harness::{format_in_guest, guest, sh_quote, Bundle, Disk, FormatJob, GuestFormat};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::Duration;
-
-const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
-
-/// Deterministic pseudo-random bytes (xorshift64*).
-fn bytes(seed: u64, n: usize) -> Vec<u8> {
-    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            (s.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8
-        })
-        .collect()
-}
-
-fn ok(cmd: &str, args: &[&str]) -> String {
-    let out = Command::new(cmd)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
@@ -150,57 +127,6 @@ fn harness_reports_dead_and_hung_guests() {
 // ---------------------------------------------------------------------------------------------
 // dm-verity: dmkit formats, the kernel reads
 
-#[derive(Debug, Clone)]
-struct VCase {
-    name: String,
-    hash: &'static str,
-    data_block_size: u64,
-    hash_block_size: u64,
-    data_size: u64,
-    /// Hex, or "-" for none.
-    salt: String,
-    hash_type: u32,
-    superblock: bool,
-    /// Hash area inside the data file at this offset.
-    hash_offset: Option<u64>,
-}
-
-impl VCase {
-    fn data_blocks(&self) -> u64 {
-        self.data_size / self.data_block_size
-    }
-
-    fn tree_options(&self) -> Vec<String> {
-        let mut o = vec![
-            format!("--hash={}", self.hash),
-            format!("--data-block-size={}", self.data_block_size),
-            format!("--hash-block-size={}", self.hash_block_size),
-            format!("--salt={}", self.salt),
-            format!("--format={}", self.hash_type),
-        ];
-        if !self.superblock {
-            o.push("--no-superblock".into());
-        }
-        if let Some(off) = self.hash_offset {
-            o.push(format!("--hash-offset={off}"));
-            o.push(format!("--data-blocks={}", self.data_blocks()));
-        }
-        o
-    }
-
-    /// Options for opening (veritysetup open and dmkit verity open take the same).
-    fn open_options(&self) -> Vec<String> {
-        if self.superblock {
-            match self.hash_offset {
-                Some(off) => vec![format!("--hash-offset={off}")],
-                None => vec![],
-            }
-        } else {
-            self.tree_options()
-        }
-    }
-}
-
 /// The parameter matrix: every hash, block sizes the kernel takes (512..4096), both hash
 /// types, with and without superblock, salts of 0, 1, 32 and 256 bytes, hash area in its own
 /// file or after the data.
@@ -266,16 +192,7 @@ fn verity_format(dir: &Path, c: &VCase) -> (PathBuf, PathBuf, String) {
 }
 
 fn flip_byte(path: &Path, offset: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8];
-    f.read_exact_at(&mut b, offset).unwrap();
-    b[0] ^= 0x5a;
-    f.write_all_at(&b, offset).unwrap();
+    xor_byte(path, offset, 0x5a);
 }
 
 /// One image for the guest to check.
@@ -295,16 +212,11 @@ struct VImage {
 /// blocks that fail with EIO, or `None` when this host cannot serve FUSE.
 fn dmkit_open_eio_blocks(img: &VImage, name: &str) -> Option<BTreeSet<u64>> {
     use std::os::unix::fs::FileExt;
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root || !Path::new("/dev/fuse").exists() {
-        if std::env::var_os("CI").is_some() {
-            panic!("dmkit verity open needs root and /dev/fuse in CI");
-        }
-        eprintln!("dm_verity: host-side dmkit verity open skipped (needs root and /dev/fuse)");
+    if !is_root() || !Path::new("/dev/fuse").exists() {
+        missing("the host-side check through dmkit verity open needs root and /dev/fuse");
         return None;
     }
-    let run_dir = tempfile::tempdir().unwrap();
+    let run_dir = RunDir::new();
     let mut args: Vec<String> = vec![
         "verity".into(),
         "open".into(),
@@ -314,23 +226,9 @@ fn dmkit_open_eio_blocks(img: &VImage, name: &str) -> Option<BTreeSet<u64>> {
         img.root.clone(),
     ];
     args.extend(img.open_options.iter().cloned());
-    let out = Command::new(DMKIT)
-        .args(&args)
-        .env("DMKIT_RUN_DIR", run_dir.path())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "dmkit verity open {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let served = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .next()
-        .unwrap()
-        .trim()
-        .to_string();
+    let out = run_dir.ok(&args);
+    run_dir.track(name);
+    let served = out.lines().next().unwrap().trim().to_string();
     let bs = img.case.data_block_size;
     let mut eio = BTreeSet::new();
     {
@@ -346,12 +244,7 @@ fn dmkit_open_eio_blocks(img: &VImage, name: &str) -> Option<BTreeSet<u64>> {
             }
         }
     }
-    let st = Command::new(DMKIT)
-        .args(["close", name])
-        .env("DMKIT_RUN_DIR", run_dir.path())
-        .status()
-        .unwrap();
-    assert!(st.success(), "dmkit close {name}");
+    run_dir.close(name);
     Some(eio)
 }
 
@@ -667,33 +560,10 @@ const FSV_VARIANTS: [(&str, &str); 4] = [
     ),
 ];
 
+/// A key, its certificate (PEM) and the certificate in DER, in `dir/NAME.*`.
 fn make_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let key = dir.join(format!("{name}.key"));
-    let cert = dir.join(format!("{name}.pem"));
-    let der = dir.join(format!("{name}.der"));
-    ok(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "30",
-            "-subj",
-            &format!("/CN=dmkit test {name}"),
-            "-keyout",
-            s(&key),
-            "-out",
-            s(&cert),
-        ],
-    );
-    ok(
-        "openssl",
-        &["x509", "-in", s(&cert), "-outform", "der", "-out", s(&der)],
-    );
-    (key, cert, der)
+    let id = make_ident(dir, name, &format!("/CN=dmkit test {name}"), RSA);
+    (id.key, id.cert, id.cert_der)
 }
 
 #[test]

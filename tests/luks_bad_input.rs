@@ -5,41 +5,29 @@
 //! Hostile headers are built here byte by byte, with valid checksums, so the parser's own
 //! checks (not the checksum) must catch them.
 
+mod common;
+
+use common::run::Workspace;
+use common::xor_byte;
 use sha2::{Digest, Sha256};
 use std::fs;
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::path::Path;
 
-const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
-
-struct Env {
-    dir: tempfile::TempDir,
+/// A workspace with the passphrase files `pass` and `wrong`.
+fn env() -> Workspace {
+    let e = Workspace::new();
+    fs::write(e.path("pass"), "right passphrase").unwrap();
+    fs::write(e.path("wrong"), "wrong passphrase").unwrap();
+    e
 }
 
-impl Env {
-    fn new() -> Env {
-        let e = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        fs::write(e.path("pass"), "right passphrase").unwrap();
-        fs::write(e.path("wrong"), "wrong passphrase").unwrap();
-        e
-    }
-    fn path(&self, n: &str) -> PathBuf {
-        self.dir.path().join(n)
-    }
-    fn s(&self, n: &str) -> String {
-        self.path(n).display().to_string()
-    }
-    fn dmkit(&self, args: &[&str]) -> Output {
-        Command::new(DMKIT)
-            .args(args)
-            .env("DMKIT_RUN_DIR", self.path("run"))
-            .env_remove("RUST_BACKTRACE")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
-    }
+/// The LUKS fixtures of these tests, in a workspace made by [`env`].
+trait Fixtures {
+    fn luks2(&self) -> String;
+    fn refuses(&self, img: &str, args: &[&str], code: i32, needle: &str);
+}
+
+impl Fixtures for Workspace {
     /// A 20 MiB LUKS2 image with a cheap PBKDF2 keyslot 0.
     fn luks2(&self) -> String {
         let img = self.s("disk.img");
@@ -132,20 +120,12 @@ fn edit_json(img: &str, f: impl Fn(&mut serde_json::Value)) {
 }
 
 fn flip(img: &str, offset: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(img)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, offset).unwrap();
-    f.write_all_at(&[b[0] ^ 0x55], offset).unwrap();
+    xor_byte(Path::new(img), offset, 0x55);
 }
 
 #[test]
 fn wrong_passphrase_exits_2_with_cryptsetups_words() {
-    let e = Env::new();
+    let e = env();
     let img = e.luks2();
     let w = e.s("wrong");
     for args in [
@@ -169,7 +149,7 @@ fn wrong_passphrase_exits_2_with_cryptsetups_words() {
 
 #[test]
 fn corrupt_primary_falls_back_to_the_secondary_and_says_so() {
-    let e = Env::new();
+    let e = env();
     let img = e.luks2();
     flip(&img, 4096 + 20);
     let before = fs::read(&img).unwrap();
@@ -186,7 +166,7 @@ fn corrupt_primary_falls_back_to_the_secondary_and_says_so() {
 
 #[test]
 fn both_copies_corrupt_is_a_clear_error() {
-    let e = Env::new();
+    let e = env();
     let img = e.luks2();
     flip(&img, 4096 + 20);
     flip(&img, 16384 + 4096 + 20);
@@ -206,7 +186,7 @@ fn both_copies_corrupt_is_a_clear_error() {
 
 #[test]
 fn unknown_mandatory_requirement_refuses_activation() {
-    let e = Env::new();
+    let e = env();
     let img = e.luks2();
     edit_json(&img, |v| {
         v["config"]["requirements"] = serde_json::json!({"mandatory": ["x-future-feature"]})
@@ -224,7 +204,7 @@ fn unknown_mandatory_requirement_refuses_activation() {
 
 #[test]
 fn json_bombs_are_refused() {
-    let e = Env::new();
+    let e = env();
     let img = e.luks2();
     let deep = format!("{{\"keyslots\":{}", "[".repeat(8000));
     write_headers(&img, deep.as_bytes(), 16384);
@@ -251,7 +231,7 @@ type Edit = Box<dyn Fn(&mut serde_json::Value)>;
 
 #[test]
 fn absurd_sizes_and_offsets_are_refused() {
-    let e = Env::new();
+    let e = env();
     let pass = e.s("pass");
     let cases: Vec<(Edit, &str, bool)> = vec![
         (
@@ -343,7 +323,7 @@ fn absurd_sizes_and_offsets_are_refused() {
 
 #[test]
 fn truncated_devices_are_refused() {
-    let e = Env::new();
+    let e = env();
     let pass = e.s("pass");
     let img = e.luks2();
     fs::OpenOptions::new()
@@ -381,7 +361,7 @@ fn truncated_devices_are_refused() {
 
 #[test]
 fn short_key_files_and_non_luks_devices_are_refused() {
-    let e = Env::new();
+    let e = env();
     let img = e.luks2();
     e.refuses(
         &img,
@@ -419,7 +399,7 @@ fn short_key_files_and_non_luks_devices_are_refused() {
 
 #[test]
 fn corrupt_luks1_headers_are_refused() {
-    let e = Env::new();
+    let e = env();
     let img = e.s("l1.img");
     fs::File::create(&img).unwrap().set_len(4 << 20).unwrap();
     let o = e.dmkit(&[

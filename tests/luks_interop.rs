@@ -8,100 +8,22 @@
 //! needing cryptsetup/qemu-img skip without them (panic under CI); tests needing FUSE check for
 //! root and /dev/fuse the same way.
 
+mod common;
+
+use common::env::{fuse_missing, tool_missing};
+use common::rng::bytes;
+use common::run::{ok as run, Workspace};
 use std::fs;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Command;
 
-const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
 const PASS: &str = "correct horse battery";
 
-fn missing(what: &str) -> bool {
-    if std::env::var_os("CI").is_some() {
-        panic!("{what} is required in CI");
-    }
-    eprintln!("skipped: {what} is not available");
-    true
-}
-
-fn tool_missing(tool: &str) -> bool {
-    let ok = Command::new(tool)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    !ok && missing(tool)
-}
-
-fn fuse_missing() -> bool {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
-        return missing("root (to mount FUSE)");
-    }
-    if fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/fuse")
-        .is_err()
-    {
-        return missing("/dev/fuse");
-    }
-    false
-}
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let e = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        fs::write(e.path("pass"), PASS).unwrap();
-        e
-    }
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-    fn s(&self, name: &str) -> String {
-        self.path(name).display().to_string()
-    }
-    fn image(&self, name: &str, size: u64) -> String {
-        let f = fs::File::create(self.path(name)).unwrap();
-        f.set_len(size).unwrap();
-        self.s(name)
-    }
-    fn dmkit(&self, args: &[&str]) -> Output {
-        Command::new(DMKIT)
-            .args(args)
-            .env("DMKIT_RUN_DIR", self.path("run"))
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap()
-    }
-    fn ok(&self, args: &[&str]) -> String {
-        let o = self.dmkit(args);
-        assert!(
-            o.status.success(),
-            "dmkit {args:?} failed: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        String::from_utf8(o.stdout).unwrap()
-    }
-}
-
-fn run(tool: &str, args: &[&str]) -> String {
-    let o = Command::new(tool)
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{tool} {args:?} failed: {}{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    String::from_utf8(o.stdout).unwrap()
+/// A workspace with the passphrase file `pass` (holding PASS).
+fn env() -> Workspace {
+    let e = Workspace::new();
+    fs::write(e.path("pass"), PASS).unwrap();
+    e
 }
 
 /// The volume key from `luksDump --dump-volume-key` text (cryptsetup's or ours).
@@ -126,14 +48,14 @@ fn cs_volume_key(pass_file: &str, device: &str, header: Option<&str>) -> Vec<u8>
     mk_from_dump(&run("cryptsetup", &args))
 }
 
-fn our_volume_key(e: &Env, device: &str, header: Option<&str>) -> Vec<u8> {
+fn our_volume_key(e: &Workspace, device: &str, header: Option<&str>) -> Vec<u8> {
     let p = e.s("pass");
     let mut args = vec!["luks", "dump", "--dump-volume-key", "-q", "--key-file", &p];
     if let Some(h) = header {
         args.extend(["--header", h]);
     }
     args.push(device);
-    mk_from_dump(&e.ok(&args))
+    mk_from_dump(&e.run.ok(&args))
 }
 
 /// The dump minus the line naming the device path, which differs only in spelling.
@@ -157,7 +79,7 @@ struct OurFormat<'a> {
 
 #[test]
 fn cryptsetup_reads_what_we_format() {
-    if tool_missing("cryptsetup") {
+    if tool_missing("cryptsetup", "cryptsetup-bin") {
         return;
     }
     let cases = [
@@ -233,8 +155,8 @@ fn cryptsetup_reads_what_we_format() {
         },
     ];
     for (i, c) in cases.iter().enumerate() {
-        let e = Env::new();
-        let img = e.image("disk.img", 20 << 20);
+        let e = env();
+        let img = e.sparse("disk.img", 20 << 20);
         let hdr = e.s("hdr.img");
         let pass = e.s("pass");
         let (bits, sector) = (c.key_bits.to_string(), c.sector.to_string());
@@ -279,11 +201,11 @@ fn cryptsetup_reads_what_we_format() {
             args.extend(["--header", &hdr]);
         }
         args.push(&img);
-        e.ok(&args);
+        e.run.ok(&args);
         let header = c.detached.then_some(hdr.as_str());
         let hdr_path = header.unwrap_or(&img);
         let theirs = run("cryptsetup", &["luksDump", hdr_path]);
-        let ours = e.ok(&["luks", "dump", hdr_path]);
+        let ours = e.run.ok(&["luks", "dump", hdr_path]);
         assert_eq!(
             comparable(&ours),
             comparable(&theirs),
@@ -313,14 +235,14 @@ fn cryptsetup_reads_what_we_format() {
 
 #[test]
 fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
-    if tool_missing("cryptsetup") {
+    if tool_missing("cryptsetup", "cryptsetup-bin") {
         return;
     }
-    let e = Env::new();
-    let img = e.image("disk.img", 20 << 20);
+    let e = env();
+    let img = e.sparse("disk.img", 20 << 20);
     let pass = e.s("pass");
     let fast = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
-    e.ok(&[
+    e.run.ok(&[
         &["luks", "format", "--key-file", &pass, "--label", "multi"][..],
         &fast,
         &[&img],
@@ -342,7 +264,7 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
         } else {
             &fast
         };
-        e.ok(&[
+        e.run.ok(&[
             &["luks", "add-key", "--key-file", &pass, "--new-keyfile", &f][..],
             kdf,
             &[&img],
@@ -372,12 +294,15 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
             &f4,
         ],
     );
-    let out = e.ok(&["luks", "test-passphrase", "--key-file", &f4, &img]);
+    let out = e
+        .run
+        .ok(&["luks", "test-passphrase", "--key-file", &f4, &img]);
     assert_eq!(out.trim(), "Key slot 4 unlocked.");
     // Remove, kill, change: cryptsetup agrees on what is left.
-    e.ok(&["luks", "remove-key", "--key-file", &e.s("pass1"), &img]);
-    e.ok(&["luks", "kill-slot", "-q", &img, "2"]);
-    e.ok(&[
+    e.run
+        .ok(&["luks", "remove-key", "--key-file", &e.s("pass1"), &img]);
+    e.run.ok(&["luks", "kill-slot", "-q", &img, "2"]);
+    e.run.ok(&[
         &[
             "luks",
             "change-key",
@@ -393,16 +318,16 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
     let dump = run("cryptsetup", &["luksDump", &img]);
     let slots: Vec<&str> = dump.lines().filter(|l| l.ends_with(": luks2")).collect();
     assert_eq!(slots.len(), 3, "{dump}");
-    let bad = Command::new("cryptsetup")
-        .args([
+    let bad = common::run::output(
+        "cryptsetup",
+        &[
             "open",
             "--test-passphrase",
             "--key-file",
             &e.s("pass3"),
             &img,
-        ])
-        .output()
-        .unwrap();
+        ],
+    );
     assert_eq!(
         bad.status.code(),
         Some(2),
@@ -421,10 +346,10 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
     assert_eq!(cs_volume_key(&e.s("pass1"), &img, None), vk);
     // UUID and header backup round trip.
     let uuid = "0c3ed3d5-4b0a-4c52-9b3a-1f1d2d0a0b0c";
-    e.ok(&["luks", "uuid", "--uuid", uuid, &img]);
+    e.run.ok(&["luks", "uuid", "--uuid", uuid, &img]);
     assert_eq!(run("cryptsetup", &["luksUUID", &img]).trim(), uuid);
     let backup = e.s("backup.bin");
-    e.ok(&[
+    e.run.ok(&[
         "luks",
         "header-backup",
         &img,
@@ -432,8 +357,8 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
         &backup,
     ]);
     run("cryptsetup", &["luksDump", &backup]);
-    e.ok(&["luks", "kill-slot", "-q", &img, "0"]);
-    e.ok(&[
+    e.run.ok(&["luks", "kill-slot", "-q", &img, "0"]);
+    e.run.ok(&[
         "luks",
         "header-restore",
         &img,
@@ -448,7 +373,7 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
 
 #[test]
 fn we_open_what_cryptsetup_formats() {
-    if tool_missing("cryptsetup") {
+    if tool_missing("cryptsetup", "cryptsetup-bin") {
         return;
     }
     let cases: &[&[&str]] = &[
@@ -534,8 +459,8 @@ fn we_open_what_cryptsetup_formats() {
         ],
     ];
     for (i, case) in cases.iter().enumerate() {
-        let e = Env::new();
-        let img = e.image("disk.img", 20 << 20);
+        let e = env();
+        let img = e.sparse("disk.img", 20 << 20);
         let hdr = e.s("hdr.img");
         let pass = e.s("pass");
         let detached = case.contains(&"DETACHED");
@@ -549,7 +474,7 @@ fn we_open_what_cryptsetup_formats() {
         let header = detached.then_some(hdr.as_str());
         let hdr_path = header.unwrap_or(&img);
         let theirs = run("cryptsetup", &["luksDump", hdr_path]);
-        let ours = e.ok(&["luks", "dump", hdr_path]);
+        let ours = e.run.ok(&["luks", "dump", hdr_path]);
         assert_eq!(
             comparable(&ours),
             comparable(&theirs),
@@ -560,7 +485,7 @@ fn we_open_what_cryptsetup_formats() {
             t.extend(["--header", h]);
         }
         t.push(&img);
-        assert!(e.ok(&t).contains("Key slot 0 unlocked."));
+        assert!(e.run.ok(&t).contains("Key slot 0 unlocked."));
         assert_eq!(
             our_volume_key(&e, &img, header),
             cs_volume_key(&pass, &img, header),
@@ -574,7 +499,7 @@ fn we_open_what_cryptsetup_formats() {
             ))
             .unwrap();
             let ours: serde_json::Value =
-                serde_json::from_str(&e.ok(&["luks", "dump", "--json", hdr_path])).unwrap();
+                serde_json::from_str(&e.run.ok(&["luks", "dump", "--json", hdr_path])).unwrap();
             assert_eq!(ours, theirs, "case {i}: JSON metadata differs");
         }
     }
@@ -602,20 +527,14 @@ fn xts_decrypt(key: &[u8], data: &[u8], sector_size: usize, first_iv: u64) -> Ve
     out
 }
 
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[1] ^ seed)
-        .collect()
-}
-
 #[test]
 fn data_written_through_open_decrypts_with_cryptsetups_volume_key() {
-    if tool_missing("cryptsetup") || fuse_missing() {
+    if tool_missing("cryptsetup", "cryptsetup-bin") || fuse_missing() {
         return;
     }
     for (sector, key_bits) in [(4096usize, "512"), (512, "256")] {
-        let e = Env::new();
-        let img = e.image("disk.img", 20 << 20);
+        let e = env();
+        let img = e.sparse("disk.img", 20 << 20);
         let pass = e.s("pass");
         let ss = sector.to_string();
         run(
@@ -643,20 +562,20 @@ fn data_written_through_open_decrypts_with_cryptsetups_volume_key() {
                 &img,
             ],
         );
-        let out = e.ok(&["luks", "open", "--key-file", &pass, &img, "c0"]);
+        let out = e.run.ok(&["luks", "open", "--key-file", &pass, &img, "c0"]);
         let exported = PathBuf::from(out.lines().next().unwrap());
         assert_eq!(
             fs::metadata(&exported).unwrap().len(),
             (20 << 20) - (16 << 20)
         );
-        let data = pattern(1 << 20, sector as u8);
+        let data = bytes(sector as u64, 1 << 20);
         {
             use std::os::unix::fs::FileExt;
             let f = fs::OpenOptions::new().write(true).open(&exported).unwrap();
             f.write_all_at(&data, 64 << 10).unwrap();
             f.sync_all().unwrap();
         }
-        e.ok(&["close", "c0"]);
+        e.run.ok(&["close", "c0"]);
         let raw = fs::read(&img).unwrap();
         let at = (16 << 20) + (64 << 10);
         let cipher_text = &raw[at..at + data.len()];
@@ -668,7 +587,7 @@ fn data_written_through_open_decrypts_with_cryptsetups_volume_key() {
             "sector {sector}: data does not decrypt with cryptsetup's volume key"
         );
         // And it reads back through a fresh, read-only open.
-        let out = e.ok(&[
+        let out = e.run.ok(&[
             "luks",
             "open",
             "--read-only",
@@ -679,17 +598,20 @@ fn data_written_through_open_decrypts_with_cryptsetups_volume_key() {
         ]);
         let exported = PathBuf::from(out.lines().next().unwrap());
         let back = fs::read(&exported).unwrap();
-        e.ok(&["close", "c1"]);
+        e.run.ok(&["close", "c1"]);
         assert!(back[64 << 10..(64 << 10) + data.len()] == data[..]);
     }
 }
 
 #[test]
 fn qemu_luks_images_open_and_read() {
-    if tool_missing("qemu-img") || tool_missing("qemu-io") || fuse_missing() {
+    if tool_missing("qemu-img", "qemu-utils")
+        || tool_missing("qemu-io", "qemu-utils")
+        || fuse_missing()
+    {
         return;
     }
-    let e = Env::new();
+    let e = env();
     let img = e.s("q.luks");
     let secret = format!("secret,id=sec0,data={PASS}");
     // qemu-img's PBKDF2 benchmark now and then fails on a busy machine ("Unable to get
@@ -727,9 +649,9 @@ fn qemu_luks_images_open_and_read() {
         ],
     );
     let pass = e.s("pass");
-    let dump = e.ok(&["luks", "dump", &img]);
+    let dump = e.run.ok(&["luks", "dump", &img]);
     assert!(dump.contains("Version:       \t1"), "{dump}");
-    let out = e.ok(&[
+    let out = e.run.ok(&[
         "luks",
         "open",
         "--read-only",
@@ -740,7 +662,7 @@ fn qemu_luks_images_open_and_read() {
     ]);
     let exported = PathBuf::from(out.lines().next().unwrap());
     let back = fs::read(&exported).unwrap();
-    e.ok(&["close", "q0"]);
+    e.run.ok(&["close", "q0"]);
     assert_eq!(back.len(), 4 << 20);
     assert!(back[..1 << 20].iter().all(|&b| b == 0xa5));
     assert!(back[3 << 20..(3 << 20) + (512 << 10)]
@@ -750,11 +672,11 @@ fn qemu_luks_images_open_and_read() {
 
 #[test]
 fn luks1_from_cryptsetup_opens_and_reads() {
-    if tool_missing("cryptsetup") || fuse_missing() {
+    if tool_missing("cryptsetup", "cryptsetup-bin") || fuse_missing() {
         return;
     }
-    let e = Env::new();
-    let img = e.image("disk.img", 8 << 20);
+    let e = env();
+    let img = e.sparse("disk.img", 8 << 20);
     let pass = e.s("pass");
     run(
         "cryptsetup",
@@ -770,16 +692,16 @@ fn luks1_from_cryptsetup_opens_and_reads() {
             &img,
         ],
     );
-    let out = e.ok(&["luks", "open", "--key-file", &pass, &img, "l1"]);
+    let out = e.run.ok(&["luks", "open", "--key-file", &pass, &img, "l1"]);
     let exported = PathBuf::from(out.lines().next().unwrap());
-    let data = pattern(256 << 10, 7);
+    let data = bytes(7, 256 << 10);
     {
         use std::os::unix::fs::FileExt;
         let f = fs::OpenOptions::new().write(true).open(&exported).unwrap();
         f.write_all_at(&data, 0).unwrap();
         f.sync_all().unwrap();
     }
-    e.ok(&["close", "l1"]);
+    e.run.ok(&["close", "l1"]);
     let raw = fs::read(&img).unwrap();
     let offset = 4096 * 512;
     let vk = cs_volume_key(&pass, &img, None);

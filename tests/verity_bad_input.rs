@@ -8,14 +8,15 @@
 //! Tests that `open` a device need FUSE (/dev/fuse): without it they fail loudly when `CI` is
 //! set and are skipped with a message otherwise.
 
-use std::collections::BTreeMap;
-use std::io::Read;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+mod common;
 
-const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
+use common::env::fuse_device_missing;
+use common::pki;
+use common::rng::{time_seed, SplitMix64};
+use common::run::{Opened, Run, RunDir};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
 /// 256 data blocks of 4 KiB: two levels of sha256 hash blocks (2 + 1) after the superblock.
 const DATA_BLOCKS: usize = 256;
 const BS: usize = 4096;
@@ -25,114 +26,12 @@ const SALT_B: &str = "ffeeddccbbaa99887766554433221100";
 // ---------------------------------------------------------------------------------------------
 // Running dmkit
 
-/// What one dmkit run produced.
-struct Run {
-    args: Vec<String>,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn describe(&self) -> String {
-        format!(
-            "dmkit {}\n  exit: {:?}\n  stdout: {:?}\n  stderr: {:?}",
-            self.args.join(" "),
-            self.code,
-            self.stdout,
-            self.stderr
-        )
-    }
-
-    fn assert_ok(&self) -> &Self {
-        assert_eq!(self.code, Some(0), "expected success:\n{}", self.describe());
-        assert_no_panic(self);
-        self
-    }
-}
-
-fn assert_no_panic(r: &Run) {
-    assert!(
-        !r.stdout.contains("panicked") && !r.stderr.contains("panicked"),
-        "dmkit panicked:\n{}",
-        r.describe()
-    );
-}
-
-/// Read a pipe to its end on a thread, keeping what arrived so far visible.
-fn drain(
-    mut pipe: impl Read + Send + 'static,
-) -> (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>) {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let b = buf.clone();
-    let h = std::thread::spawn(move || {
-        let mut chunk = [0u8; 4096];
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => b.lock().unwrap().extend_from_slice(&chunk[..n]),
-            }
-        }
-    });
-    (buf, h)
-}
-
-/// Run dmkit with a private run directory. A command that does not end within 120 s, or whose
-/// background daemon keeps our stdout/stderr open after it returned, fails the test.
-fn dmkit(run_dir: &Path, args: &[&str]) -> Run {
-    let mut child = Command::new(DMKIT)
-        .args(args)
-        .env("DMKIT_RUN_DIR", run_dir)
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn dmkit");
-    let (out, out_h) = drain(child.stdout.take().unwrap());
-    let (err, err_h) = drain(child.stderr.take().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait for dmkit") {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    // The pipes reach EOF once every holder is gone; a daemon must not keep them.
-    let grace = Instant::now() + Duration::from_secs(5);
-    while !(out_h.is_finished() && err_h.is_finished()) && Instant::now() < grace {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let pipes_closed = out_h.is_finished() && err_h.is_finished();
-    let run = Run {
-        args: args.iter().map(|s| s.to_string()).collect(),
-        code: status.and_then(|s| s.code()),
-        stdout: String::from_utf8_lossy(&out.lock().unwrap()).into_owned(),
-        stderr: String::from_utf8_lossy(&err.lock().unwrap()).into_owned(),
-    };
-    assert!(
-        status.is_some(),
-        "dmkit did not finish within 120 s:\n{}",
-        run.describe()
-    );
-    assert!(
-        pipes_closed,
-        "dmkit returned but something it started still holds its stdout/stderr \
-         (a background daemon must detach from them):\n{}",
-        run.describe()
-    );
-    run
-}
+// The runs themselves (120 s limit, no daemon holding the pipes): common::run.
 
 /// Assert the contract for a refused command: exit `code`, one stderr line `dmkit: ...` that
 /// contains every group of `names` (each group: any one of its alternatives, case-insensitive).
 fn assert_refused(r: &Run, code: i32, names: &[&[&str]]) {
-    assert_no_panic(r);
+    r.assert_no_panic();
     assert_eq!(
         r.code,
         Some(code),
@@ -168,26 +67,19 @@ fn assert_refused(r: &Run, code: i32, names: &[&[&str]]) {
 /// A work directory (inputs) and a separate run directory for DMKIT_RUN_DIR.
 struct Env {
     _work: tempfile::TempDir,
-    _run: tempfile::TempDir,
     dir: PathBuf,
-    run: PathBuf,
-    rng: u64,
+    run_dir: RunDir,
+    rng: SplitMix64,
 }
 
 impl Env {
     fn new() -> Env {
         let work = tempfile::tempdir().expect("temp dir");
-        let run = tempfile::tempdir().expect("temp run dir");
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos() as u64;
         Env {
             dir: work.path().to_path_buf(),
-            run: run.path().to_path_buf(),
             _work: work,
-            _run: run,
-            rng: seed | 1,
+            run_dir: RunDir::new(),
+            rng: SplitMix64(time_seed() | 1),
         }
     }
 
@@ -203,17 +95,7 @@ impl Env {
     }
 
     fn random(&mut self, len: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(len + 8);
-        while v.len() < len {
-            // splitmix64
-            self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
-            let mut z = self.rng;
-            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-            v.extend_from_slice(&(z ^ (z >> 31)).to_le_bytes());
-        }
-        v.truncate(len);
-        v
+        self.rng.bytes(len)
     }
 
     /// Write `blocks` random 4 KiB blocks to `name`.
@@ -223,7 +105,7 @@ impl Env {
     }
 
     fn run(&self, args: &[&str]) -> Run {
-        dmkit(&self.run, args)
+        self.run_dir.run(args)
     }
 
     /// `dmkit verity format --json DATA HASH EXTRA...`; returns the root hash.
@@ -294,42 +176,16 @@ impl Env {
     }
 }
 
-/// Whether FUSE is usable; without it a test that opens devices fails in CI, else is skipped.
-fn fuse_available(test: &str) -> bool {
-    if Path::new("/dev/fuse").exists() {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!(
-            "{test}: /dev/fuse is missing but CI is set: FUSE tests must run in CI (modprobe fuse)"
-        );
-    }
-    eprintln!("{test}: skipped: /dev/fuse is missing (FUSE is needed to open devices)");
-    false
-}
-
-/// Closes a device on drop, whether the test passed or not.
-struct Opened<'a> {
-    env: &'a Env,
-    name: String,
-}
-
-impl Drop for Opened<'_> {
-    fn drop(&mut self) {
-        let r = self.env.run(&["close", &self.name]);
-        if r.code != Some(0) && !std::thread::panicking() {
-            panic!("close failed:\n{}", r.describe());
-        }
-    }
-}
-
 /// Run an `open` that must be refused; if it wrongly succeeds, close the device before failing.
 fn open_refused(env: &Env, args: &[&str], code: i32, names: &[&[&str]]) {
     let name = args[3].to_string();
     let before = env.snapshot();
     let r = env.run(args);
     if r.code == Some(0) {
-        let _close = Opened { env, name };
+        let _close = Opened {
+            run_dir: env.run_dir.path(),
+            name,
+        };
         panic!("open should have been refused:\n{}", r.describe());
     }
     assert_refused(&r, code, names);
@@ -427,7 +283,7 @@ fn truncated_hash_device() {
 
 #[test]
 fn truncated_hash_device_open() {
-    if !fuse_available("truncated_hash_device_open") {
+    if fuse_device_missing() {
         return;
     }
     let (env, root) = formatted();
@@ -496,7 +352,7 @@ fn wrong_root_hash() {
 
 #[test]
 fn wrong_root_hash_open() {
-    if !fuse_available("wrong_root_hash_open") {
+    if fuse_device_missing() {
         return;
     }
     let (env, root) = formatted();
@@ -565,7 +421,7 @@ fn wrong_salt() {
 
 #[test]
 fn wrong_salt_open() {
-    if !fuse_available("wrong_salt_open") {
+    if fuse_device_missing() {
         return;
     }
     let mut env = Env::new();
@@ -740,7 +596,7 @@ fn superblock_other_bad_fields() {
 
 #[test]
 fn garbage_superblock_open() {
-    if !fuse_available("garbage_superblock_open") {
+    if fuse_device_missing() {
         return;
     }
     let (env, root) = formatted();
@@ -840,7 +696,7 @@ fn verify_data_shorter_than_data_blocks_option() {
 
 #[test]
 fn open_data_shorter_than_superblock() {
-    if !fuse_available("open_data_shorter_than_superblock") {
+    if fuse_device_missing() {
         return;
     }
     let (env, root) = formatted();
@@ -860,36 +716,14 @@ fn open_data_shorter_than_superblock() {
 // ---------------------------------------------------------------------------------------------
 // Signatures and certificates
 
-fn openssl_ok(args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run openssl (is it installed?)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// key.pem + cert.pem (self-signed RSA), and sig.der: dmkit's signature over `signed_root`.
 fn signing_fixture(env: &Env, signed_root: &str) {
-    openssl_ok(&[
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
+    pki::self_signed(
+        &env.path("key.pem"),
+        &env.path("cert.pem"),
         "/CN=dmkit bad input test",
-        "-newkey",
-        "rsa:2048",
-        "-keyout",
-        &env.p("key.pem"),
-        "-out",
-        &env.p("cert.pem"),
-    ]);
+        pki::RSA,
+    );
     env.run(&[
         "verity",
         "sign",
@@ -1003,7 +837,7 @@ fn garbage_certificate_file() {
 
 #[test]
 fn bad_signature_open() {
-    if !fuse_available("bad_signature_open") {
+    if fuse_device_missing() {
         return;
     }
     let (env, root) = formatted();
@@ -1060,7 +894,7 @@ fn bad_signature_open() {
 
 #[test]
 fn name_already_open() {
-    if !fuse_available("name_already_open") {
+    if fuse_device_missing() {
         return;
     }
     let (env, root) = formatted();
@@ -1068,7 +902,7 @@ fn name_already_open() {
     let r = env.run(&["verity", "open", &d, "busy0", &h, &root]);
     r.assert_ok();
     let _guard = Opened {
-        env: &env,
+        run_dir: env.run_dir.path(),
         name: "busy0".into(),
     };
     let served = r.stdout.lines().next().unwrap_or("").trim().to_string();
@@ -1142,7 +976,7 @@ fn root_hash_wrong_length() {
 
 #[test]
 fn root_hash_syntax_open() {
-    if !fuse_available("root_hash_syntax_open") {
+    if fuse_device_missing() {
         return;
     }
     let (env, root) = formatted();

@@ -7,14 +7,17 @@
 //! loudly when `CI` is set and is skipped with a message otherwise.
 //! `DMKIT_TEST_SEED=<n>` replays a run (the seed is printed).
 
+mod common;
+
+use common::env::{is_root, missing, on_path};
+use common::rng::{env_seed, time_seed, SplitMix64 as Rng};
+use common::run::{run_in, Run};
+use common::DMKIT;
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
 const BS: u64 = 4096;
 const IMAGE_SIZE: &str = "64M";
 const FILES: usize = 300;
@@ -23,20 +26,9 @@ const MAX_FILE: u64 = 200 * 1024;
 // ---------------------------------------------------------------------------------------------
 // Prerequisites
 
-fn command_exists(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false)
-}
-
 /// Why this machine cannot run the test, if it cannot.
 fn missing_prerequisite() -> Option<String> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         return Some("not running as root (mount and losetup need it)".into());
     }
     if !Path::new("/dev/fuse").exists() {
@@ -46,146 +38,20 @@ fn missing_prerequisite() -> Option<String> {
         return Some("/dev/loop-control is missing (modprobe loop)".into());
     }
     for cmd in ["mkfs.ext4", "debugfs", "mount", "umount", "losetup"] {
-        if !command_exists(cmd) {
+        if !on_path(cmd) {
             return Some(format!("{cmd} is not installed (e2fsprogs, util-linux)"));
         }
     }
     None
 }
 
-/// True when the test can run; panics in CI when it cannot, skips with a message otherwise.
-fn prerequisites(test: &str) -> bool {
-    match missing_prerequisite() {
-        None => true,
-        Some(why) if std::env::var_os("CI").is_some() => {
-            panic!("{test}: cannot run in CI: {why}")
-        }
-        Some(why) => {
-            eprintln!("{test}: skipped: {why}");
-            false
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Processes
-
-struct Run {
-    what: String,
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-}
-
-impl Run {
-    fn describe(&self) -> String {
-        format!(
-            "{}\n  exit: {:?}\n  stdout: {:?}\n  stderr: {:?}",
-            self.what, self.code, self.stdout, self.stderr
-        )
-    }
-
-    fn ok(self) -> Run {
-        assert_eq!(self.code, Some(0), "command failed:\n{}", self.describe());
-        assert!(
-            !self.stderr.contains("panicked") && !self.stdout.contains("panicked"),
-            "panic:\n{}",
-            self.describe()
-        );
-        self
-    }
-}
-
-fn drain(
-    mut pipe: impl Read + Send + 'static,
-) -> (Arc<Mutex<Vec<u8>>>, std::thread::JoinHandle<()>) {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let b = buf.clone();
-    let h = std::thread::spawn(move || {
-        let mut chunk = [0u8; 4096];
-        loop {
-            match pipe.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => b.lock().unwrap().extend_from_slice(&chunk[..n]),
-            }
-        }
-    });
-    (buf, h)
-}
-
-/// Run a program with a time limit. A daemon started by it must not keep our pipes open.
+/// Runs a program with DMKIT_RUN_DIR set, within 300 s (see common::run::output_within).
 fn run(program: &str, args: &[&str], run_dir: &Path) -> Run {
-    let what = format!("{program} {}", args.join(" "));
-    let mut child = Command::new(program)
-        .args(args)
-        .env("DMKIT_RUN_DIR", run_dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    let (out, out_h) = drain(child.stdout.take().unwrap());
-    let (err, err_h) = drain(child.stderr.take().unwrap());
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break Some(s);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let grace = Instant::now() + Duration::from_secs(5);
-    while !(out_h.is_finished() && err_h.is_finished()) && Instant::now() < grace {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let closed = out_h.is_finished() && err_h.is_finished();
-    let r = Run {
-        what,
-        code: status.and_then(|s| s.code()),
-        stdout: String::from_utf8_lossy(&out.lock().unwrap()).into_owned(),
-        stderr: String::from_utf8_lossy(&err.lock().unwrap()).into_owned(),
-    };
-    assert!(status.is_some(), "timed out after 300 s:\n{}", r.describe());
-    assert!(
-        closed,
-        "returned, but a process it started keeps its stdout/stderr open:\n{}",
-        r.describe()
-    );
-    r
+    run_in(program, args, run_dir, Duration::from_secs(300))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Random content
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // splitmix64
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn bytes(&mut self, len: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(len + 8);
-        while v.len() < len {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(len);
-        v
-    }
-}
 
 /// Populate `root` with `FILES` files of random sizes and content, some in subdirectories;
 /// returns relative path -> content.
@@ -424,18 +290,11 @@ fn read_all(
 
 #[test]
 fn ext4_on_verity_reads_back_and_names_corruption() {
-    if !prerequisites("ext4_on_verity_reads_back_and_names_corruption") {
+    if let Some(why) = missing_prerequisite() {
+        missing(&why);
         return;
     }
-    let seed = std::env::var("DMKIT_TEST_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-        });
+    let seed = env_seed("DMKIT_TEST_SEED").unwrap_or_else(time_seed);
     eprintln!("DMKIT_TEST_SEED={seed}");
     let mut rng = Rng(seed);
 

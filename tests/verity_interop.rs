@@ -5,151 +5,61 @@
 //! The seed is printed; `DMKIT_INTEROP_SEED=N` replays a run, `DMKIT_INTEROP_CASES=N` sets
 //! how many combinations (default 50).
 
+mod common;
+
+use common::env::tool_missing;
+use common::rng::{env_seed, time_seed, XorShift64Star as Rng};
+use common::run::{ok, output as run};
+use common::verity_case::VerityCase as Case;
+use common::{xor_byte, DMKIT};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
-
-/// A small deterministic generator (xorshift64*), so a failing seed can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+/// A random parameter combination (the generator is xorshift64*, so a seed replays a run).
+fn random_case(rng: &mut Rng) -> Case {
+    let sizes = [512u64, 1024, 2048, 4096, 8192, 16384, 32768, 65536];
+    let hash = rng.pick(&["sha1", "sha256", "sha512"]);
+    let data_block_size = rng.pick(&sizes);
+    let hash_block_size = rng.pick(&sizes);
+    // Up to ~1500 blocks but at most 3 MiB, plus a tail that is not a whole block.
+    let max_blocks = (3 << 20) / data_block_size;
+    // One block in eight cases: no tree at all, the root is that block's digest.
+    let blocks = if rng.below(8) == 0 {
+        1
+    } else {
+        1 + rng.below(max_blocks.min(1500))
+    };
+    let data_size = blocks * data_block_size + rng.below(data_block_size);
+    let salt_len = match rng.below(4) {
+        0 => 0,
+        1 => 256,
+        _ => rng.below(257) as usize,
+    };
+    let salt = if salt_len == 0 {
+        "-".to_string()
+    } else {
+        hex::encode(rng.bytes(salt_len))
+    };
+    let superblock = rng.below(3) != 0;
+    let hash_offset = if rng.below(3) == 0 {
+        // After the data, aligned as veritysetup requires: 512 bytes with a superblock,
+        // a whole hash block without one.
+        let align = if superblock { 512 } else { hash_block_size };
+        let end = data_size.div_ceil(align) * align;
+        Some(end + align * rng.below(3))
+    } else {
+        None
+    };
+    Case {
+        name: String::new(),
+        hash,
+        data_block_size,
+        hash_block_size,
+        data_size,
+        salt,
+        hash_type: rng.below(2) as u32,
+        superblock,
+        hash_offset,
     }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
-        items[self.below(items.len() as u64) as usize]
-    }
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
-#[derive(Debug, Clone)]
-struct Case {
-    hash: &'static str,
-    digest: usize,
-    data_block_size: u64,
-    hash_block_size: u64,
-    data_size: u64,
-    salt: String,
-    hash_type: u32,
-    superblock: bool,
-    /// Hash area in the data file at this offset (data blocks given explicitly).
-    hash_offset: Option<u64>,
-}
-
-impl Case {
-    fn random(rng: &mut Rng) -> Case {
-        let sizes = [512u64, 1024, 2048, 4096, 8192, 16384, 32768, 65536];
-        let (hash, digest) = rng.pick(&[("sha1", 20), ("sha256", 32), ("sha512", 64)]);
-        let data_block_size = rng.pick(&sizes);
-        let hash_block_size = rng.pick(&sizes);
-        // Up to ~1500 blocks but at most 3 MiB, plus a tail that is not a whole block.
-        let max_blocks = (3 << 20) / data_block_size;
-        // One block in eight cases: no tree at all, the root is that block's digest.
-        let blocks = if rng.below(8) == 0 {
-            1
-        } else {
-            1 + rng.below(max_blocks.min(1500))
-        };
-        let data_size = blocks * data_block_size + rng.below(data_block_size);
-        let salt_len = match rng.below(4) {
-            0 => 0,
-            1 => 256,
-            _ => rng.below(257) as usize,
-        };
-        let salt = if salt_len == 0 {
-            "-".to_string()
-        } else {
-            hex::encode(rng.bytes(salt_len))
-        };
-        let superblock = rng.below(3) != 0;
-        let hash_offset = if rng.below(3) == 0 {
-            // After the data, aligned as veritysetup requires: 512 bytes with a superblock,
-            // a whole hash block without one.
-            let align = if superblock { 512 } else { hash_block_size };
-            let end = data_size.div_ceil(align) * align;
-            Some(end + align * rng.below(3))
-        } else {
-            None
-        };
-        Case {
-            hash,
-            digest,
-            data_block_size,
-            hash_block_size,
-            data_size,
-            salt,
-            hash_type: rng.below(2) as u32,
-            superblock,
-            hash_offset,
-        }
-    }
-
-    fn data_blocks(&self) -> u64 {
-        self.data_size / self.data_block_size
-    }
-
-    /// Options both tools take for format (and for verify without a superblock).
-    fn tree_options(&self) -> Vec<String> {
-        let mut o = vec![
-            format!("--hash={}", self.hash),
-            format!("--data-block-size={}", self.data_block_size),
-            format!("--hash-block-size={}", self.hash_block_size),
-            format!("--salt={}", self.salt),
-            format!("--format={}", self.hash_type),
-        ];
-        if !self.superblock {
-            o.push("--no-superblock".into());
-        }
-        if let Some(off) = self.hash_offset {
-            o.push(format!("--hash-offset={off}"));
-            o.push(format!("--data-blocks={}", self.data_blocks()));
-        }
-        o
-    }
-
-    fn verify_options(&self) -> Vec<String> {
-        if self.superblock {
-            match self.hash_offset {
-                Some(off) => vec![format!("--hash-offset={off}")],
-                None => vec![],
-            }
-        } else {
-            self.tree_options()
-        }
-    }
-}
-
-fn run(cmd: &str, args: &[String]) -> Output {
-    let out = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !stderr.contains("panicked"),
-        "{cmd} {args:?} panicked: {stderr}"
-    );
-    out
-}
-
-fn ok(cmd: &str, args: &[String]) -> String {
-    let out = run(cmd, args);
-    assert!(
-        out.status.success(),
-        "{cmd} {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 fn root_hash_of(output: &str) -> String {
@@ -191,7 +101,7 @@ fn format_with(
 
 fn verify_args(case: &Case, data: &Path, hash: &Path, root: &str) -> Vec<String> {
     let mut a = vec!["verify".to_string()];
-    a.extend(case.verify_options());
+    a.extend(case.open_options());
     a.extend([s(data), s(hash), root.to_string()]);
     a
 }
@@ -216,22 +126,13 @@ fn dmkit_verify_json(
 }
 
 fn flip_bit(path: &Path, byte: u64, bit: u8) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .unwrap();
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, byte).unwrap();
-    b[0] ^= 1 << bit;
-    f.write_all_at(&b, byte).unwrap();
+    xor_byte(path, byte, 1 << bit);
 }
 
 /// First hash block of the tree and one past the last, as veritysetup lays it out.
 fn tree_blocks(case: &Case) -> (u64, u64) {
     let hbs = case.hash_block_size;
-    let per_block = 1u64 << (63 - (hbs / case.digest as u64).leading_zeros());
+    let per_block = 1u64 << (63 - (hbs / case.digest_size()).leading_zeros());
     let offset = case.hash_offset.unwrap_or(0);
     let start = if case.superblock {
         (offset + 512).div_ceil(hbs)
@@ -350,33 +251,12 @@ fn check_case(i: usize, case: &Case, rng: &mut Rng, dir: &Path) {
     }
 }
 
-fn have_veritysetup() -> bool {
-    Command::new("veritysetup")
-        .arg("--version")
-        .output()
-        .is_ok()
-}
-
 #[test]
 fn random_parameter_combinations_match_veritysetup() {
-    if !have_veritysetup() {
-        assert!(
-            std::env::var_os("CI").is_none(),
-            "veritysetup is missing in CI"
-        );
-        eprintln!("skipping: veritysetup is not installed (apt-get install cryptsetup-bin)");
+    if tool_missing("veritysetup", "cryptsetup-bin") {
         return;
     }
-    let seed = std::env::var("DMKIT_INTEROP_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
+    let seed = env_seed("DMKIT_INTEROP_SEED").unwrap_or_else(|| time_seed() | 1);
     let cases: usize = std::env::var("DMKIT_INTEROP_CASES")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -386,7 +266,7 @@ fn random_parameter_combinations_match_veritysetup() {
     let dir = tempfile::tempdir().unwrap();
     let mut seen = std::collections::BTreeSet::new();
     for i in 0..cases {
-        let case = Case::random(&mut rng);
+        let case = random_case(&mut rng);
         seen.insert((
             case.hash,
             case.hash_type,

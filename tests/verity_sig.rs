@@ -1,8 +1,10 @@
 //! dm-verity root hash signatures: dmkit against the `openssl` CLI.
 
+mod common;
+
+use common::pki::{self, make_ident, openssl_ok, smime_verifies as openssl_verifies, Ident};
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::slice::from_ref;
 use std::sync::OnceLock;
 
@@ -10,14 +12,6 @@ use dmkit::verity::sig::{sign_root_hash, verify_root_hash_signature, SignatureEr
 
 const ROOT: &str = "4392b3c9a6c1d5e0a54c2a1f0c3d6e7f8a9b0c1d2e3f405162738495a6b7c8d9";
 const OTHER_ROOT: &str = "0000b3c9a6c1d5e0a54c2a1f0c3d6e7f8a9b0c1d2e3f405162738495a6b7c8d9";
-
-/// A signing identity made with the openssl CLI.
-struct Ident {
-    key: PathBuf,
-    cert: PathBuf,
-    cert_der: PathBuf,
-    subject_cn: &'static str,
-}
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -31,52 +25,16 @@ struct Fixture {
 }
 
 fn openssl(args: &[&str]) -> std::process::Output {
-    let out = Command::new("openssl")
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("run openssl");
-    out
-}
-
-fn openssl_ok(args: &[&str]) {
-    let out = openssl(args);
-    assert!(
-        out.status.success(),
-        "openssl {:?} failed: {}",
-        args,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::run::output("openssl", args)
 }
 
 fn p(path: &Path) -> &str {
     path.to_str().expect("utf-8 temp path")
 }
 
-fn make_ident(dir: &Path, name: &'static str, newkey: &[&str]) -> Ident {
-    let key = dir.join(format!("{name}.key"));
-    let cert = dir.join(format!("{name}.crt"));
-    let cert_der = dir.join(format!("{name}.der"));
-    let subj = format!("/CN={name}/O=dmkit test");
-    let mut args = vec!["req", "-x509", "-nodes", "-days", "2", "-subj", &subj];
-    args.extend_from_slice(newkey);
-    args.extend_from_slice(&["-keyout", p(&key), "-out", p(&cert)]);
-    openssl_ok(&args);
-    openssl_ok(&[
-        "x509",
-        "-in",
-        p(&cert),
-        "-outform",
-        "der",
-        "-out",
-        p(&cert_der),
-    ]);
-    Ident {
-        key,
-        cert,
-        cert_der,
-        subject_cn: name,
-    }
+/// A signing identity in `dir` with the subject `/CN=NAME/O=dmkit test`.
+fn ident(dir: &Path, name: &str, newkey: &[&str]) -> Ident {
+    make_ident(dir, name, &format!("/CN={name}/O=dmkit test"), newkey)
 }
 
 fn fx() -> &'static Fixture {
@@ -84,13 +42,9 @@ fn fx() -> &'static Fixture {
     FX.get_or_init(|| {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
-        let rsa = make_ident(&dir, "test-rsa", &["-newkey", "rsa:2048"]);
-        let ec = make_ident(
-            &dir,
-            "test-ec",
-            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"],
-        );
-        let stranger = make_ident(&dir, "stranger", &["-newkey", "rsa:2048"]);
+        let rsa = ident(&dir, "test-rsa", pki::RSA);
+        let ec = ident(&dir, "test-ec", pki::EC_P256);
+        let stranger = ident(&dir, "stranger", pki::RSA);
         let root_txt = dir.join("root.txt");
         fs::write(&root_txt, ROOT).expect("write root.txt");
         Fixture {
@@ -130,29 +84,6 @@ fn openssl_sign(id: &Ident, content: &Path, extra: &[&str]) -> PathBuf {
     args.extend_from_slice(extra);
     openssl_ok(&args);
     out
-}
-
-/// `openssl smime -verify` of a DER signature against `cert` only.
-fn openssl_verifies(sig: &Path, content: &Path, cert: &Path) -> bool {
-    openssl(&[
-        "smime",
-        "-verify",
-        "-binary",
-        "-inform",
-        "der",
-        "-in",
-        p(sig),
-        "-content",
-        p(content),
-        "-certfile",
-        p(cert),
-        "-nointern",
-        "-noverify",
-        "-out",
-        "/dev/null",
-    ])
-    .status
-    .success()
 }
 
 fn write_sig(bytes: &[u8]) -> PathBuf {
@@ -220,11 +151,7 @@ fn our_signatures_verify_with_openssl() {
     let f = fx();
     for id in [&f.rsa, &f.ec] {
         let sig = write_sig(&sign_root_hash(ROOT, &id.key, &id.cert).unwrap());
-        assert!(
-            openssl_verifies(&sig, &f.root_txt, &id.cert),
-            "{}",
-            id.subject_cn
-        );
+        assert!(openssl_verifies(&sig, &f.root_txt, &id.cert), "{}", id.name);
         // ... and only against the signer's certificate, and only over this root hash.
         assert!(!openssl_verifies(&sig, &f.root_txt, &f.stranger.cert));
         let other = tmpfile("other.txt");
@@ -232,7 +159,7 @@ fn our_signatures_verify_with_openssl() {
         assert!(!openssl_verifies(&sig, &other, &id.cert));
         // And with ourselves.
         let who = verify_root_hash_signature(ROOT, &sig, from_ref(&id.cert)).unwrap();
-        assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.subject_cn));
+        assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.name));
         assert_eq!(who.serial, serial_of(&id.cert));
     }
 }
@@ -262,8 +189,8 @@ fn openssl_signatures_verify_with_ours() {
         for extra in variants {
             let sig = openssl_sign(id, &f.root_txt, extra);
             let who = verify_root_hash_signature(ROOT, &sig, from_ref(&id.cert))
-                .unwrap_or_else(|e| panic!("{} {extra:?}: {e}", id.subject_cn));
-            assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.subject_cn));
+                .unwrap_or_else(|e| panic!("{} {extra:?}: {e}", id.name));
+            assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.name));
             assert_eq!(who.serial, serial_of(&id.cert));
             // DER certificate, and the signer among others.
             verify_root_hash_signature(ROOT, &sig, from_ref(&id.cert_der)).unwrap();
@@ -273,7 +200,7 @@ fn openssl_signatures_verify_with_ours() {
                 &[f.stranger.cert.clone(), id.cert_der.clone()],
             )
             .unwrap();
-            assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.subject_cn));
+            assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.name));
         }
     }
 }
@@ -304,8 +231,8 @@ fn cms_keyid_signature_verifies() {
         ]);
         let who =
             verify_root_hash_signature(ROOT, &sig, &[f.stranger.cert.clone(), id.cert.clone()])
-                .unwrap_or_else(|e| panic!("{}: {e}", id.subject_cn));
-        assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.subject_cn));
+                .unwrap_or_else(|e| panic!("{}: {e}", id.name));
+        assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.name));
         let err = verify_root_hash_signature(ROOT, &sig, from_ref(&f.stranger.cert)).unwrap_err();
         assert!(matches!(err, SignatureError::NotVerified { .. }), "{err}");
         let err = verify_root_hash_signature(OTHER_ROOT, &sig, from_ref(&id.cert)).unwrap_err();
@@ -369,7 +296,7 @@ fn pem_bundle_of_certificates() {
     for id in [&f.rsa, &f.ec] {
         let sig = write_sig(&sign_root_hash(ROOT, &id.key, &id.cert).unwrap());
         let who = verify_root_hash_signature(ROOT, &sig, from_ref(&bundle)).unwrap();
-        assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.subject_cn));
+        assert_eq!(who.subject, format!("CN={}, O=dmkit test", id.name));
     }
     // Signing picks the bundle's certificate that matches the key.
     let ours = sign_root_hash(ROOT, &f.rsa.key, &bundle).unwrap();
@@ -422,28 +349,17 @@ fn refuses_forged_certificate_with_same_issuer_and_serial() {
     let serial = format!("0x{}", serial_of(&f.rsa.cert));
     let forged_key = tmpfile("forged.key");
     let forged_crt = tmpfile("forged.crt");
-    openssl_ok(&[
-        "req",
-        "-x509",
-        "-nodes",
-        "-days",
-        "2",
-        "-subj",
+    pki::self_signed(
+        &forged_key,
+        &forged_crt,
         "/CN=test-rsa/O=dmkit test",
-        "-newkey",
-        "rsa:2048",
-        "-set_serial",
-        &serial,
-        "-keyout",
-        p(&forged_key),
-        "-out",
-        p(&forged_crt),
-    ]);
+        &[pki::RSA, &["-set_serial", &serial]].concat(),
+    );
     let forged = Ident {
+        name: "forged".into(),
         key: forged_key,
         cert: forged_crt,
         cert_der: PathBuf::new(),
-        subject_cn: "forged",
     };
     for extra in [&["-noattr", "-nocerts"][..], &[]] {
         let sig = openssl_sign(&forged, &f.root_txt, extra);

@@ -1,0 +1,90 @@
+//! What a test needs from the machine, and the one rule for when it is missing: with `CI` set
+//! the test fails loudly (CI must provide everything), otherwise it prints why and is skipped.
+//!
+//! The checks return `true` when something is missing, so a test starts with
+//! `if common::env::fuse_missing() { return; }`.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+/// Whether the tests run in CI (the `CI` environment variable is set).
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some()
+}
+
+/// Whether the tests run as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The running test's name (libtest names each test's thread after the test).
+pub fn test_name() -> String {
+    std::thread::current().name().unwrap_or("test").to_string()
+}
+
+/// A prerequisite of the running test is missing (`why`): panics when `CI` is set, otherwise
+/// prints that the test is skipped and why, and returns `true`.
+pub fn missing(why: &str) -> bool {
+    let test = test_name();
+    if in_ci() {
+        panic!("{test}: cannot run in CI: {why}");
+    }
+    eprintln!("{test}: skipped: {why}");
+    true
+}
+
+/// Whether FUSE mounts cannot be made here: they need root and a /dev/fuse that opens for
+/// reading and writing. Reports what is missing through [`missing`].
+pub fn fuse_missing() -> bool {
+    if !is_root() {
+        return missing("not running as root (mounting FUSE needs it)");
+    }
+    let fuse = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse");
+    if fuse.is_err() {
+        return missing("/dev/fuse is not available (modprobe fuse)");
+    }
+    false
+}
+
+/// Whether the /dev/fuse device node is absent (for tests that need nothing more of FUSE than
+/// the node). Reports it through [`missing`].
+pub fn fuse_device_missing() -> bool {
+    !Path::new("/dev/fuse").exists()
+        && missing("/dev/fuse is missing (modprobe fuse): FUSE is needed to open devices")
+}
+
+/// Whether FUSE mounts ([`fuse_missing`]) or loop devices (/dev/loop-control) are unavailable.
+pub fn loop_missing() -> bool {
+    fuse_missing()
+        || (!Path::new("/dev/loop-control").exists()
+            && missing("/dev/loop-control is missing (modprobe loop)"))
+}
+
+/// Whether `cmd` is found on PATH (`command -v`).
+pub fn on_path(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Whether `tool` does not run here (`tool --version` fails); says to install `package`
+/// through [`missing`].
+pub fn tool_missing(tool: &str, package: &str) -> bool {
+    let runs = Command::new(tool)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .is_ok_and(|o| o.status.success());
+    !runs
+        && missing(&format!(
+            "{tool} is not installed (apt-get install {package})"
+        ))
+}

@@ -1,0 +1,41 @@
+//! Helpers shared by the integration tests: every `tests/*.rs` file includes this module with
+//! `mod common;`, so each helper is written once.
+//!
+//! - [`run`]: running `dmkit` and other tools with a time limit, failing a test whose command
+//!   hangs or leaves a daemon holding its output; private `DMKIT_RUN_DIR`s that close what was
+//!   opened in them.
+//! - [`env`]: what a test needs from the machine (root, /dev/fuse, loop devices, tools): when
+//!   something is missing the test fails loudly if `CI` is set and is skipped with a message
+//!   otherwise.
+//! - [`rng`]: deterministic pseudo-random test data and replayable seeds.
+//! - [`verity_case`]: one veritysetup/`dmkit verity` parameter set and its command-line options.
+//! - [`pki`]: keys and self-signed certificates made with the openssl CLI.
+//! - [`xor_byte`]: corrupting one byte of an image in place.
+
+// Not every test file uses every helper.
+#![allow(dead_code)]
+
+pub mod env;
+pub mod pki;
+pub mod rng;
+pub mod run;
+pub mod verity_case;
+
+use std::path::Path;
+
+/// The `dmkit` binary under test.
+pub const DMKIT: &str = env!("CARGO_BIN_EXE_dmkit");
+
+/// Corrupts one byte of the file at `path` in place: the byte at `offset` is XORed with `mask`.
+pub fn xor_byte(path: &Path, offset: u64, mask: u8) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut b = [0u8; 1];
+    f.read_exact_at(&mut b, offset).unwrap();
+    b[0] ^= mask;
+    f.write_all_at(&b, offset).unwrap();
+}
