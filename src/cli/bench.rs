@@ -131,10 +131,19 @@ fn cli_error(e: BenchError) -> CliError {
     }
 }
 
-fn print_json<T: serde::Serialize>(v: &T) -> CliResult {
-    let s = serde_json::to_string_pretty(v)
-        .map_err(|e| CliError::invalid(format!("bench: JSON: {e}")))?;
-    println!("{s}");
+/// Print a report as JSON (`--json`) or as its text table.
+fn print_report<T: serde::Serialize>(
+    json: bool,
+    report: &T,
+    render: fn(&T) -> String,
+) -> CliResult {
+    if json {
+        let s = serde_json::to_string_pretty(report)
+            .map_err(|e| CliError::invalid(format!("bench: JSON: {e}")))?;
+        println!("{s}");
+    } else {
+        print!("{}", render(report));
+    }
     Ok(())
 }
 
@@ -166,12 +175,7 @@ fn run_overhead(a: OverheadArgs) -> CliResult {
     }
     let interrupt = Interrupt::install();
     let report = bench::overhead::run(&o, &interrupt).map_err(cli_error)?;
-    if a.json {
-        print_json(&report)
-    } else {
-        print!("{}", table::render_overhead(&report));
-        Ok(())
-    }
+    print_report(a.json, &report, table::render_overhead)
 }
 
 fn run_format(a: FormatArgs) -> CliResult {
@@ -183,12 +187,7 @@ fn run_format(a: FormatArgs) -> CliResult {
     };
     let interrupt = Interrupt::install();
     let report = bench::format::run(&o, &interrupt).map_err(cli_error)?;
-    if a.json {
-        print_json(&report)
-    } else {
-        print!("{}", table::render_format(&report));
-        Ok(())
-    }
+    print_report(a.json, &report, table::render_format)
 }
 
 fn run_cipher(a: CipherArgs) -> CliResult {
@@ -199,12 +198,7 @@ fn run_cipher(a: CipherArgs) -> CliResult {
     }
     let interrupt = Interrupt::install();
     let report = bench::cipher::run(a.seconds, &interrupt).map_err(cli_error)?;
-    if a.json {
-        print_json(&report)
-    } else {
-        print!("{}", bench::cipher::render(&report));
-        Ok(())
-    }
+    print_report(a.json, &report, bench::cipher::render)
 }
 
 fn run_crypt(a: CryptArgs) -> CliResult {
@@ -226,21 +220,11 @@ fn run_crypt(a: CryptArgs) -> CliResult {
     match a.peer.as_deref() {
         None => {
             let r = cloudflare::run_seed(&o, &interrupt).map_err(cli_error)?;
-            if a.json {
-                print_json(&r)
-            } else {
-                print!("{}", cloudflare::render_seed(&r));
-                Ok(())
-            }
+            print_report(a.json, &r, cloudflare::render_seed)
         }
         Some("qemu-storage-daemon") => {
             let r = cloudflare::run_peer(&o, &interrupt).map_err(cli_error)?;
-            if a.json {
-                print_json(&r)
-            } else {
-                print!("{}", cloudflare::render_peer(&r));
-                Ok(())
-            }
+            print_report(a.json, &r, cloudflare::render_peer)
         }
         Some(p) => Err(CliError::invalid(format!(
             "bench crypt: --peer {p}: unknown peer (known: qemu-storage-daemon)"
