@@ -1,30 +1,45 @@
 #!/usr/bin/env bash
-# Install what dmkit's demo and tests drive: the real tools we are compared with (fio,
-# veritysetup), FUSE, e2fsprogs for filesystem images, OpenSSL for signatures.
-# Idempotent: installs only what is missing, so a developer machine is not touched twice.
+# Install every Debian package that dmkit's build, demo, tests and benchmarks call. This list is
+# the one source of truth: packages are named here, by package name, and installed every time
+# (apt-get returns at once when all of them are there), so a fresh machine gets exactly what a
+# developer machine has. Needs root on Debian 12 and a Rust toolchain (rustup).
 set -euo pipefail
-need=()
-for pair in fio:fio veritysetup:cryptsetup-bin fusermount3:fuse3 mkfs.ext4:e2fsprogs \
-            debugfs:e2fsprogs losetup:mount openssl:openssl pkg-config:pkg-config \
-            fsverity:fsverity integritysetup:cryptsetup-bin dmsetup:dmsetup keyctl:keyutils \
-            busybox:busybox lz4:lz4 depmod:kmod; do
-  cmd=${pair%%:*}; pkg=${pair#*:}
-  command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+
+packages=(
+  # The build: a C toolchain (build scripts, openssl-sys) and OpenSSL's headers.
+  build-essential pkg-config libssl-dev
+  # The real tools we are compared with and tested against.
+  cryptsetup-bin fsverity fio openssl keyutils dmsetup
+  # Serving: FUSE (fusermount3 for rootless serving), loop devices (losetup), filesystems.
+  fuse3 mount util-linux e2fsprogs kmod
+  # qemu-img (LUKS1 images, NBD tests), qemu-storage-daemon (the `bench crypt --peer` peer) and
+  # qemu-system-x86 (the kernel tests boot a Debian kernel under it; qboot comes with it).
+  qemu-utils qemu-system-x86 qemu-system-common
+  # The kernel test guest: its initramfs is built from these (tests/kernel/build-guest.sh).
+  busybox cpio lz4 zstd xz-utils
+  # cryptsetup's own test material (tests/cryptsetup_suite.rs): downloaded with curl, its
+  # header generators run with bash, jq and xxd.
+  curl ca-certificates jq xxd
+  # The rootless-serving test creates an unprivileged user (useradd) and runs as it (setpriv).
+  passwd
+)
+
+# busybox and busybox-static conflict; either serves the test guest, so keep the one installed.
+if dpkg-query -W -f '${Status}' busybox-static 2>/dev/null | grep -q "install ok installed"; then
+  packages=("${packages[@]/#busybox/busybox-static}")
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-dpkg -s libssl-dev >/dev/null 2>&1 || need+=(libssl-dev)
-if [ ${#need[@]} -gt 0 ]; then
-  echo "deps: installing ${need[*]}" >&2
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+  # Without recommends: qemu's GUI, firmware and network extras are not needed.
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
 fi
-# The kernel tests (tests/kernel.rs) boot a Debian kernel under QEMU: qemu-system-x86 (qboot
-# comes with it); the kernel package itself is downloaded by tests/kernel/build-guest.sh, never
-# installed. Without recommends: the GUI, firmware and network extras are not needed.
-if ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
-  echo "deps: installing qemu-system-x86" >&2
-  [ ${#need[@]} -gt 0 ] || apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-system-x86 >/dev/null
-fi
+
 # FUSE and loop devices: the kernel modules may need loading in a fresh VM or container.
 [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || true
 [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true

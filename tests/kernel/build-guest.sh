@@ -19,8 +19,10 @@
 #
 # Exit status: 0 built or found; 77 a prerequisite is missing (the message says which);
 # anything else is a harness bug.
-set -euo pipefail
+set -Eeuo pipefail
 export LC_ALL=C
+# Never end silently: name the line and the command that failed.
+trap 'rc=$?; echo "build-guest: line $LINENO: \`$BASH_COMMAND\` failed (exit $rc)" >&2; exit $rc' ERR
 
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
@@ -122,9 +124,11 @@ echo "root:x:0:0:root:/root:/bin/bash" >"$root/etc/passwd"
 echo "root:x:0:" >"$root/etc/group"
 
 copy_with_libs() {
-    local src=$1 dst=$2
+    local src=$1 dst=$2 libs
     install -D -m 0755 "$(readlink -f "$src")" "$root$dst"
-    ldd "$src" 2>/dev/null | awk '/=> \// {print $3} /^\t\/lib/ {print $1}' | while read -r lib; do
+    # A static binary (busybox-static) has no libraries: ldd says so and exits 1.
+    libs=$(ldd "$src" 2>/dev/null | awk '/=> \// {print $3} /^\t\/lib/ {print $1}') || true
+    for lib in $libs; do
         [ -e "$root$lib" ] || install -D -m 0755 "$(readlink -f "$lib")" "$root$lib"
     done
 }
