@@ -141,11 +141,15 @@ fn try_slot(
             dev.size()
         )));
     }
-    let key = kdf.derive(passphrase, k.area.key_size as usize)?;
+    let in_slot = |e: LuksError| e.in_keyslot(dev.name(), id);
+    let key = kdf
+        .derive(passphrase, k.area.key_size as usize)
+        .map_err(in_slot)?;
     let mut material = Zeroizing::new(vec![0u8; len as usize]);
     dev.read_at(&mut material, k.area.offset)?;
-    area::crypt(&k.area.encryption, &key, &mut material, false)?;
-    let vk = af::merge(&material, k.key_size as usize, af_p.stripes, &af_p.hash)?;
+    area::crypt(&k.area.encryption, &key, &mut material, false).map_err(in_slot)?;
+    let vk =
+        af::merge(&material, k.key_size as usize, af_p.stripes, &af_p.hash).map_err(in_slot)?;
     Ok(digest::verify(d, &vk)?.then_some(vk))
 }
 
