@@ -271,7 +271,8 @@ fn slot_sectors(key_bytes: u32) -> u32 {
 }
 
 /// Store `vk` in keyslot `slot` (or the first free one) under `passphrase` with PBKDF2
-/// (`iterations`, or benchmarked for `iter_time_ms`); writes material then header.
+/// (`iterations`, or benchmarked for `iter_time_ms`); writes the material, flushes, then writes
+/// the header, so a power cut leaves the old header or a complete new keyslot.
 pub fn add_key(
     dev: &dyn BlockDevice,
     h: &mut Luks1Header,
@@ -322,7 +323,10 @@ pub fn add_key(
             dev.name()
         )));
     }
+    // The material must be durable before the header that points to it (cryptsetup syncs in
+    // between too): otherwise a power cut can leave an active keyslot with no key behind it.
     dev.write_at(&material, at)?;
+    dev.flush()?;
     h.keyslots[i].active = true;
     dev.write_at(&h.encode()?, 0)?;
     dev.flush()?;

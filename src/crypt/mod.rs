@@ -6,6 +6,8 @@
 
 mod aes_x86;
 pub mod cipher;
+#[cfg(test)]
+mod crash_tests;
 pub mod device;
 mod evp;
 mod iv;
