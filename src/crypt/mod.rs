@@ -13,5 +13,6 @@ mod evp;
 mod iv;
 pub mod luks1;
 pub mod luks2;
+pub mod secret;
 #[cfg(test)]
 mod tests;
