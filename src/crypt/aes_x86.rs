@@ -1,7 +1,7 @@
-//! AES on x86-64 instructions: AES-XTS with VAES + AVX-512 (four 512-bit vectors, 16 blocks
-//! per iteration, tweaks advanced with VPCLMULQDQ), and single AES-NI block encryption (for
-//! ESSIV). Key expansion is portable code (no table lookups on secret data: the S-box is
-//! computed arithmetically).
+//! AES-XTS on x86-64 instructions: VAES + AVX-512 (four 512-bit vectors, 16 blocks per
+//! iteration, tweaks advanced with VPCLMULQDQ). Key expansion is portable code (no table
+//! lookups on secret data: the S-box is computed arithmetically); the round keys live in secret
+//! memory (locked, out of core dumps, wiped on drop).
 //!
 //! Everything runs on the calling thread; nothing is queued.
 
@@ -90,7 +90,7 @@ impl RoundKeys {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::{AesBlock, XtsVaes};
+pub(crate) use imp::XtsVaes;
 
 /// Whether the CPU has everything the VAES + AVX-512 XTS path uses.
 #[cfg(target_arch = "x86_64")]
@@ -137,50 +137,19 @@ impl SectorCipher for XtsVaes {
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use super::*;
+    use crate::crypt::secret::SecretBox;
     use core::arch::x86_64::*;
 
-    /// One AES block encryption with AES-NI (ESSIV's IV cipher).
-    pub(crate) struct AesBlock {
-        keys: RoundKeys,
-    }
-
-    impl AesBlock {
-        /// `None` without AES-NI or with a bad key size.
-        pub(crate) fn new(key: &[u8]) -> Option<AesBlock> {
-            if !std::is_x86_feature_detected!("aes") {
-                return None;
-            }
-            Some(AesBlock {
-                keys: RoundKeys::expand(key)?,
-            })
-        }
-
-        pub(crate) fn encrypt(&self, block: &mut [u8; 16]) {
-            // SAFETY: AES-NI was detected in `new`, the only way to make an AesBlock.
-            unsafe { aes_block(&self.keys, block) }
-        }
-    }
-
-    #[target_feature(enable = "aes,sse2")]
-    fn aes_block(k: &RoundKeys, block: &mut [u8; 16]) {
-        // SAFETY: unaligned 16-byte loads/stores within `block` and the key arrays.
-        unsafe {
-            let ld = |p: &[u8; 16]| _mm_loadu_si128(p.as_ptr().cast());
-            let mut s = _mm_xor_si128(ld(block), ld(&k.keys[0]));
-            for r in 1..k.rounds {
-                s = _mm_aesenc_si128(s, ld(&k.keys[r]));
-            }
-            s = _mm_aesenclast_si128(s, ld(&k.keys[k.rounds]));
-            _mm_storeu_si128(block.as_mut_ptr().cast(), s);
-        }
-    }
-
-    /// AES-XTS on VAES + AVX-512: data key K1 (encryption and decryption schedules) and tweak
-    /// key K2, and the IV generator.
-    pub(crate) struct XtsVaes {
+    /// The schedules of an XTS key: K1 for encryption and decryption, K2 for the tweak.
+    struct Schedules {
         enc: RoundKeys,
         dec: RoundKeys,
         tweak: RoundKeys,
+    }
+
+    /// AES-XTS on VAES + AVX-512: the key schedules (in secret memory) and the IV generator.
+    pub(crate) struct XtsVaes {
+        keys: SecretBox<Schedules>,
         iv: IvGen,
         key_size: usize,
     }
@@ -196,9 +165,11 @@ mod imp {
             // SAFETY: AES-NI is part of `available()`.
             let dec = unsafe { decryption_keys(&enc) };
             Some(XtsVaes {
-                enc,
-                dec,
-                tweak: RoundKeys::expand(k2)?,
+                keys: SecretBox::new(Schedules {
+                    enc,
+                    dec,
+                    tweak: RoundKeys::expand(k2)?,
+                }),
                 iv,
                 key_size: key.len(),
             })
@@ -206,22 +177,23 @@ mod imp {
 
         fn run(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize, decrypt: bool) {
             check_buf(buf.len(), sector_size);
-            let data = if decrypt { &self.dec } else { &self.enc };
+            let k = &*self.keys;
+            let data = if decrypt { &k.dec } else { &k.enc };
             // SAFETY: `available()` was true in `new`, the only constructor: the CPU has every
             // feature the callee enables.
             unsafe {
-                match (self.enc.rounds, decrypt) {
+                match (k.enc.rounds, decrypt) {
                     (14, false) => {
-                        xts::<14, false>(data, &self.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<14, false>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
                     }
                     (14, true) => {
-                        xts::<14, true>(data, &self.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<14, true>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
                     }
                     (_, false) => {
-                        xts::<10, false>(data, &self.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<10, false>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
                     }
                     (_, true) => {
-                        xts::<10, true>(data, &self.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<10, true>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
                     }
                 }
             }

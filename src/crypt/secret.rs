@@ -373,7 +373,10 @@ mod tests {
         let addr = s.as_ptr() as usize;
         assert_eq!(addr % page_size(), 0);
         let flags = vm_flags(addr);
-        assert!(flags.contains(" dd"), "not excluded from core dumps: {flags}");
+        assert!(
+            flags.contains(" dd"),
+            "not excluded from core dumps: {flags}"
+        );
         if s.is_locked() {
             assert!(flags.contains(" lo"), "not locked: {flags}");
         }
@@ -459,6 +462,10 @@ mod tests {
         // SAFETY: waiting for the child just forked.
         unsafe { libc::waitpid(pid, &mut status, 0) };
         assert!(libc::WIFEXITED(status));
-        assert_eq!(libc::WEXITSTATUS(status), 0, "the child has no locked memory");
+        assert_eq!(
+            libc::WEXITSTATUS(status),
+            0,
+            "the child has no locked memory"
+        );
     }
 }

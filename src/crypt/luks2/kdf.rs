@@ -1,5 +1,6 @@
-//! Key derivation: PBKDF2 (OpenSSL) and Argon2i/Argon2id (the `argon2` crate, lanes computed
-//! in parallel on rayon's pool), plus the benchmarks behind `--iter-time`.
+//! Key derivation: PBKDF2 (OpenSSL, or RustCrypto for Whirlpool) and Argon2i/Argon2id (the
+//! `argon2` crate, lanes computed in parallel on a private pool), plus the benchmarks behind
+//! `--iter-time`.
 
 use super::af::message_digest;
 use super::LuksError;
@@ -173,8 +174,8 @@ pub fn pbkdf2(
     if iterations == 0 {
         return Err(LuksError::Invalid("PBKDF2 with 0 iterations".into()));
     }
-    let md = message_digest(hash)?;
-    openssl::pkcs5::pbkdf2_hmac(passphrase, salt, iterations as usize, md, out)
+    message_digest(hash)?
+        .pbkdf2(passphrase, salt, iterations, out)
         .map_err(|e| LuksError::Crypto(format!("pbkdf2-{hash}: {e}")))
 }
 

@@ -13,6 +13,7 @@ pub mod area;
 pub mod digest;
 pub mod dump;
 pub mod format;
+pub mod hash;
 pub mod header;
 pub mod json;
 pub mod keyslot;
@@ -27,8 +28,8 @@ pub mod kdf;
 
 use crate::block::BlockError;
 
-/// A volume (master) key: wiped from memory when dropped.
-pub type VolumeKey = zeroize::Zeroizing<Vec<u8>>;
+/// A volume (master) key: in locked memory kept out of core dumps, wiped when dropped.
+pub type VolumeKey = crate::crypt::secret::SecretBytes;
 
 /// Errors of the LUKS1 and LUKS2 formats.
 #[derive(Debug, thiserror::Error)]
