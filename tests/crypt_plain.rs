@@ -371,11 +371,11 @@ fn bad_input_gives_one_clear_line() {
                 b,
                 "x",
                 "--cipher",
-                "serpent-xts-plain64",
+                "des-xts-plain64",
                 "--key-file",
                 k,
             ],
-            "serpent",
+            "block cipher 'des'",
         ),
         (
             &[
@@ -386,11 +386,11 @@ fn bad_input_gives_one_clear_line() {
                 "--cipher",
                 "aes-xts-plain64",
                 "--key-size",
-                "384",
+                "320",
                 "--key-file",
                 k,
             ],
-            "384-bit",
+            "320-bit",
         ),
         (
             &[
