@@ -368,7 +368,7 @@ fn short_key_files_and_non_luks_devices_are_refused() {
             &img,
         ],
         1,
-        "key file is too short",
+        "key file too short: need 100 bytes at offset 0, got 16",
     );
     e.refuses(
         &img,
@@ -382,7 +382,7 @@ fn short_key_files_and_non_luks_devices_are_refused() {
             &img,
         ],
         1,
-        "holds no passphrase",
+        "cannot seek to --keyfile-offset 1000",
     );
     let zeros = e.s("zeros.img");
     fs::File::create(&zeros).unwrap().set_len(1 << 20).unwrap();
