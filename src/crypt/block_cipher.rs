@@ -1,8 +1,9 @@
 //! 128-bit block ciphers by dm-crypt name ("aes", "serpent", "twofish"), keyed, with their key
 //! schedules in secret memory: the primitive under the generic XTS, LRW, CBC and ESSIV code.
 //!
-//! The ciphers are RustCrypto's (`aes` picks AES-NI at run time; `serpent` and `twofish` are
-//! portable constant-time code), used through one small trait so a mode is written once.
+//! AES and serpent are RustCrypto's (`aes` picks AES-NI at run time; `serpent` is portable
+//! bitsliced code); twofish is ours ([`super::twofish`], table-driven for speed). All are used
+//! through one small trait so a mode is written once.
 
 use super::secret::SecretBox;
 use cipher::{Array, BlockCipherDecrypt, BlockCipherEncrypt, BlockSizeUser, KeyInit};
@@ -65,7 +66,7 @@ pub(crate) fn new_block_cipher(name: &str, key: &[u8]) -> Option<Box<dyn BlockCi
         ("aes", 24) => keyed::<aes::Aes192>(key),
         ("aes", 32) => keyed::<aes::Aes256>(key),
         ("serpent", _) => keyed::<serpent::Serpent>(key),
-        ("twofish", _) => keyed::<twofish::Twofish>(key),
+        ("twofish", _) => Some(Box::new(super::twofish::Twofish::new(key)?)),
         _ => None,
     }
 }

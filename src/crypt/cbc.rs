@@ -56,6 +56,6 @@ impl SectorCipher for Cbc {
         self.key_size
     }
     fn implementation(&self) -> &'static str {
-        "rustcrypto"
+        "portable"
     }
 }

@@ -105,7 +105,7 @@ impl SectorCipher for Lrw {
         self.key_size
     }
     fn implementation(&self) -> &'static str {
-        "rustcrypto"
+        "portable"
     }
 }
 

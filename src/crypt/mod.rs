@@ -19,4 +19,5 @@ pub mod luks2;
 pub mod secret;
 #[cfg(test)]
 mod tests;
+mod twofish;
 mod xts;
