@@ -184,3 +184,55 @@ fn a_serving_daemon_keeps_keys_locked_undumpable_and_forgets_the_passphrase() {
         e.run.close("m");
     }
 }
+
+#[test]
+fn without_the_right_to_lock_memory_one_warning_and_keep_going() {
+    if common::env::tool_missing("setpriv", "util-linux")
+        || common::env::tool_missing("prlimit", "util-linux")
+    {
+        return;
+    }
+    if !common::env::is_root() {
+        missing("dropping CAP_IPC_LOCK from the bounding set needs root");
+        return;
+    }
+    let e = Workspace::new();
+    let img = e.sparse("disk.img", 20 << 20);
+    let pass = e.s("pass");
+    fs::write(&pass, "pw").unwrap();
+    e.run.ok(&[
+        "luks",
+        "format",
+        "-q",
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+        "--key-file",
+        &pass,
+        &img,
+    ]);
+    // Root without CAP_IPC_LOCK and with a locked-memory limit of 0: mlock is refused.
+    let out = Command::new("setpriv")
+        .args([
+            "--bounding-set=-ipc_lock",
+            "prlimit",
+            "--memlock=0:0",
+            common::DMKIT,
+        ])
+        .args(["luks", "test-passphrase", "--key-file", &pass, &img])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "Key slot 0 unlocked."
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot lock key memory") && err.contains("kept out of core dumps"),
+        "{err}"
+    );
+}
