@@ -54,12 +54,26 @@ fn sub_word(w: u32) -> u32 {
     u32::from_be_bytes(w.to_be_bytes().map(sbox))
 }
 
+// SAFETY: arrays of bytes and an integer: all zeros is a valid (empty) schedule.
+unsafe impl crate::crypt::secret::Zeroable for RoundKeys {}
+
 impl RoundKeys {
     /// FIPS-197 key expansion of a 16-, 24- or 32-byte key.
+    #[cfg(test)]
     pub(crate) fn expand(key: &[u8]) -> Option<RoundKeys> {
+        let mut k = RoundKeys {
+            keys: [[0u8; 16]; 15],
+            rounds: 0,
+        };
+        k.expand_from(key).then_some(k)
+    }
+
+    /// FIPS-197 key expansion of a 16-, 24- or 32-byte key into `self` (in place, so the
+    /// schedule is only ever where `self` is); false for another key size.
+    pub(crate) fn expand_from(&mut self, key: &[u8]) -> bool {
         let nk = match key.len() {
             16 | 24 | 32 => key.len() / 4,
-            _ => return None,
+            _ => return false,
         };
         let rounds = nk + 6;
         let total = 4 * (rounds + 1);
@@ -78,14 +92,14 @@ impl RoundKeys {
             }
             w[i] = w[i - nk] ^ t;
         }
-        let mut keys = [[0u8; 16]; 15];
-        for (r, k) in keys.iter_mut().enumerate().take(rounds + 1) {
+        for (r, k) in self.keys.iter_mut().enumerate().take(rounds + 1) {
             for j in 0..4 {
                 k[4 * j..4 * j + 4].copy_from_slice(&w[4 * r + j].to_be_bytes());
             }
         }
+        self.rounds = rounds;
         w.zeroize();
-        Some(RoundKeys { keys, rounds })
+        true
     }
 }
 
@@ -147,6 +161,9 @@ mod imp {
         tweak: RoundKeys,
     }
 
+    // SAFETY: three Zeroable schedules.
+    unsafe impl crate::crypt::secret::Zeroable for Schedules {}
+
     /// AES-XTS on VAES + AVX-512: the key schedules (in secret memory) and the IV generator.
     pub(crate) struct XtsVaes {
         keys: SecretBox<Schedules>,
@@ -161,15 +178,16 @@ mod imp {
                 return None;
             }
             let (k1, k2) = key.split_at(key.len() / 2);
-            let enc = RoundKeys::expand(k1)?;
+            // Built in place in secret memory: no copy of a schedule on the stack.
+            let mut keys = SecretBox::<Schedules>::zeroed();
+            let k = &mut *keys;
+            if !k.enc.expand_from(k1) || !k.tweak.expand_from(k2) {
+                return None;
+            }
             // SAFETY: AES-NI is part of `available()`.
-            let dec = unsafe { decryption_keys(&enc) };
+            unsafe { decryption_keys(&k.enc, &mut k.dec) };
             Some(XtsVaes {
-                keys: SecretBox::new(Schedules {
-                    enc,
-                    dec,
-                    tweak: RoundKeys::expand(k2)?,
-                }),
+                keys,
                 iv,
                 key_size: key.len(),
             })
@@ -218,12 +236,9 @@ mod imp {
     /// The Equivalent Inverse Cipher's schedule for AESDEC: reversed, with InvMixColumns
     /// applied to the middle round keys.
     #[target_feature(enable = "aes,sse2")]
-    fn decryption_keys(enc: &RoundKeys) -> RoundKeys {
+    fn decryption_keys(enc: &RoundKeys, dec: &mut RoundKeys) {
         let nr = enc.rounds;
-        let mut dec = RoundKeys {
-            keys: [[0u8; 16]; 15],
-            rounds: nr,
-        };
+        dec.rounds = nr;
         dec.keys[0] = enc.keys[nr];
         dec.keys[nr] = enc.keys[0];
         for i in 1..nr {
@@ -233,7 +248,6 @@ mod imp {
                 _mm_storeu_si128(dec.keys[i].as_mut_ptr().cast(), _mm_aesimc_si128(k));
             }
         }
-        dec
     }
 
     /// The tweak times x (little-endian 128-bit, reduction polynomial x^128 + x^7 + x^2 + x + 1).

@@ -309,6 +309,17 @@ pub fn new_sector_cipher_with(
     key: &[u8],
     imp: CipherImpl,
 ) -> Result<Box<dyn SectorCipher>, CipherError> {
+    let c = build(spec, key, imp);
+    // Key schedules built by value (other crates' ciphers) leave copies in dead stack frames.
+    super::secret::burn_stack();
+    c
+}
+
+fn build(
+    spec: &CipherSpec,
+    key: &[u8],
+    imp: CipherImpl,
+) -> Result<Box<dyn SectorCipher>, CipherError> {
     // Re-validate: the fields are public, so a spec may not come from parse().
     let spec = CipherSpec::parse(&spec.to_string())?;
     spec.check_key_size(key.len())?;

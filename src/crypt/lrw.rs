@@ -23,6 +23,9 @@ struct TweakKey {
     inc: [u128; 128],
 }
 
+// SAFETY: integers only.
+unsafe impl crate::crypt::secret::Zeroable for TweakKey {}
+
 /// a ⊗ b in GF(2^128) (see the module docs), in constant time.
 pub(crate) fn gf_mul(a: u128, b: u128) -> u128 {
     let (mut a, mut r) = (a, 0u128);
@@ -49,10 +52,9 @@ impl Lrw {
         iv: IvGen,
         key_size: usize,
     ) -> Lrw {
-        let mut key = SecretBox::new(TweakKey {
-            k2: u128::from_be_bytes(*tweak_key),
-            inc: [0; 128],
-        });
+        // Filled in place: the tweak key and its multiples exist only in secret memory.
+        let mut key = SecretBox::<TweakKey>::zeroed();
+        key.k2 = u128::from_be_bytes(*tweak_key);
         let mut ones = 0u128;
         for k in 0..128 {
             ones |= 1 << k;

@@ -13,10 +13,18 @@
 //! are made: a `pthread_atfork` child handler locks every live secret again in the child.
 //! `MADV_DONTDUMP` is a property of the mapping and survives the fork.
 //!
+//! Kept here: volume keys (`luks2::VolumeKey`), passphrases and key files as read, KDF outputs
+//! and decrypted keyslot material while a keyslot is opened or written, and every key schedule
+//! a serving daemon holds that is ours: the VAES AES-XTS round keys, the serpent, AES (LRW,
+//! ESSIV, portable XTS) and twofish schedules, LRW's tweak-key tables, OpenSSL EVP's copy of
+//! the key.
+//!
 //! What this cannot cover: copies the compiler leaves in registers and stack frames while a
-//! value is built or used (moved into place, then left to be overwritten), and memory other
-//! libraries allocate for themselves (OpenSSL's EVP cipher contexts keep their own copy of the
-//! key schedule on OpenSSL's heap).
+//! value is built or used (moved into place, then left to be overwritten); memory other
+//! libraries allocate for themselves (OpenSSL's EVP cipher contexts, used for AES-CBC and for
+//! AES-XTS without VAES, keep their key schedule on OpenSSL's heap; OpenSSL's PBKDF2 keeps its
+//! HMAC state there while it runs); Argon2's working memory (up to gigabytes: wiped before it
+//! is freed, but not locked).
 
 use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
@@ -307,6 +315,39 @@ impl<T> SecretBox<T> {
     pub fn is_locked(&self) -> bool {
         self.region.locked
     }
+}
+
+/// Types for which all-zero bytes are a valid value (integers and arrays of them), so a
+/// [`SecretBox`] can be made zeroed and filled in place, leaving no copy anywhere else.
+///
+/// # Safety
+/// Every bit pattern of all zeros must be a valid value of the type.
+pub unsafe trait Zeroable {}
+
+impl<T: Zeroable> SecretBox<T> {
+    /// A zeroed value in secret memory, to be filled in place.
+    pub fn zeroed() -> SecretBox<T> {
+        assert!(
+            std::mem::align_of::<T>() <= page_size(),
+            "secret values are aligned to a page at most"
+        );
+        // Fresh anonymous mappings are zero-filled: by the Zeroable contract that is a T.
+        SecretBox {
+            region: Region::new(std::mem::size_of::<T>()),
+            _value: PhantomData,
+        }
+    }
+}
+
+/// Overwrite the stack below the caller's frame: the dead frames of functions it called,
+/// where key schedules built by value (other crates' ciphers) or key derivation may have left
+/// copies. A best effort, like libgcrypt's `_gcry_burn_stack`; call it after making keys.
+#[inline(never)]
+pub fn burn_stack() {
+    let mut scratch = [0u8; 32 << 10];
+    std::hint::black_box(&mut scratch);
+    scratch.zeroize();
+    std::hint::black_box(&scratch);
 }
 
 impl<T> Deref for SecretBox<T> {

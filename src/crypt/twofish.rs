@@ -103,6 +103,9 @@ struct Schedule {
     t: [[u32; 256]; 4],
 }
 
+// SAFETY: integers only.
+unsafe impl crate::crypt::secret::Zeroable for Schedule {}
+
 /// Twofish keyed with a 128-, 192- or 256-bit key.
 pub(crate) struct Twofish(SecretBox<Schedule>);
 
@@ -123,10 +126,7 @@ impl Twofish {
                 si[r] = (0..8).fold(0, |acc, j| acc ^ gf_mul(key[8 * i + j], row[j], RS_POLY));
             }
         }
-        let mut sched = SecretBox::new(Schedule {
-            k: [0; 40],
-            t: [[0; 256]; 4],
-        });
+        let mut sched = SecretBox::<Schedule>::zeroed();
         const RHO: u32 = 0x0101_0101;
         for i in 0..20u32 {
             let a = h(2 * i * RHO, &even);

@@ -4,6 +4,7 @@
 
 use super::hash::LuksHash;
 use super::{LuksError, VolumeKey};
+use crate::crypt::secret::SecretBytes;
 use zeroize::Zeroizing;
 
 /// The hash for a LUKS hash name ("sha256", "sha1", "sha512", "ripemd160", "whirlpool", ...).
@@ -32,15 +33,15 @@ fn xor_into(dst: &mut [u8], src: &[u8]) {
 
 /// Split `key` into `stripes` blocks (`key.len() * stripes` bytes), the first `stripes - 1`
 /// random.
-pub fn split(key: &[u8], stripes: u32, hash: &str) -> Result<Zeroizing<Vec<u8>>, LuksError> {
+pub fn split(key: &[u8], stripes: u32, hash: &str) -> Result<SecretBytes, LuksError> {
     let md = message_digest(hash)?;
     let n = key.len();
     let stripes = stripes as usize;
     if stripes == 0 || n == 0 {
         return Err(LuksError::Invalid("AF split of an empty key".into()));
     }
-    let mut out = Zeroizing::new(vec![0u8; n * stripes]);
-    let mut acc = Zeroizing::new(vec![0u8; n]);
+    let mut out = SecretBytes::zeroed(n * stripes);
+    let mut acc = SecretBytes::zeroed(n);
     getrandom::getrandom(&mut out[..n * (stripes - 1)])
         .map_err(|e| LuksError::Crypto(format!("random source: {e}")))?;
     for i in 0..stripes - 1 {

@@ -4,8 +4,8 @@
 
 use super::af::message_digest;
 use super::LuksError;
+use crate::crypt::secret::SecretBytes;
 use std::time::{Duration, Instant};
-use zeroize::Zeroizing;
 
 /// Which Argon2 variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,12 +73,8 @@ impl Kdf {
     /// open failed.", exit 1), one whose memory cannot be had fails with
     /// [`LuksError::NoMemory`] (exit 3); any other parameters are simply computed, so a wrong
     /// passphrase is told apart later by the digest (exit 2).
-    pub fn derive(
-        &self,
-        passphrase: &[u8],
-        out_len: usize,
-    ) -> Result<Zeroizing<Vec<u8>>, LuksError> {
-        let mut out = Zeroizing::new(vec![0u8; out_len]);
+    pub fn derive(&self, passphrase: &[u8], out_len: usize) -> Result<SecretBytes, LuksError> {
+        let mut out = SecretBytes::zeroed(out_len);
         match self {
             Kdf::Pbkdf2 {
                 hash,
