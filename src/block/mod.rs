@@ -5,10 +5,12 @@
 //! [`BlockDevice`]. Methods take `&self` and the trait is `Send + Sync`, so an exporter can
 //! serve many requests at once and each layer does its work inline on the serving thread.
 
+mod claim;
 mod faulty;
 mod file;
 mod memory;
 
+pub use claim::{range_text, Claim, ClaimError, ClaimInfo};
 pub use faulty::{Fault, FaultKind, FaultyDevice, OpKind};
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;

@@ -52,7 +52,9 @@ pub fn run(c: LinearCommand) -> CliResult {
 
 fn open(a: OpenArgs) -> CliResult {
     export::validate_name(&a.name)?;
-    let dev = super::files::open_device(&a.file, a.read_only, a.direct)?;
+    export::ensure_not_open(&a.name)?;
+    let dev = super::files::open_backing(&a.file, a.read_only, a.direct)?;
+    let claim = super::files::claim(dev.file(), &a.file, 0, 0, !a.read_only)?;
     let size = dev.size();
     if size == 0 {
         return Err(CliError::invalid(format!("{}: is empty", a.file.display())));
@@ -74,6 +76,7 @@ fn open(a: OpenArgs) -> CliResult {
         threads: a.threads as usize,
         details: json!({ "backing": backing, "direct": a.direct }),
         stats: None,
+        claims: vec![claim],
     };
     open_export(spec, a.foreground)
 }

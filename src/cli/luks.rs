@@ -577,8 +577,12 @@ fn open(a: OpenArgs) -> CliResult {
         }
         _ => {}
     }
-    let data = open_file(&a.device, a.read_only || a.test_passphrase)?;
+    let read_only = a.read_only || a.test_passphrase;
+    let data = super::files::open_backing(&a.device, read_only, false)?;
     let seg = data_segment(&t, &data)?;
+    // The data segment only: keyslot changes (the header area) stay possible while it is open,
+    // as with cryptsetup.
+    let claim = super::files::claim(data.file(), &a.device, seg.offset, seg.size, !read_only)?;
     let pass = passphrase(
         &a.key,
         &format!("Enter passphrase for {}: ", a.device.display()),
@@ -604,8 +608,8 @@ fn open(a: OpenArgs) -> CliResult {
         "cipher": seg.cipher,
         "keysize_bits": dev_key_bits(&t),
         "key_location": "memory",
-        "device": a.device.display().to_string(),
-        "header": a.header.as_ref().map(|h| h.display().to_string()),
+        "device": absolute(&a.device),
+        "header": a.header.as_deref().map(absolute),
         "offset_sectors": seg.offset / 512,
         "size_sectors": seg.size / 512,
         "sector_size": seg.sector_size,
@@ -621,8 +625,18 @@ fn open(a: OpenArgs) -> CliResult {
         threads: a.threads.max(1),
         details,
         stats: Some(Arc::new(move || stats.to_json())),
+        claims: vec![claim],
     };
     super::device::open_export(spec, a.foreground)
+}
+
+/// A path as status shows it: absolute, resolved when it exists.
+fn absolute(p: &Path) -> String {
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
 }
 
 fn dev_key_bits(t: &Target) -> u32 {

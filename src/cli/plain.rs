@@ -169,7 +169,7 @@ fn open(a: OpenArgs) -> CliResult {
     let cipher = new_sector_cipher(&spec, &key).map_err(|e| CliError::invalid(e.to_string()))?;
     drop(key);
 
-    let dev = super::files::open_device(&a.device, a.read_only, false)?;
+    let dev = super::files::open_backing(&a.device, a.read_only, false)?;
     let dev_size = dev.size();
     let offset = a
         .offset
@@ -191,6 +191,7 @@ fn open(a: OpenArgs) -> CliResult {
             dev_size - offset
         }
     };
+    let claim = super::files::claim(dev.file(), &a.device, offset, size, !a.read_only)?;
     let params = CryptParams {
         name: a.name.clone(),
         offset,
@@ -226,6 +227,7 @@ fn open(a: OpenArgs) -> CliResult {
         threads: usize::from(a.threads),
         details,
         stats: Some(Arc::new(move || stats.to_json())),
+        claims: vec![claim],
     };
     open_export(spec, a.foreground)
 }
