@@ -36,6 +36,15 @@ pub struct StatusArgs {
     pub json: bool,
 }
 
+/// What every `open` checks before it reads a key or claims a device: the name is valid and
+/// free (what a dead server of that name left is cleaned up), and `--loop` is allowed.
+pub fn prepare_open(name: &str, loop_device: bool) -> CliResult {
+    export::validate_name(name)?;
+    export::ensure_not_open(name)?;
+    export::check_loop_allowed(name, loop_device)?;
+    Ok(())
+}
+
 /// Serve `spec` and print where: the exported file on the first line, the loop device (if
 /// any) on the second. In the background (the default) this returns once the device is
 /// served; with `foreground` it returns when the device is closed or the process is signalled.

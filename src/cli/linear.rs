@@ -3,7 +3,7 @@
 use super::device::open_export;
 use super::{CliError, CliResult};
 use crate::block::BlockDevice;
-use crate::export::{self, ExportSpec};
+use crate::export::ExportSpec;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,8 +51,7 @@ pub fn run(c: LinearCommand) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    export::validate_name(&a.name)?;
-    export::ensure_not_open(&a.name)?;
+    super::device::prepare_open(&a.name, a.loop_device)?;
     let dev = super::files::open_backing(&a.file, a.read_only, a.direct)?;
     let claim = super::files::claim(dev.file(), &a.file, 0, 0, !a.read_only)?;
     let size = dev.size();

@@ -12,7 +12,7 @@ use crate::crypt::luks2::header::{self, luks_version};
 use crate::crypt::luks2::{
     self, dump, keyslot, FormatParams, Luks2Header, LuksError, PbkdfKind, PbkdfParams, VolumeKey,
 };
-use crate::export::{self, ExportSpec};
+use crate::export::ExportSpec;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -559,8 +559,7 @@ fn open(a: OpenArgs) -> CliResult {
     let name = match (&a.name, a.test_passphrase) {
         (_, true) => None,
         (Some(n), false) => {
-            export::validate_name(n).map_err(|e| CliError::invalid(e.to_string()))?;
-            export::ensure_not_open(n)?;
+            super::device::prepare_open(n, a.loop_device)?;
             Some(n.clone())
         }
         (None, false) => return Err(CliError::invalid("missing NAME (or use --test-passphrase)")),

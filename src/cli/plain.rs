@@ -10,7 +10,7 @@ use super::{CliError, CliResult};
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::device::{CryptDevice, CryptParams};
-use crate::export::{self, ExportSpec};
+use crate::export::ExportSpec;
 use serde_json::json;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -143,8 +143,7 @@ fn read_key(path: &Path, offset: u64, len: usize) -> Result<Zeroizing<Vec<u8>>, 
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    export::validate_name(&a.name)?;
-    export::ensure_not_open(&a.name)?;
+    super::device::prepare_open(&a.name, a.loop_device)?;
     let spec = CipherSpec::parse(&a.cipher).map_err(|e| CliError::invalid(e.to_string()))?;
     if a.key_size == 0 || !a.key_size.is_multiple_of(8) {
         return Err(CliError::invalid(format!(

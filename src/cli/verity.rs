@@ -3,7 +3,7 @@
 use super::{CliError, CliResult};
 use crate::block::Claim;
 use crate::block::{BlockDevice, FileDevice};
-use crate::export::{self, ExportSpec};
+use crate::export::ExportSpec;
 use crate::hash::HashAlgorithm;
 use crate::verity::superblock::{format_uuid, parse_uuid};
 use crate::verity::{self, TreeLayout, VerityDevice, VerityError, VerityOptions, VerityParams};
@@ -574,8 +574,7 @@ fn dump(a: DumpArgs) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    export::validate_name(&a.name).map_err(|e| CliError::invalid(e.to_string()))?;
-    export::ensure_not_open(&a.name)?;
+    super::device::prepare_open(&a.name, a.loop_device)?;
     let data = open_file(&a.data, true)?;
     let hash = open_file(&a.hash_device, true)?;
     // Read-only: other verity devices may share these files; writers may not.

@@ -157,6 +157,16 @@ pub fn close(name: &str, mode: CloseMode) -> Result<Closed> {
                     st.pid
                 )))
             }
+            // No answer, and the pid is not the server's any more (or never was): nothing
+            // may be signalled.
+            Err(e) if !is_server(&st) => {
+                return Err(ExportError::Failed(format!(
+                    "{name}: the server does not answer ({e}) and pid {} is not its process; \
+                     not signalling it (the state in {} is stale)",
+                    st.pid,
+                    p.state.display()
+                )))
+            }
             // No answer: ask with a signal instead (the same clean shutdown), then insist.
             Err(e) => {
                 eprintln!(

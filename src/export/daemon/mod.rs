@@ -19,7 +19,7 @@ mod state;
 
 pub use client::{claim_holder, close, path_holder, status, CloseMode, Closed};
 pub use rundir::{run_dir, validate_name, DEFAULT_RUN_DIR, RUN_DIR_ENV};
-pub use spawn::{open, serve_foreground, serve_foreground_with};
+pub use spawn::{check_loop_allowed, open, serve_foreground, serve_foreground_with};
 pub use stale::ensure_not_open;
 
 use crate::block::{BlockDevice, Claim};

@@ -137,6 +137,17 @@ impl Paths {
         validate_name(name)?;
         let run = run_dir();
         let private_dir = run.join(".dmkit");
+        // Checked before anything is created in them, and again once they exist.
+        let check = || -> Result<()> {
+            if fs::symlink_metadata(&run).is_ok() {
+                check_dir(&run, 0o022)?;
+            }
+            if fs::symlink_metadata(&private_dir).is_ok() {
+                check_dir(&private_dir, 0o077)?;
+            }
+            Ok(())
+        };
+        check()?;
         if create {
             if let Some(parent) = run.parent().filter(|p| !p.as_os_str().is_empty()) {
                 fs::create_dir_all(parent)
@@ -145,13 +156,9 @@ impl Paths {
             // Others may look up names in /run/dmkit (like /dev/mapper); a user's own run
             // directory is theirs alone.
             make_dir(&run, if euid() == 0 { 0o755 } else { 0o700 })?;
-            make_dir(&private_dir, 0o700)?;
-        }
-        if run.exists() {
             check_dir(&run, 0o022)?;
-        }
-        if private_dir.exists() {
-            check_dir(&private_dir, 0o077)?;
+            make_dir(&private_dir, 0o700)?;
+            check()?;
         }
         // Mount points are compared with /proc/self/mountinfo, which shows resolved paths.
         let run = fs::canonicalize(&run).unwrap_or(run);

@@ -23,14 +23,14 @@ fn thread_count() -> usize {
         .unwrap_or(1)
 }
 
-/// `--loop` needs /dev/loop-control, which only root may use: say so before anything starts.
-fn check_loop_allowed(spec: &ExportSpec) -> Result<()> {
+/// `--loop` needs /dev/loop-control, which only root may use: say so before anything starts
+/// (commands call this before they unlock or claim anything).
+pub fn check_loop_allowed(name: &str, want_loop: bool) -> Result<()> {
     // SAFETY: geteuid cannot fail.
-    if spec.loop_device && unsafe { libc::geteuid() } != 0 {
+    if want_loop && unsafe { libc::geteuid() } != 0 {
         return Err(ExportError::Invalid(format!(
-            "{}: --loop needs root (loop devices are set up through /dev/loop-control); \
-             without --loop the device is served as a file you can read and write",
-            spec.name
+            "{name}: --loop needs root (loop devices are set up through /dev/loop-control); \
+             without --loop the device is served as a file you can read and write"
         )));
     }
     Ok(())
@@ -49,7 +49,7 @@ fn check_loop_allowed(spec: &ExportSpec) -> Result<()> {
 /// behind.
 pub fn open(spec: ExportSpec) -> Result<Opened> {
     threads_of(&spec)?;
-    check_loop_allowed(&spec)?;
+    check_loop_allowed(&spec.name, spec.loop_device)?;
     let p = Paths::new(&spec.name, true)?;
     let n = thread_count();
     if n > 1 {
@@ -226,7 +226,7 @@ pub fn serve_foreground(spec: ExportSpec) -> Result<()> {
 /// action (death) for them.
 pub fn serve_foreground_with(spec: ExportSpec, on_ready: impl FnOnce(&Opened)) -> Result<()> {
     threads_of(&spec)?;
-    check_loop_allowed(&spec)?;
+    check_loop_allowed(&spec.name, spec.loop_device)?;
     let p = Paths::new(&spec.name, true)?;
     let lock = NameLock::try_take(&p.lock)?.ok_or_else(|| busy(&p))?;
     cleanup_stale(&p)?;
