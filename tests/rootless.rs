@@ -179,7 +179,18 @@ fn an_unprivileged_user_opens_reads_and_closes() {
     .status
     .success());
     let r = user.run(&xdg, &dmkit, &["status", &theirs]);
+    // Root's state, log and control socket are out of the user's reach.
+    let sock = format!("/run/dmkit/.dmkit/{theirs}.sock");
+    let log = format!("/run/dmkit/.dmkit/{theirs}.log");
+    let peek = user.run(&xdg, Path::new("/usr/bin/head"), &["-c", "1", &log]);
+    let poke = user.run(&xdg, Path::new("/usr/bin/test"), &["-S", &sock]);
     let closed = root_open(&["close", &theirs]);
+    assert!(
+        peek.stderr.contains("Permission denied"),
+        "{}",
+        peek.describe()
+    );
+    assert_eq!(poke.code, Some(1), "{}", poke.describe());
     assert!(
         closed.status.success(),
         "{}",
