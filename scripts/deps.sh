@@ -44,5 +44,8 @@ fi
 
 # FUSE and loop devices: the kernel modules may need loading in a fresh VM or container.
 [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || true
+# Rootless serving goes through fusermount3, which opens /dev/fuse with the user's own rights:
+# Debian's udev makes it 0666 (50-udev-default.rules); machines without udev leave it 0600.
+[ -c /dev/fuse ] && chmod 0666 /dev/fuse 2>/dev/null || true
 [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
 command -v cargo >/dev/null 2>&1 || { echo "deps: cargo is missing (install Rust with rustup)" >&2; exit 1; }

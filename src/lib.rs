@@ -13,4 +13,5 @@ pub mod crypt;
 pub mod export;
 pub mod fsverity;
 pub mod hash;
+pub mod logcap;
 pub mod verity;

@@ -1076,3 +1076,69 @@ fn usage_errors() {
         &[&["--root-hash-cert"]],
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// A superblock that covers less data than its tree: veritysetup refuses ("Spare area is not
+// zeroed"), because the extra digest in the last hash block would otherwise go unchecked.
+
+#[test]
+fn superblock_one_data_block_short_of_its_tree() {
+    let (env, root) = formatted();
+    // data_blocks is the little-endian u64 at byte 72 of the superblock.
+    env.patch("hash.img", 72, &(DATA_BLOCKS as u64 - 1).to_le_bytes());
+    // The block the superblock no longer covers, changed: nothing may call this verified.
+    env.patch("data.img", (DATA_BLOCKS - 1) * BS, b"tampered");
+    let r = env.refused(
+        &strs(&verify_args(&env, &root, &[])),
+        2,
+        &[
+            &["hash.img"],
+            &["spare area is not zeroed"],
+            &["255 data blocks"],
+        ],
+    );
+    let j = json_of(&env.run(&strs(&verify_args(&env, &root, &["--json"]))));
+    assert_eq!(j["ok"], false);
+    // Hash blocks count from the device start: superblock 0, top level 1, level 0 at 2 and 3;
+    // the last digest of block 3 is the one past the superblock's data blocks.
+    assert_eq!(j["spare_not_zeroed"], serde_json::json!([3]), "{j}");
+    // The real tool agrees.
+    if !common::env::tool_missing("veritysetup", "cryptsetup-bin") {
+        let out = common::run::output(
+            "veritysetup",
+            &["verify", &env.p("data.img"), &env.p("hash.img"), &root],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "veritysetup accepted it: {err}");
+        assert!(
+            err.contains("Spare area is not zeroed"),
+            "{err}\n{}",
+            r.describe()
+        );
+    }
+}
+
+#[test]
+fn verify_says_how_much_of_the_data_device_the_root_hash_covers() {
+    let (env, root) = formatted();
+    let r = env.run(&strs(&verify_args(&env, &root, &[])));
+    r.assert_ok();
+    let all = format!(
+        "256 data blocks of 4096 bytes, all {} bytes",
+        DATA_BLOCKS * BS
+    );
+    assert!(r.stdout.contains(&all), "{}", r.describe());
+    // A data device longer than the tree: the tail is named as unchecked.
+    let mut env = env;
+    let tail = env.random(BS);
+    let mut data = std::fs::read(env.path("data.img")).unwrap();
+    data.extend_from_slice(&tail);
+    std::fs::write(env.path("data.img"), data).unwrap();
+    let r = env.run(&strs(&verify_args(&env, &root, &[])));
+    r.assert_ok();
+    assert!(
+        r.stdout.contains("the last 4096 bytes are not covered"),
+        "{}",
+        r.describe()
+    );
+}

@@ -14,6 +14,10 @@ pub struct OpenOptions {
     /// Bypass the page cache (`O_DIRECT`); requests must then be aligned to the logical block
     /// size of the underlying storage.
     pub direct: bool,
+    /// Claim a block device for ourselves (`O_EXCL`): the open fails with `EBUSY` while it is
+    /// mounted or claimed by someone else, and mounting it fails while we hold it, as with a
+    /// device-mapper table. No effect on regular files (see [`super::Claim`] for those).
+    pub exclusive: bool,
 }
 
 /// A block device backed by a file (or a block device node).
@@ -29,9 +33,15 @@ impl FileDevice {
     pub fn open(path: &Path, opts: OpenOptions) -> io::Result<Self> {
         let mut o = std::fs::OpenOptions::new();
         o.read(true).write(!opts.read_only);
+        let mut flags = 0;
         if opts.direct {
-            o.custom_flags(libc::O_DIRECT);
+            flags |= libc::O_DIRECT;
         }
+        if opts.exclusive {
+            // Without O_CREAT, Linux gives O_EXCL this meaning for block devices only.
+            flags |= libc::O_EXCL;
+        }
+        o.custom_flags(flags);
         let file = o.open(path)?;
         let size = file_size(&file)?;
         Ok(FileDevice {
@@ -144,7 +154,7 @@ mod tests {
             tmp.path(),
             OpenOptions {
                 read_only: true,
-                direct: false,
+                ..OpenOptions::default()
             },
         )
         .unwrap();

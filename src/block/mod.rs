@@ -5,10 +5,12 @@
 //! [`BlockDevice`]. Methods take `&self` and the trait is `Send + Sync`, so an exporter can
 //! serve many requests at once and each layer does its work inline on the serving thread.
 
+mod claim;
 mod faulty;
 mod file;
 mod memory;
 
+pub use claim::{range_text, Claim, ClaimError, ClaimInfo};
 pub use faulty::{
     for_each_crash_state, Fault, FaultKind, FaultyDevice, LoggedOp, OpKind, MAX_PENDING_WRITES,
 };

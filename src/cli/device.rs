@@ -1,7 +1,7 @@
 //! `dmkit close` and `dmkit status`, and the plumbing every `... open` command shares to
 //! serve a device ([`open_export`]).
 use super::{CliError, CliResult};
-use crate::export::{self, ExportError, ExportSpec};
+use crate::export::{self, CloseMode, Closed, ExportError, ExportSpec};
 use serde_json::Value;
 
 impl From<ExportError> for CliError {
@@ -18,6 +18,12 @@ impl From<ExportError> for CliError {
 pub struct CloseArgs {
     /// Name of the open device.
     pub name: String,
+    /// If the device is in use, close it when the last user goes instead of refusing.
+    #[arg(long, conflicts_with = "cancel_deferred")]
+    pub deferred: bool,
+    /// Withdraw a pending `--deferred` close.
+    #[arg(long)]
+    pub cancel_deferred: bool,
 }
 
 /// Arguments of `dmkit status`.
@@ -28,6 +34,15 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What every `open` checks before it reads a key or claims a device: the name is valid and
+/// free (what a dead server of that name left is cleaned up), and `--loop` is allowed.
+pub fn prepare_open(name: &str, loop_device: bool) -> CliResult {
+    export::validate_name(name)?;
+    export::ensure_not_open(name)?;
+    export::check_loop_allowed(name, loop_device)?;
+    Ok(())
 }
 
 /// Serve `spec` and print where: the exported file on the first line, the loop device (if
@@ -55,7 +70,19 @@ pub fn open_export(spec: ExportSpec, foreground: bool) -> CliResult {
 
 /// Run `dmkit close`.
 pub fn close(a: CloseArgs) -> CliResult {
-    export::close(&a.name)?;
+    let mode = if a.deferred {
+        CloseMode::Deferred
+    } else if a.cancel_deferred {
+        CloseMode::CancelDeferred
+    } else {
+        CloseMode::Now
+    };
+    if export::close(&a.name, mode)? == Closed::CleanedUp {
+        eprintln!(
+            "dmkit: {}: its server had died; removed what it left behind",
+            a.name
+        );
+    }
     Ok(())
 }
 
@@ -73,20 +100,29 @@ pub fn status(a: StatusArgs) -> CliResult {
         }
         Err(e) => return Err(e.into()),
     };
+    // A named device whose server died is not active: say so, and exit 4 as for any inactive
+    // device (the listing of everything stays a success).
+    let dead = match (&a.name, list.first()) {
+        (Some(n), Some(v)) if v["state"].as_str() != Some("active") => Some(n.clone()),
+        _ => None,
+    };
     if a.json {
-        let v = match (&a.name, list.into_iter().collect::<Vec<_>>()) {
+        let v = match (&a.name, list) {
             (Some(_), mut l) if l.len() == 1 => l.remove(0),
             (_, l) => Value::Array(l),
         };
         let text = serde_json::to_string_pretty(&v)
             .map_err(|e| CliError::invalid(format!("cannot encode the status: {e}")))?;
         println!("{text}");
-        return Ok(());
+    } else {
+        for v in &list {
+            print!("{}", human(v));
+        }
     }
-    for v in &list {
-        print!("{}", human(v));
+    match dead {
+        Some(name) => Err(CliError::no_device(format!("device {name} is not active"))),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 fn scalar(v: &Value) -> String {
@@ -106,9 +142,10 @@ impl Rows {
         self.0.push((format!("{key}:"), value.to_string()));
     }
 
-    fn add_object(&mut self, obj: &Value) {
+    /// One row per field of `obj`, but those in `except` (shown elsewhere).
+    fn add_object(&mut self, obj: &Value, except: &[&str]) {
         if let Value::Object(m) = obj {
-            for (k, x) in m {
+            for (k, x) in m.iter().filter(|(k, _)| !except.contains(&k.as_str())) {
                 self.add(&k.replace('_', " "), scalar(x));
             }
         }
@@ -162,20 +199,32 @@ fn human(v: &Value) -> String {
         rows.add("flags", "discards");
     }
     rows.add("pid", scalar(&v["pid"]));
+    if let Some(n) = v["open_handles"].as_u64() {
+        rows.add("open handles", n);
+    }
+    if v["deferred_close"].as_bool() == Some(true) {
+        rows.add("deferred close", "pending (closes when the last user goes)");
+    }
     rows.add("threads", scalar(&v["threads"]));
     if let Some(u) = v["uptime"].as_u64() {
         rows.add("uptime", format!("{u} s"));
     }
-    rows.add_object(&v["details"]);
+    rows.add_object(&v["details"], &[]);
     if let Value::Object(_) = &v["export"] {
         let e = &v["export"];
         rows.add("requests", scalar(&e["requests"]));
         rows.add("read", format!("{} bytes", scalar(&e["bytes_read"])));
         rows.add("written", format!("{} bytes", scalar(&e["bytes_written"])));
         rows.add("I/O errors", scalar(&e["io_errors"]));
-        rows.add("corruptions", scalar(&e["corruptions"]));
+        // Every corrupt block the layer found, whether the reader got EIO or (with
+        // ignore_corruption) the data; layers that do not count them report the failed reads.
+        let corruptions = match &v["stats"]["corruptions"] {
+            Value::Null => &e["corruptions"],
+            n => n,
+        };
+        rows.add("corruptions", scalar(corruptions));
     }
-    rows.add_object(&v["stats"]);
+    rows.add_object(&v["stats"], &["corruptions"]);
     rows.add("log", scalar(&v["log"]));
     out.push_str(&rows.render());
     out

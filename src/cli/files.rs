@@ -1,23 +1,83 @@
-//! Opening the files and devices every command works on, with one error convention.
+//! Opening the files and devices every command works on, and claiming what a mapping or a
+//! format writes, with one error convention.
 
 use super::CliError;
-use crate::block::{FileDevice, OpenOptions};
+use crate::block::{Claim, ClaimError, FileDevice, OpenOptions};
+use std::fs::File;
 use std::path::Path;
 
-/// Open `path` as a block device. A missing file is "no such device" (exit 4, as cryptsetup);
-/// any other failure (permissions, a directory, ...) is bad input (exit 1). The message names
-/// the file.
+/// Open `path` as a block device for reading or inspecting it. A missing file is "no such
+/// device" (exit 4, as cryptsetup); any other failure (permissions, a directory, ...) is bad
+/// input (exit 1). The message names the file.
 pub(super) fn open_device(
     path: &Path,
     read_only: bool,
     direct: bool,
 ) -> Result<FileDevice, CliError> {
-    FileDevice::open(path, OpenOptions { read_only, direct }).map_err(|e| {
-        let m = format!("{}: cannot open: {e}", path.display());
-        if e.kind() == std::io::ErrorKind::NotFound {
-            CliError::no_device(m)
-        } else {
-            CliError::invalid(m)
+    open_with(path, read_only, direct, false)
+}
+
+/// Open `path` as the backing device of a mapping or a format: like [`open_device`], and a
+/// block device opened for writing is claimed exclusively (`O_EXCL`), as device-mapper claims
+/// its devices: refused while mounted or in use (exit 5), and not mountable while we hold it.
+pub(super) fn open_backing(
+    path: &Path,
+    read_only: bool,
+    direct: bool,
+) -> Result<FileDevice, CliError> {
+    open_with(path, read_only, direct, !read_only)
+}
+
+fn open_with(
+    path: &Path,
+    read_only: bool,
+    direct: bool,
+    exclusive: bool,
+) -> Result<FileDevice, CliError> {
+    let opts = OpenOptions {
+        read_only,
+        direct,
+        exclusive,
+    };
+    FileDevice::open(path, opts).map_err(|e| {
+        let name = path.display();
+        match e.raw_os_error() {
+            Some(libc::ENOENT) => CliError::no_device(format!("{name}: cannot open: {e}")),
+            Some(libc::EBUSY) if exclusive => CliError::busy(format!(
+                "cannot use {name}: it is in use by {}",
+                crate::export::path_holder(path).unwrap_or_else(|| {
+                    "the kernel (mounted, or claimed by another device)".to_string()
+                })
+            )),
+            _ => CliError::invalid(format!("{name}: cannot open: {e}")),
         }
+    })
+}
+
+/// Claim `[start, start + len)` of `file` (opened at `path`; `len` 0: to the end) for as long
+/// as the returned claim lives: exclusively to write it, shared to only read it. A conflict is
+/// exit 5 and names the open device that holds the range, as the kernel's "which is in use".
+pub(super) fn claim(
+    file: &File,
+    path: &Path,
+    start: u64,
+    len: u64,
+    exclusive: bool,
+) -> Result<Claim, CliError> {
+    Claim::take(file, path, start, len, exclusive).map_err(|e| match &e {
+        ClaimError::Busy { path, .. } => {
+            let holder = crate::export::claim_holder(&e)
+                .unwrap_or_else(|| "another process (not a dmkit device of yours)".to_string());
+            CliError::busy(format!(
+                "cannot use {}: {} in use by {holder}",
+                path.display(),
+                if len == 0 && start == 0 {
+                    "it is".to_string()
+                } else {
+                    format!("{} are", crate::block::range_text(start, len))
+                }
+            ))
+        }
+        ClaimError::Io { .. } => CliError::invalid(e.to_string()),
     })
 }

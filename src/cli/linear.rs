@@ -3,7 +3,7 @@
 use super::device::open_export;
 use super::{CliError, CliResult};
 use crate::block::BlockDevice;
-use crate::export::{self, ExportSpec};
+use crate::export::ExportSpec;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -51,8 +51,9 @@ pub fn run(c: LinearCommand) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    export::validate_name(&a.name)?;
-    let dev = super::files::open_device(&a.file, a.read_only, a.direct)?;
+    super::device::prepare_open(&a.name, a.loop_device)?;
+    let dev = super::files::open_backing(&a.file, a.read_only, a.direct)?;
+    let claim = super::files::claim(dev.file(), &a.file, 0, 0, !a.read_only)?;
     let size = dev.size();
     if size == 0 {
         return Err(CliError::invalid(format!("{}: is empty", a.file.display())));
@@ -74,6 +75,7 @@ fn open(a: OpenArgs) -> CliResult {
         threads: a.threads as usize,
         details: json!({ "backing": backing, "direct": a.direct }),
         stats: None,
+        claims: vec![claim],
     };
     open_export(spec, a.foreground)
 }

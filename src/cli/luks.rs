@@ -12,7 +12,7 @@ use crate::crypt::luks2::header::{self, luks_version};
 use crate::crypt::luks2::{
     self, dump, keyslot, FormatParams, Luks2Header, LuksError, PbkdfKind, PbkdfParams, VolumeKey,
 };
-use crate::export::{self, ExportSpec};
+use crate::export::ExportSpec;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -559,8 +559,7 @@ fn open(a: OpenArgs) -> CliResult {
     let name = match (&a.name, a.test_passphrase) {
         (_, true) => None,
         (Some(n), false) => {
-            export::validate_name(n).map_err(|e| CliError::invalid(e.to_string()))?;
-            export::ensure_not_open(n)?;
+            super::device::prepare_open(n, a.loop_device)?;
             Some(n.clone())
         }
         (None, false) => return Err(CliError::invalid("missing NAME (or use --test-passphrase)")),
@@ -577,8 +576,12 @@ fn open(a: OpenArgs) -> CliResult {
         }
         _ => {}
     }
-    let data = open_file(&a.device, a.read_only || a.test_passphrase)?;
+    let read_only = a.read_only || a.test_passphrase;
+    let data = super::files::open_backing(&a.device, read_only, false)?;
     let seg = data_segment(&t, &data)?;
+    // The data segment only: keyslot changes (the header area) stay possible while it is open,
+    // as with cryptsetup.
+    let claim = super::files::claim(data.file(), &a.device, seg.offset, seg.size, !read_only)?;
     let pass = passphrase(
         &a.key,
         &format!("Enter passphrase for {}: ", a.device.display()),
@@ -604,8 +607,8 @@ fn open(a: OpenArgs) -> CliResult {
         "cipher": seg.cipher,
         "keysize_bits": dev_key_bits(&t),
         "key_location": "memory",
-        "device": a.device.display().to_string(),
-        "header": a.header.as_ref().map(|h| h.display().to_string()),
+        "device": absolute(&a.device),
+        "header": a.header.as_deref().map(absolute),
         "offset_sectors": seg.offset / 512,
         "size_sectors": seg.size / 512,
         "sector_size": seg.sector_size,
@@ -621,8 +624,18 @@ fn open(a: OpenArgs) -> CliResult {
         threads: a.threads.max(1),
         details,
         stats: Some(Arc::new(move || stats.to_json())),
+        claims: vec![claim],
     };
     super::device::open_export(spec, a.foreground)
+}
+
+/// A path as status shows it: absolute, resolved when it exists.
+fn absolute(p: &Path) -> String {
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
 }
 
 fn dev_key_bits(t: &Target) -> u32 {

@@ -99,6 +99,11 @@ enum Command {
 
 /// Run the command line; returns the process exit code.
 pub fn main() -> i32 {
+    // Rust ignores SIGPIPE, which turns `dmkit ... | head -1` into a panic on the closed pipe.
+    // Restore the default: like coreutils, a command whose reader went away ends quietly.
+    // (Servers ignore it again: a client hanging up must not kill a device.)
+    // SAFETY: signal(2) with a plain integer disposition, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
@@ -128,14 +133,17 @@ pub fn main() -> i32 {
 /// means "verification failed").
 fn usage_error(e: clap::Error) -> i32 {
     use clap::error::ErrorKind;
-    if matches!(
-        e.kind(),
-        ErrorKind::DisplayHelp
-            | ErrorKind::DisplayVersion
-            | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
-    ) {
-        let _ = e.print();
-        return 0;
+    match e.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = e.print();
+            return 0;
+        }
+        // `dmkit` or `dmkit verity` alone: the help, on stderr, and a failure (nothing ran).
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand => {
+            eprint!("{}", e.render());
+            return 1;
+        }
+        _ => {}
     }
     let text = e.to_string();
     let message: Vec<&str> = text

@@ -10,7 +10,7 @@ use super::{CliError, CliResult};
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::device::{CryptDevice, CryptParams};
-use crate::export::{self, ExportSpec};
+use crate::export::ExportSpec;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -85,8 +85,7 @@ pub fn run(c: PlainCommand) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    export::validate_name(&a.name)?;
-    export::ensure_not_open(&a.name)?;
+    super::device::prepare_open(&a.name, a.loop_device)?;
     let spec = CipherSpec::parse(&a.cipher).map_err(|e| CliError::invalid(e.to_string()))?;
     if a.key_size == 0 || !a.key_size.is_multiple_of(8) {
         return Err(CliError::invalid(format!(
@@ -119,7 +118,7 @@ fn open(a: OpenArgs) -> CliResult {
     let cipher = new_sector_cipher(&spec, &key).map_err(|e| CliError::invalid(e.to_string()))?;
     drop(key);
 
-    let dev = super::files::open_device(&a.device, a.read_only, false)?;
+    let dev = super::files::open_backing(&a.device, a.read_only, false)?;
     let dev_size = dev.size();
     let offset = a
         .offset
@@ -141,6 +140,7 @@ fn open(a: OpenArgs) -> CliResult {
             dev_size - offset
         }
     };
+    let claim = super::files::claim(dev.file(), &a.device, offset, size, !a.read_only)?;
     let params = CryptParams {
         name: a.name.clone(),
         offset,
@@ -176,6 +176,7 @@ fn open(a: OpenArgs) -> CliResult {
         threads: usize::from(a.threads),
         details,
         stats: Some(Arc::new(move || stats.to_json())),
+        claims: vec![claim],
     };
     open_export(spec, a.foreground)
 }

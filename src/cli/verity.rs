@@ -1,8 +1,9 @@
 //! `dmkit verity format|verify|dump|open|sign`, with veritysetup's options and argument order.
 
 use super::{CliError, CliResult};
+use crate::block::Claim;
 use crate::block::{BlockDevice, FileDevice};
-use crate::export::{self, ExportSpec};
+use crate::export::ExportSpec;
 use crate::hash::HashAlgorithm;
 use crate::verity::superblock::{format_uuid, parse_uuid};
 use crate::verity::{self, TreeLayout, VerityDevice, VerityError, VerityOptions, VerityParams};
@@ -22,6 +23,10 @@ pub enum VerityCommand {
     Open(OpenArgs),
     /// Sign a root hash: detached DER PKCS#7 over the lowercase hex string, as the kernel checks.
     Sign(SignArgs),
+    /// Tear down an open device (like `veritysetup close`; same as `dmkit close`).
+    Close(super::device::CloseArgs),
+    /// Show an open device (like `veritysetup status`; same as `dmkit status`).
+    Status(super::device::StatusArgs),
 }
 
 /// Tree parameters, as veritysetup spells them.
@@ -184,6 +189,8 @@ pub fn run(c: VerityCommand) -> CliResult {
         VerityCommand::Dump(a) => dump(a),
         VerityCommand::Open(a) => open(a),
         VerityCommand::Sign(a) => sign(a),
+        VerityCommand::Close(a) => super::device::close(a),
+        VerityCommand::Status(a) => super::device::status(a),
     }
 }
 
@@ -336,7 +343,9 @@ fn check_signature(root_hex: &str, root: &RootArgs) -> CliResult {
 }
 
 /// Make a regular hash file at least `size` bytes long (veritysetup extends it the same way).
-fn prepare_hash_file(path: &Path, size: u64) -> CliResult {
+/// Create the hash device if needed, claim its hash area (refused while a device reads it),
+/// then grow a regular file to `size`. The claim lasts as long as the returned value.
+fn prepare_hash_file(path: &Path, size: u64, hash_offset: u64) -> Result<Claim, CliError> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -346,6 +355,7 @@ fn prepare_hash_file(path: &Path, size: u64) -> CliResult {
         .map_err(|e| {
             CliError::no_device(format!("{}: cannot open hash device: {e}", path.display()))
         })?;
+    let claim = super::files::claim(&f, path, hash_offset, 0, true)?;
     let meta = f
         .metadata()
         .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
@@ -357,7 +367,7 @@ fn prepare_hash_file(path: &Path, size: u64) -> CliResult {
             ))
         })?;
     }
-    Ok(())
+    Ok(claim)
 }
 
 fn describe(p: &VerityParams, layout: &TreeLayout, device: &Path) -> Vec<(&'static str, String)> {
@@ -431,7 +441,7 @@ fn format(a: FormatArgs) -> CliResult {
             data_end: p.data_size(),
         }));
     }
-    prepare_hash_file(&a.hash_device, layout.new_file_size())?;
+    let _claim = prepare_hash_file(&a.hash_device, layout.new_file_size(), p.hash_offset)?;
     let hash = open_file(&a.hash_device, false)?;
     let root = verity::format(&data, &hash, &p, same).map_err(verity_err)?;
     if let Some(f) = &a.root_hash_file {
@@ -476,12 +486,22 @@ fn verify(a: VerifyArgs) -> CliResult {
     check_signature(&root_hex, &a.root)?;
     let same = same_file(&a.data, &a.hash_device);
     let report = verity::verify(&data, &hash, &p, &root, same).map_err(verity_err)?;
+    let covered = p.data_size();
+    let data_bytes = data.size();
     if a.json {
         let mut j = serde_json::to_value(&report).expect("report serializes");
         j["ok"] = report.ok().into();
+        j["covered_bytes"] = covered.into();
+        j["data_device_bytes"] = data_bytes.into();
         println!("{j:#}");
     }
     if report.ok() {
+        if !a.json {
+            println!(
+                "{}",
+                coverage(&a.data, p.data_blocks, p.data_block_size, data_bytes)
+            );
+        }
         return Ok(());
     }
     if report.root_hash_mismatch {
@@ -508,10 +528,36 @@ fn verify(a: VerifyArgs) -> CliResult {
             ranges(&report.corrupt_hash_blocks)
         ));
     }
+    if !report.spare_not_zeroed.is_empty() {
+        parts.push(format!(
+            "{} hash block(s) in {} hold digests past the {} data blocks the superblock \
+             covers (spare area is not zeroed; was the tree built for more data?): {}",
+            report.spare_not_zeroed.len(),
+            a.hash_device.display(),
+            p.data_blocks,
+            ranges(&report.spare_not_zeroed)
+        ));
+    }
     Err(CliError::verification(format!(
         "verification failed: {}",
         parts.join("; ")
     )))
+}
+
+/// What a verified root hash vouches for: "verified: 4096 data blocks of 4096 bytes, all
+/// 16777216 bytes of data.img", or which part of the data device it leaves unchecked.
+fn coverage(data: &Path, blocks: u64, block_size: u32, device_bytes: u64) -> String {
+    let covered = blocks * u64::from(block_size);
+    let head = format!("verified: {blocks} data blocks of {block_size} bytes");
+    if covered >= device_bytes {
+        format!("{head}, all {device_bytes} bytes of {}", data.display())
+    } else {
+        format!(
+            "{head}: bytes 0..{covered} of {} ({device_bytes} bytes); the last {} bytes are not covered by the root hash",
+            data.display(),
+            device_bytes - covered
+        )
+    }
 }
 
 fn dump(a: DumpArgs) -> CliResult {
@@ -528,10 +574,14 @@ fn dump(a: DumpArgs) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    export::validate_name(&a.name).map_err(|e| CliError::invalid(e.to_string()))?;
-    export::ensure_not_open(&a.name)?;
+    super::device::prepare_open(&a.name, a.loop_device)?;
     let data = open_file(&a.data, true)?;
     let hash = open_file(&a.hash_device, true)?;
+    // Read-only: other verity devices may share these files; writers may not.
+    let claims = vec![
+        super::files::claim(data.file(), &a.data, 0, 0, false)?,
+        super::files::claim(hash.file(), &a.hash_device, 0, 0, false)?,
+    ];
     let p = resolve_params(&a.tree, &data, &hash)?;
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
     let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
@@ -578,6 +628,7 @@ fn open(a: OpenArgs) -> CliResult {
         threads: a.threads.max(1),
         details,
         stats: Some(Arc::new(move || stats.to_json())),
+        claims,
     };
     super::device::open_export(spec, a.foreground)
 }

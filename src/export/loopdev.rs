@@ -240,3 +240,13 @@ pub fn is_loop_path(path: &Path) -> bool {
         None => false,
     }
 }
+
+/// Wait (up to `timeout`) until the loop device `dev` no longer holds `file`. `LOOP_CLR_FD` on
+/// a device someone still has open (udev's probe of a new device, say) only marks it for
+/// autoclear: the kernel lets go of the file when that opener closes it.
+pub fn wait_detached(dev: &Path, file: &Path, timeout: Duration) {
+    let deadline = Instant::now() + timeout;
+    while backing_file(dev).as_deref() == Some(file) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}

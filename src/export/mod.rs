@@ -4,10 +4,13 @@
 pub mod daemon;
 pub mod fuse;
 pub mod loopdev;
+pub mod mountinfo;
 
 pub use daemon::{
-    close, ensure_not_open, is_mounted, open, run_dir, serve_foreground, serve_foreground_with,
-    status, validate_name, ExportError, ExportSpec, Opened, StatsFn, DEFAULT_RUN_DIR, RUN_DIR_ENV,
+    check_loop_allowed, claim_holder, close, ensure_not_open, open, path_holder, run_dir,
+    serve_foreground, serve_foreground_with, status, validate_name, CloseMode, Closed, ExportError,
+    ExportSpec, Opened, StatsFn, DEFAULT_RUN_DIR, RUN_DIR_ENV,
 };
 pub use fuse::{ExportStats, FuseExport, FuseOptions, DEFAULT_THREADS};
 pub use loopdev::LoopDevice;
+pub use mountinfo::is_mounted;

@@ -16,6 +16,7 @@ use super::data_cache::DataCache;
 use super::params::{TreeLayout, VerityParams};
 use crate::block::{check_range, BlockDevice, BlockError, Result};
 use crate::hash::hash_blocks;
+use crate::logcap::LogCap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -79,6 +80,8 @@ pub struct VerityDevice {
     /// One bit per data block, set once verified (only with `check_at_most_once`).
     verified: Option<Vec<AtomicU64>>,
     stats: Arc<VerityStats>,
+    /// Ignored corruptions are logged here (the exporter logs the ones it returns as errors).
+    ignored_log: LogCap,
 }
 
 impl VerityDevice {
@@ -115,6 +118,7 @@ impl VerityDevice {
             opts,
             verified,
             stats: Arc::new(VerityStats::default()),
+            ignored_log: LogCap::new("ignored corruptions", crate::logcap::DEFAULT_LIMIT),
         })
     }
 
@@ -157,10 +161,12 @@ impl VerityDevice {
         counter.fetch_add(1, Ordering::Relaxed);
         if self.opts.ignore_corruption {
             // Nothing reaches the exporter, which logs errors: say it here, like the kernel.
-            eprintln!(
-                "{}: {} block {} is corrupted (ignored)",
-                self.opts.name, what, block
-            );
+            self.ignored_log.log(|| {
+                format!(
+                    "{}: {what} block {block} is corrupted (ignored)",
+                    self.opts.name
+                )
+            });
             return Ok(());
         }
         Err(BlockError::Corrupt {
@@ -358,9 +364,14 @@ impl BlockDevice for VerityDevice {
 impl VerityStats {
     /// The counters as JSON, for `status`.
     pub fn to_json(&self) -> serde_json::Value {
+        let data = self.data_corruptions.load(Ordering::Relaxed);
+        let hash = self.hash_corruptions.load(Ordering::Relaxed);
         serde_json::json!({
-            "data_corruptions": self.data_corruptions.load(Ordering::Relaxed),
-            "hash_corruptions": self.hash_corruptions.load(Ordering::Relaxed),
+            // Every corrupt block detected, whether the reader got EIO or (with
+            // ignore_corruption) the data: the figure `status` shows as "corruptions".
+            "corruptions": data + hash,
+            "data_corruptions": data,
+            "hash_corruptions": hash,
             "verified_blocks": self.verified_blocks.load(Ordering::Relaxed),
             "hash_block_reads": self.hash_block_reads.load(Ordering::Relaxed),
             "data_cache_hits": self.data_cache_hits.load(Ordering::Relaxed),

@@ -140,6 +140,12 @@ pub struct VerifyReport {
     pub root_hash_mismatch: bool,
     /// The root hash computed from the data.
     pub computed_root: String,
+    /// Hash blocks whose spare bytes (digest padding, and the entries past the last child)
+    /// are not zero, absolute in hash-block units. A tree built for these parameters leaves
+    /// them zero; veritysetup refuses a tree that does not ("Spare area is not zeroed"): it was
+    /// made for more data blocks than the superblock says, and the extra digests would
+    /// otherwise go unchecked.
+    pub spare_not_zeroed: Vec<u64>,
 }
 
 impl VerifyReport {
@@ -148,6 +154,7 @@ impl VerifyReport {
         self.corrupt_data_blocks.is_empty()
             && self.corrupt_hash_blocks.is_empty()
             && !self.root_hash_mismatch
+            && self.spare_not_zeroed.is_empty()
     }
 }
 
@@ -186,6 +193,7 @@ pub fn verify(
         hash.read_at(&mut buf, layout.level_start[level] * hbs as u64)?;
         stored.push(buf);
     }
+    report.spare_not_zeroed = nonzero_spare(params, layout, &stored);
     if computed.root == root {
         // The data is intact; any stored block unlike the recomputed one is corrupt.
         for level in (0..levels).rev() {
@@ -255,6 +263,31 @@ pub fn verify(
         }
     }
     Ok(report)
+}
+
+/// The hash blocks of `stored` (all levels) with a non-zero byte where the tree has no digest:
+/// the padding after each digest and every byte after the last used entry.
+fn nonzero_spare(params: &VerityParams, layout: &TreeLayout, stored: &[Vec<u8>]) -> Vec<u64> {
+    let hbs = layout.hash_block_size as usize;
+    let (es, ds) = (layout.entry_size, layout.digest_size);
+    let per_block = layout.hashes_per_block() as usize;
+    let mut out = Vec::new();
+    for (level, blocks) in stored.iter().enumerate() {
+        let children = if level == 0 {
+            params.data_blocks
+        } else {
+            layout.level_blocks[level - 1]
+        } as usize;
+        for (i, block) in blocks.chunks_exact(hbs).enumerate() {
+            let used = children.saturating_sub(i * per_block).min(per_block);
+            let padding =
+                (0..used).any(|j| block[j * es + ds..(j + 1) * es].iter().any(|&b| b != 0));
+            if padding || block[used * es..].iter().any(|&b| b != 0) {
+                out.push(layout.level_start[level] + i as u64);
+            }
+        }
+    }
+    out
 }
 
 /// Whether at least half of the top block's children hash to the entries it holds: then the

@@ -75,15 +75,9 @@ pub fn on_path(cmd: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Whether `tool` does not run here (`tool --version` fails); says to install `package`
-/// through [`missing`].
+/// Whether `tool` is not on PATH; says to install `package` through [`missing`].
 pub fn tool_missing(tool: &str, package: &str) -> bool {
-    let runs = Command::new(tool)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .is_ok_and(|o| o.status.success());
-    !runs
+    !on_path(tool)
         && missing(&format!(
             "{tool} is not installed (apt-get install {package})"
         ))

@@ -9,8 +9,10 @@
 //!   otherwise.
 //! - [`rng`]: deterministic pseudo-random test data and replayable seeds.
 //! - [`verity_case`]: one veritysetup/`dmkit verity` parameter set and its command-line options.
+//! - [`sys`]: mounts, processes, loop devices and aligned buffers as tests see them.
 //! - [`pki`]: keys and self-signed certificates made with the openssl CLI.
 //! - [`xor_byte`]: corrupting one byte of an image in place.
+//! - [`status_field`]: one value of `dmkit status` text.
 
 // Not every test file uses every helper.
 #![allow(dead_code)]
@@ -20,6 +22,7 @@ pub mod gcrypt;
 pub mod pki;
 pub mod rng;
 pub mod run;
+pub mod sys;
 pub mod verity_case;
 
 use std::path::Path;
@@ -39,4 +42,13 @@ pub fn xor_byte(path: &Path, offset: u64, mask: u8) {
     f.read_exact_at(&mut b, offset).unwrap();
     b[0] ^= mask;
     f.write_all_at(&b, offset).unwrap();
+}
+
+/// The value of `key` in `dmkit status` text (rows are `  key:   value`, aligned after the
+/// longest key, so the spacing is not fixed).
+pub fn status_field(text: &str, key: &str) -> Option<String> {
+    text.lines().find_map(|l| {
+        let (k, v) = l.trim_start().split_once(':')?;
+        (k == key).then(|| v.trim().to_string())
+    })
 }

@@ -1,117 +1,23 @@
-//! A minimal FUSE server exporting one block device as one regular file.
-//!
-//! It speaks the kernel protocol directly over `/dev/fuse` (no libfuse): the root of the mount
-//! is the file itself (`rootmode=100000`), mounted over a regular file path, exactly like
-//! qemu-storage-daemon's FUSE export. Several threads serve the connection; each one reads a
-//! request, calls the [`BlockDevice`] inline and writes the reply. There is no queue, channel
-//! or worker pool between the request and the device: parallelism comes from the kernel
-//! handing concurrent requests to concurrent readers.
-//!
-//! Data moves with as few copies as the protocol allows: a request is read with `readv` into
-//! an 80-byte header area plus a page-aligned data buffer, so WRITE payloads land aligned
-//! (ready for an `O_DIRECT` backend); READ replies are sent with `writev` from a page-aligned
-//! per-thread buffer the device read into directly.
+//! The request loop of one serving thread and the device-side handling of each request.
 
+use super::proto::*;
 use crate::block::{BlockDevice, BlockError};
-use std::ffi::CString;
+use crate::logcap::LogCap;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// Serving threads when none is asked for.
-pub const DEFAULT_THREADS: usize = 4;
-/// Largest WRITE payload (and READ size) negotiated with the kernel.
-pub const MAX_WRITE: usize = 1 << 20;
-const MAX_PAGES: u16 = 256;
-/// Kernel protocol version we speak. Nothing we use changed layout between 7.31 and 7.38; the
-/// newer minor lets the kernel honour `FOPEN_NOFLUSH` and `FOPEN_PARALLEL_DIRECT_WRITES`.
-const KERNEL_MAJOR: u32 = 7;
-const KERNEL_MINOR: u32 = 38;
-/// Background requests (readahead, async direct I/O) the kernel keeps in flight. The kernel's
-/// default of 12 would cap `iodepth=32` libaio runs; 128 lets them through.
-const MAX_BACKGROUND: u16 = 128;
-const CONGESTION_THRESHOLD: u16 = 96;
-/// Attribute cache lifetime: the size never changes while mounted.
-const ATTR_VALID_SECS: u64 = 3600;
-
-const IN_HEADER: usize = 40;
-const OUT_HEADER: usize = 16;
-const WRITE_IN: usize = 40;
-/// Head of a request read separately so that a WRITE payload starts on a page boundary.
-const HEAD: usize = IN_HEADER + WRITE_IN;
-const PAGE: usize = 4096;
-/// Non-WRITE requests we parse are all under this size.
-const MAX_ARGS: usize = 512;
-/// After this many logged I/O errors, only count them (corruptions are always logged).
-const MAX_LOGGED_ERRORS: u64 = 100;
-
-// Opcodes (include/uapi/linux/fuse.h).
-const FUSE_FORGET: u32 = 2;
-const FUSE_GETATTR: u32 = 3;
-const FUSE_SETATTR: u32 = 4;
-const FUSE_OPEN: u32 = 14;
-const FUSE_READ: u32 = 15;
-const FUSE_WRITE: u32 = 16;
-const FUSE_STATFS: u32 = 17;
-const FUSE_RELEASE: u32 = 18;
-const FUSE_FSYNC: u32 = 20;
-const FUSE_FLUSH: u32 = 25;
-const FUSE_INIT: u32 = 26;
-const FUSE_INTERRUPT: u32 = 36;
-const FUSE_DESTROY: u32 = 38;
-const FUSE_NOTIFY_REPLY: u32 = 41;
-const FUSE_BATCH_FORGET: u32 = 42;
-const FUSE_FALLOCATE: u32 = 43;
-const FUSE_LSEEK: u32 = 46;
-
-// INIT flags.
-const FUSE_ASYNC_READ: u32 = 1 << 0;
-const FUSE_BIG_WRITES: u32 = 1 << 5;
-const FUSE_ASYNC_DIO: u32 = 1 << 15;
-const FUSE_MAX_PAGES: u32 = 1 << 22;
-
-// OPEN reply flags.
-const FOPEN_KEEP_CACHE: u32 = 1 << 1;
-const FOPEN_NOFLUSH: u32 = 1 << 5;
-const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
-
-const FATTR_SIZE: u32 = 1 << 3;
-
-/// `FUSE_DEV_IOC_CLONE` = `_IOR(229, 0, uint32_t)`.
-const FUSE_DEV_IOC_CLONE: u64 = 0x8004_e500;
-
-/// How to serve a device.
-#[derive(Debug, Clone, Copy)]
-pub struct FuseOptions {
-    /// Number of serving threads (at least 1).
-    pub threads: usize,
-    /// Honour `fallocate(PUNCH_HOLE)` by discarding on the device.
-    pub allow_discards: bool,
-}
-
-impl Default for FuseOptions {
-    fn default() -> Self {
-        FuseOptions {
-            threads: DEFAULT_THREADS,
-            allow_discards: false,
-        }
-    }
-}
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Per-thread counters, on their own cache line so serving threads never share one.
 #[derive(Default)]
 #[repr(align(64))]
-struct Counters {
-    requests: AtomicU64,
-    bytes_read: AtomicU64,
-    bytes_written: AtomicU64,
-    io_errors: AtomicU64,
-    corruptions: AtomicU64,
+pub(super) struct Counters {
+    pub requests: AtomicU64,
+    pub bytes_read: AtomicU64,
+    pub bytes_written: AtomicU64,
+    pub io_errors: AtomicU64,
+    pub corruptions: AtomicU64,
 }
 
 /// A snapshot of an export's counters.
@@ -123,404 +29,65 @@ pub struct ExportStats {
     pub bytes_read: u64,
     /// Bytes accepted by WRITE.
     pub bytes_written: u64,
-    /// Requests that failed with an I/O error (corruptions excluded).
+    /// Requests answered with an error, whatever the cause (corruptions included): what
+    /// readers and writers saw fail.
     pub io_errors: u64,
-    /// Requests that hit a corrupted block.
+    /// Of those, the requests that failed on a corrupted block.
     pub corruptions: u64,
 }
 
-struct Shared {
-    device: Arc<dyn BlockDevice>,
-    allow_discards: bool,
-    counters: Vec<Counters>,
+pub(super) struct Shared {
+    pub device: Arc<dyn BlockDevice>,
+    pub allow_discards: bool,
+    pub counters: Vec<Counters>,
     /// Set once INIT has been answered, with the negotiated minor version.
-    init: Mutex<Option<Result<u32, String>>>,
-    init_cv: Condvar,
-    minor: AtomicU32,
+    pub init: Mutex<Option<Result<u32, String>>>,
+    pub init_cv: Condvar,
+    pub minor: AtomicU32,
     /// Aligned writes share it; a read-modify-write of a partial block takes it exclusively so
     /// no concurrent write to the same block is lost.
-    rmw: RwLock<()>,
-    logged_errors: AtomicU64,
-    live_threads: AtomicUsize,
-    exited: (Mutex<()>, Condvar),
-    mtime: u64,
-    uid: u32,
-    gid: u32,
+    pub rmw: RwLock<()>,
+    pub io_error_log: LogCap,
+    pub corruption_log: LogCap,
+    /// OPENs not yet RELEASEd: the exported file's users, for `close`'s "still in use".
+    pub open_handles: AtomicI64,
+    pub live_threads: AtomicUsize,
+    pub exited: (Mutex<()>, Condvar),
+    pub mtime: u64,
+    pub uid: u32,
+    pub gid: u32,
 }
 
-/// A mounted, serving FUSE export. Unmounts (lazily) when dropped.
-pub struct FuseExport {
-    mountpoint: PathBuf,
-    shared: Arc<Shared>,
-    threads: Vec<JoinHandle<()>>,
-    mounted: AtomicBool,
-    st_dev: u64,
-}
-
-fn cpath(p: &Path) -> io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| {
-        io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("{}: path contains a NUL byte", p.display()),
-        )
-    })
-}
-
-fn ctx(what: String, e: io::Error) -> io::Error {
-    io::Error::new(e.kind(), format!("{what}: {e}"))
-}
-
-impl FuseExport {
-    /// Mount a FUSE filesystem whose root is a regular file holding `device` over
-    /// `mountpoint` (an existing regular file), start the serving threads and wait until the
-    /// kernel's INIT has been answered.
-    pub fn mount(
-        mountpoint: &Path,
-        device: Arc<dyn BlockDevice>,
-        opts: FuseOptions,
-    ) -> io::Result<FuseExport> {
-        let threads = opts.threads.max(1);
-        let mp = cpath(mountpoint)?;
-        // SAFETY: open(2) on a constant NUL-terminated path; the fd is owned right below.
-        let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-        if raw < 0 {
-            return Err(ctx(
-                "/dev/fuse: cannot open".into(),
-                io::Error::last_os_error(),
-            ));
-        }
-        // SAFETY: `raw` is a freshly opened descriptor nobody else owns.
-        let master = Arc::new(unsafe { OwnedFd::from_raw_fd(raw) });
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        let data = format!(
-            "fd={},rootmode=100000,user_id={uid},group_id={gid},allow_other,default_permissions",
-            master.as_raw_fd()
-        );
-        let data = CString::new(data).map_err(|_| io::Error::other("mount options"))?;
-        // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
-        let rc = unsafe {
-            libc::mount(
-                c"dmkit".as_ptr(),
-                mp.as_ptr(),
-                c"fuse".as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                data.as_ptr().cast(),
-            )
-        };
-        if rc != 0 {
-            return Err(ctx(
-                format!("{}: cannot mount FUSE", mountpoint.display()),
-                io::Error::last_os_error(),
-            ));
-        }
+impl Shared {
+    /// The state the serving threads of one export share.
+    pub fn new(device: Arc<dyn BlockDevice>, allow_discards: bool, threads: usize) -> Shared {
         let mtime = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
-        let shared = Arc::new(Shared {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Shared {
             device,
-            allow_discards: opts.allow_discards,
+            allow_discards,
             counters: (0..threads).map(|_| Counters::default()).collect(),
             init: Mutex::new(None),
             init_cv: Condvar::new(),
             minor: AtomicU32::new(0),
             rmw: RwLock::new(()),
-            logged_errors: AtomicU64::new(0),
+            io_error_log: LogCap::new("I/O errors", crate::logcap::DEFAULT_LIMIT),
+            corruption_log: LogCap::new("corruptions", crate::logcap::DEFAULT_LIMIT),
+            open_handles: AtomicI64::new(0),
             live_threads: AtomicUsize::new(threads),
             exited: (Mutex::new(()), Condvar::new()),
             mtime,
             uid,
             gid,
-        });
-        let mut export = FuseExport {
-            mountpoint: mountpoint.to_path_buf(),
-            shared: shared.clone(),
-            threads: Vec::with_capacity(threads),
-            mounted: AtomicBool::new(true),
-            st_dev: 0,
-        };
-        for idx in 0..threads {
-            // A cloned descriptor gives each thread its own processing queue in the kernel
-            // (less lock contention); the shared one works too, so failure is not fatal.
-            let fd = clone_fuse_fd(&master)
-                .map(Arc::new)
-                .unwrap_or_else(|_| master.clone());
-            let sh = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("fuse-{idx}"))
-                .spawn(move || serve(sh, fd, idx));
-            match spawned {
-                Ok(h) => export.threads.push(h),
-                Err(e) => {
-                    shared
-                        .live_threads
-                        .fetch_sub(threads - idx, Ordering::SeqCst);
-                    return Err(ctx("cannot start a serving thread".into(), e));
-                }
-            }
-        }
-        drop(master);
-        export.wait_init(Duration::from_secs(10))?;
-        // Only now: any access to the mount point blocks until INIT has been answered.
-        export.st_dev = std::fs::metadata(mountpoint)
-            .map(|m| std::os::unix::fs::MetadataExt::dev(&m))
-            .unwrap_or(0);
-        Ok(export)
-    }
-
-    fn wait_init(&self, timeout: Duration) -> io::Result<()> {
-        let deadline = Instant::now() + timeout;
-        let mut g = self.shared.init.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            match &*g {
-                Some(Ok(_)) => return Ok(()),
-                Some(Err(m)) => return Err(io::Error::other(m.clone())),
-                None => {}
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    format!(
-                        "{}: the kernel did not send FUSE INIT within {} s",
-                        self.mountpoint.display(),
-                        timeout.as_secs()
-                    ),
-                ));
-            }
-            g = self
-                .shared
-                .init_cv
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-    }
-
-    /// The mount point (the exported file's path).
-    pub fn path(&self) -> &Path {
-        &self.mountpoint
-    }
-
-    /// The negotiated FUSE minor protocol version.
-    pub fn protocol_minor(&self) -> u32 {
-        self.shared.minor.load(Ordering::Relaxed)
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> ExportStats {
-        let mut s = ExportStats::default();
-        for c in &self.shared.counters {
-            s.requests += c.requests.load(Ordering::Relaxed);
-            s.bytes_read += c.bytes_read.load(Ordering::Relaxed);
-            s.bytes_written += c.bytes_written.load(Ordering::Relaxed);
-            s.io_errors += c.io_errors.load(Ordering::Relaxed);
-            s.corruptions += c.corruptions.load(Ordering::Relaxed);
-        }
-        s
-    }
-
-    /// Unmount and wait (up to `wait`) for the serving threads to end. A busy mount is retried
-    /// for about a second and then detached lazily (`MNT_DETACH`); the threads then keep
-    /// serving whoever still has the file open until this process exits. Returns whether the
-    /// unmount had to be lazy.
-    pub fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
-        if !self.mounted.swap(false, Ordering::SeqCst) {
-            return Ok(false);
-        }
-        let lazy = unmount_path(&self.mountpoint, self.st_dev)?;
-        // Unmounting aborts the connection, which makes every blocked read return ENODEV.
-        let deadline = Instant::now() + wait;
-        let (m, cv) = &self.shared.exited;
-        let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
-        while self.shared.live_threads.load(Ordering::SeqCst) > 0 {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            g = cv
-                .wait_timeout(g, deadline - now)
-                .unwrap_or_else(|e| e.into_inner())
-                .0;
-        }
-        drop(g);
-        if self.shared.live_threads.load(Ordering::SeqCst) == 0 {
-            for h in self.threads.drain(..) {
-                let _ = h.join();
-            }
-        }
-        Ok(lazy)
-    }
-}
-
-impl Drop for FuseExport {
-    fn drop(&mut self) {
-        if self.mounted.load(Ordering::SeqCst) {
-            let _ = self.unmount(Duration::from_secs(2));
         }
     }
 }
 
-/// Unmount `path` if it is still the FUSE mount identified by `st_dev` (0: don't check),
-/// retrying a busy unmount for about a second before detaching lazily. Returns whether the
-/// unmount was lazy.
-pub fn unmount_path(path: &Path, st_dev: u64) -> io::Result<bool> {
-    let c = cpath(path)?;
-    for attempt in 0..20 {
-        if st_dev != 0 {
-            match std::fs::metadata(path) {
-                Ok(m) if std::os::unix::fs::MetadataExt::dev(&m) == st_dev => {}
-                // ENOTCONN (dead server) still means mounted; anything else: already gone.
-                Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {}
-                _ => return Ok(false),
-            }
-        }
-        // SAFETY: umount2(2) with a NUL-terminated path.
-        if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-            return Ok(false);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            // A loop device being torn down, or an fput still in flight: give it a moment.
-            Some(libc::EBUSY) if attempt < 19 => std::thread::sleep(Duration::from_millis(50)),
-            Some(libc::EBUSY) => break,
-            Some(libc::EINVAL) => return Ok(false), // not a mount point (any more)
-            _ => return Err(ctx(format!("{}: cannot unmount", path.display()), e)),
-        }
-    }
-    // SAFETY: umount2(2) with a NUL-terminated path.
-    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-        let e = io::Error::last_os_error();
-        if e.raw_os_error() != Some(libc::EINVAL) {
-            return Err(ctx(
-                format!("{}: cannot detach the mount", path.display()),
-                e,
-            ));
-        }
-    }
-    Ok(true)
-}
-
-fn clone_fuse_fd(master: &OwnedFd) -> io::Result<OwnedFd> {
-    // SAFETY: open(2) on a constant NUL-terminated path.
-    let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
-    if raw < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `raw` is a freshly opened descriptor nobody else owns.
-    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
-    let src: u32 = master.as_raw_fd() as u32;
-    // SAFETY: FUSE_DEV_IOC_CLONE reads one u32 (the source fd) from the pointer, which is valid
-    // for the duration of the call.
-    let rc = unsafe { libc::ioctl(fd.as_raw_fd(), FUSE_DEV_IOC_CLONE as _, &src as *const u32) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(fd)
-}
-
-/// A heap buffer with a page-aligned window, so `O_DIRECT` backends can use it as is.
-struct AlignedBuf {
-    raw: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> Self {
-        let raw = vec![0u8; len + PAGE];
-        let off = raw.as_ptr().align_offset(PAGE);
-        AlignedBuf { raw, off, len }
-    }
-    fn ensure(&mut self, len: usize) {
-        if len > self.len {
-            *self = AlignedBuf::new(len);
-        }
-    }
-    fn get(&mut self, len: usize) -> &mut [u8] {
-        self.ensure(len);
-        &mut self.raw[self.off..self.off + len]
-    }
-    fn all(&mut self) -> &mut [u8] {
-        &mut self.raw[self.off..self.off + self.len]
-    }
-}
-
-fn ne_u32(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_ne_bytes(a)
-}
-
-fn ne_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_ne_bytes(a)
-}
-
-/// Builds small reply payloads in native byte order.
-struct Out(Vec<u8>);
-
-impl Out {
-    fn new() -> Self {
-        Out(Vec::with_capacity(128))
-    }
-    fn u16(&mut self, v: u16) -> &mut Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    fn zeros(&mut self, n: usize) -> &mut Self {
-        self.0.resize(self.0.len() + n, 0);
-        self
-    }
-}
-
-/// Write one reply: out-header plus payload pieces, in a single `writev`.
-fn reply(fd: RawFd, unique: u64, error: i32, payload: &[&[u8]]) {
-    let len = OUT_HEADER + payload.iter().map(|p| p.len()).sum::<usize>();
-    let mut hdr = [0u8; OUT_HEADER];
-    hdr[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
-    hdr[4..8].copy_from_slice(&(-error).to_ne_bytes());
-    hdr[8..16].copy_from_slice(&unique.to_ne_bytes());
-    let mut iov = [libc::iovec {
-        iov_base: std::ptr::null_mut(),
-        iov_len: 0,
-    }; 3];
-    iov[0] = libc::iovec {
-        iov_base: hdr.as_mut_ptr().cast(),
-        iov_len: OUT_HEADER,
-    };
-    let mut n = 1;
-    for p in payload.iter().filter(|p| !p.is_empty()).take(2) {
-        iov[n] = libc::iovec {
-            iov_base: p.as_ptr() as *mut libc::c_void,
-            iov_len: p.len(),
-        };
-        n += 1;
-    }
-    // SAFETY: every iovec points into a buffer that lives until writev returns; the kernel
-    // only reads from them.
-    let rc = unsafe { libc::writev(fd, iov.as_ptr(), n as libc::c_int) };
-    if rc < 0 {
-        let e = io::Error::last_os_error();
-        // ENOENT: the request was interrupted and the kernel no longer waits for it.
-        // ENODEV: the connection is gone; the next read ends the thread.
-        if !matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV)) {
-            eprintln!("dmkit: fuse: cannot send reply to request {unique}: {e}");
-        }
-    }
-}
-
-fn serve(shared: Arc<Shared>, fd: Arc<OwnedFd>, idx: usize) {
+pub(super) fn serve(shared: Arc<Shared>, fd: Arc<OwnedFd>, idx: usize) {
     let raw = fd.as_raw_fd();
     let lbs = shared.device.logical_block_size().max(1) as usize;
     let mut head = [0u8; HEAD];
@@ -650,9 +217,15 @@ fn serve(shared: Arc<Shared>, fd: Arc<OwnedFd>, idx: usize) {
                 }
                 let mut o = Out::new();
                 o.u64(0).u32(open_flags).u32(0);
+                // Counted before the reply: once open(2) returns, `close` sees the user.
+                shared.open_handles.fetch_add(1, Ordering::SeqCst);
                 reply(raw, unique, 0, &[&o.0]);
             }
-            FUSE_RELEASE | FUSE_FLUSH => reply(raw, unique, 0, &[]),
+            FUSE_RELEASE => {
+                shared.open_handles.fetch_sub(1, Ordering::SeqCst);
+                reply(raw, unique, 0, &[]);
+            }
+            FUSE_FLUSH => reply(raw, unique, 0, &[]),
             FUSE_FSYNC => match shared.device.flush() {
                 Ok(()) => reply(raw, unique, 0, &[]),
                 Err(e) => reply(raw, unique, shared.fail(ctr, e), &[]),
@@ -734,19 +307,16 @@ impl Shared {
         self.device.logical_block_size().max(PAGE as u32)
     }
 
-    /// Count and log a device error; returns the errno for the reply.
+    /// Count and log a device error; returns the errno for the reply. Every failure counts
+    /// as an I/O error (the reader saw one); corruptions are counted apart as well. Both logs
+    /// are capped.
     fn fail(&self, ctr: &Counters, e: BlockError) -> i32 {
+        ctr.io_errors.fetch_add(1, Ordering::Relaxed);
         if let BlockError::Corrupt { .. } = e {
             ctr.corruptions.fetch_add(1, Ordering::Relaxed);
-            eprintln!("dmkit: {e}");
+            self.corruption_log.log(|| e.to_string());
         } else {
-            ctr.io_errors.fetch_add(1, Ordering::Relaxed);
-            let n = self.logged_errors.fetch_add(1, Ordering::Relaxed);
-            if n < MAX_LOGGED_ERRORS {
-                eprintln!("dmkit: {e}");
-            } else if n == MAX_LOGGED_ERRORS {
-                eprintln!("dmkit: further I/O errors are only counted");
-            }
+            self.io_error_log.log(|| e.to_string());
         }
         e.errno()
     }
@@ -1003,21 +573,11 @@ mod tests {
 
     fn shared(size: usize) -> Shared {
         let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
-        Shared {
-            device: Arc::new(Strict(MemoryDevice::from_vec("strict", data))),
-            allow_discards: true,
-            counters: vec![Counters::default()],
-            init: Mutex::new(None),
-            init_cv: Condvar::new(),
-            minor: AtomicU32::new(0),
-            rmw: RwLock::new(()),
-            logged_errors: AtomicU64::new(0),
-            live_threads: AtomicUsize::new(0),
-            exited: (Mutex::new(()), Condvar::new()),
-            mtime: 0,
-            uid: 0,
-            gid: 0,
-        }
+        Shared::new(
+            Arc::new(Strict(MemoryDevice::from_vec("strict", data))),
+            true,
+            1,
+        )
     }
 
     fn expect(size: usize) -> Vec<u8> {

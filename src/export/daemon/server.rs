@@ -1,0 +1,453 @@
+//! One device's server: it mounts the FUSE export (and the loop device), answers control
+//! requests (`status`, `close`, deferred close), and tears everything down in reverse order.
+
+use super::inuse;
+use super::namelock::NameLock;
+use super::rundir::{prune_logs, Paths};
+use super::state::{self, State};
+use super::{io_err, threads_of, ExportError, ExportSpec, Result, StatsFn};
+use crate::block::Claim;
+use crate::export::fuse::{ExportStats, FuseExport, FuseOptions};
+use crate::export::loopdev::{self, LoopDevice};
+use crate::export::mountinfo::is_mounted;
+use serde_json::{json, Value};
+use std::fs;
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// How often a pending deferred close looks whether the device is still used.
+const DEFERRED_POLL: Duration = Duration::from_millis(200);
+/// How long `close` keeps asking before it says "still in use": a reader that just closed the
+/// file is released by the kernel a moment later, and udev probes a new loop device briefly.
+const IN_USE_PATIENCE: Duration = Duration::from_millis(1500);
+
+pub(super) fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// What the control loop ended with.
+pub(super) enum Ending {
+    /// `close` asked for it: answer on this connection once the teardown is done.
+    Close(UnixStream),
+    /// A deferred close found the device unused.
+    Deferred,
+    /// SIGTERM or SIGINT, or the control loop failed.
+    Signal,
+}
+
+pub(super) struct Server {
+    paths: Paths,
+    lock: Option<NameLock>,
+    fuse: Option<FuseExport>,
+    loop_dev: Option<LoopDevice>,
+    listener: Option<UnixListener>,
+    sigfd: Option<OwnedFd>,
+    old_mask: libc::sigset_t,
+    stats: Option<StatsFn>,
+    pub state: State,
+    want_loop: bool,
+    want_direct_io: bool,
+    // Held for the server's life: the backing ranges this device maps.
+    _claims: Vec<Claim>,
+    deferred: bool,
+}
+
+impl Server {
+    /// Set everything up; on failure, undo what was done and return the error.
+    pub fn start(spec: ExportSpec, paths: Paths, lock: NameLock, pid: u32) -> Result<Server> {
+        let threads = threads_of(&spec)?;
+        let device = spec.device;
+        prune_logs(&paths.private);
+        // SAFETY: sigset_t is plain data; sigemptyset initializes it right away.
+        let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
+        let mut server = Server {
+            state: State {
+                name: spec.name.clone(),
+                kind: spec.kind,
+                pid,
+                start_ticks: state::start_ticks(pid).unwrap_or(0),
+                path: paths.dev.clone(),
+                loop_device: None,
+                loop_direct_io: false,
+                size: device.size(),
+                read_only: device.read_only(),
+                allow_discards: spec.allow_discards,
+                threads,
+                started: now_secs(),
+                log: paths.log.clone(),
+                claims: spec.claims.iter().map(|c| c.info().clone()).collect(),
+                details: spec.details,
+            },
+            paths,
+            lock: Some(lock),
+            fuse: None,
+            loop_dev: None,
+            listener: None,
+            sigfd: None,
+            old_mask,
+            stats: spec.stats,
+            want_loop: spec.loop_device,
+            want_direct_io: spec.direct_io_loop,
+            _claims: spec.claims,
+            deferred: false,
+        };
+        // Signals are taken through a signalfd in the control loop; block them before any
+        // serving thread exists so that every thread inherits the mask.
+        // SAFETY: signal set manipulation on local sigset_t values; pthread_sigmask and
+        // signalfd with valid pointers.
+        let sigfd = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old_mask);
+            libc::signalfd(-1, &set, libc::SFD_CLOEXEC)
+        };
+        server.old_mask = old_mask;
+        if sigfd < 0 {
+            let e = io_err("cannot create a signalfd")(io::Error::last_os_error());
+            let _ = server.teardown();
+            return Err(e);
+        }
+        // SAFETY: a fresh descriptor owned only here.
+        server.sigfd = Some(unsafe { OwnedFd::from_raw_fd(sigfd) });
+        if let Err(e) = server.setup(device, threads) {
+            if let Err(t) = server.teardown() {
+                eprintln!("dmkit: {t}");
+            }
+            return Err(e);
+        }
+        Ok(server)
+    }
+
+    fn setup(
+        &mut self,
+        device: std::sync::Arc<dyn crate::block::BlockDevice>,
+        threads: usize,
+    ) -> Result<()> {
+        let dev = self.paths.dev.clone();
+        match fs::symlink_metadata(&dev) {
+            Ok(m) if m.is_file() => {}
+            Ok(_) => {
+                return Err(ExportError::Failed(format!(
+                    "{}: exists and is not a regular file",
+                    dev.display()
+                )))
+            }
+            Err(_) => {
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .custom_flags(libc::O_NOFOLLOW)
+                    .open(&dev)
+                    .map_err(io_err(format!("{}: cannot create", dev.display())))?;
+            }
+        }
+        let lbs = device.logical_block_size();
+        let read_only = device.read_only();
+        let fuse = FuseExport::mount(
+            &dev,
+            device,
+            FuseOptions {
+                threads,
+                allow_discards: self.state.allow_discards,
+            },
+        )
+        .map_err(|e| ExportError::Failed(e.to_string()))?;
+        eprintln!(
+            "dmkit: {}: serving {} ({} bytes{}) at {} with {threads} threads, FUSE 7.{}{}",
+            self.state.name,
+            self.state.kind,
+            self.state.size,
+            if read_only { ", read-only" } else { "" },
+            dev.display(),
+            fuse.protocol_minor(),
+            if fuse.via_fusermount() {
+                ", mounted with fusermount3"
+            } else {
+                ""
+            },
+        );
+        self.fuse = Some(fuse);
+        if self.want_loop {
+            let l = loopdev::attach(&dev, read_only, self.want_direct_io, lbs)
+                .map_err(|e| ExportError::Failed(e.to_string()))?;
+            eprintln!(
+                "dmkit: {}: attached {}{}",
+                self.state.name,
+                l.path.display(),
+                if l.direct_io { " (direct I/O)" } else { "" }
+            );
+            self.state.loop_device = Some(l.path.clone());
+            self.state.loop_direct_io = l.direct_io;
+            self.loop_dev = Some(l);
+        }
+        state::write(&self.paths, &self.state)?;
+        let _ = fs::remove_file(&self.paths.sock);
+        let listener = UnixListener::bind(&self.paths.sock).map_err(io_err(format!(
+            "{}: cannot listen",
+            self.paths.sock.display()
+        )))?;
+        self.listener = Some(listener);
+        Ok(())
+    }
+
+    /// Opens of the exported file other than the loop device's own.
+    fn open_handles(&self) -> i64 {
+        let opens = self.fuse.as_ref().map(|f| f.open_handles()).unwrap_or(0);
+        opens - i64::from(self.loop_dev.is_some())
+    }
+
+    /// Why the device is still in use, or `None` when nothing uses it.
+    fn users(&self) -> Option<String> {
+        if let Some(l) = &self.loop_dev {
+            if let Some(why) = inuse::loop_users(&l.path) {
+                return Some(why);
+            }
+        }
+        let n = self.open_handles();
+        if n > 0 {
+            let who = inuse::processes_holding(&self.paths.dev);
+            let by = if who.is_empty() {
+                String::new()
+            } else {
+                format!(" by {}", who.join(", "))
+            };
+            return Some(format!(
+                "{} is open{by} ({n} open file handle{})",
+                self.paths.dev.display(),
+                if n == 1 { "" } else { "s" }
+            ));
+        }
+        None
+    }
+
+    /// [`Server::users`], asked again for a moment before the answer is "in use".
+    fn users_after_patience(&self) -> Option<String> {
+        let deadline = Instant::now() + IN_USE_PATIENCE;
+        loop {
+            let why = self.users()?;
+            if Instant::now() >= deadline {
+                return Some(why);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn status_json(&self) -> Value {
+        let mut v = serde_json::to_value(&self.state).unwrap_or_else(|_| json!({}));
+        let export = self.fuse.as_ref().map(|f| f.stats()).unwrap_or_default();
+        let stats = self.stats.as_ref().map(|f| f()).unwrap_or(Value::Null);
+        if let Value::Object(m) = &mut v {
+            m.insert("state".into(), json!("active"));
+            m.insert(
+                "uptime".into(),
+                json!(now_secs().saturating_sub(self.state.started)),
+            );
+            m.insert("open_handles".into(), json!(self.open_handles().max(0)));
+            m.insert("deferred_close".into(), json!(self.deferred));
+            m.insert("export".into(), export_json(&export));
+            m.insert("stats".into(), stats);
+        }
+        v
+    }
+
+    /// Answer control requests until a close, a deferred close that found the device unused,
+    /// or a signal.
+    pub fn run(&mut self) -> Ending {
+        let (lfd, sfd) = match (&self.listener, &self.sigfd) {
+            (Some(l), Some(s)) => (l.as_raw_fd(), s.as_raw_fd()),
+            _ => return Ending::Signal,
+        };
+        loop {
+            let mut fds = [
+                libc::pollfd {
+                    fd: lfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: sfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            let timeout = if self.deferred {
+                DEFERRED_POLL.as_millis() as libc::c_int
+            } else {
+                -1
+            };
+            // SAFETY: poll(2) on a two-element array that outlives the call.
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+            if rc < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                eprintln!("dmkit: control loop failed: {e}; shutting down");
+                return Ending::Signal;
+            }
+            if fds[1].revents != 0 {
+                let mut info = [0u8; 128];
+                // SAFETY: reading one signalfd_siginfo (128 bytes) into a buffer of that size.
+                unsafe { libc::read(sfd, info.as_mut_ptr().cast(), info.len()) };
+                let signo = u32::from_ne_bytes([info[0], info[1], info[2], info[3]]);
+                eprintln!("dmkit: signal {signo} received, shutting down");
+                return Ending::Signal;
+            }
+            if fds[0].revents != 0 {
+                let accepted = self.listener.as_ref().map(|l| l.accept());
+                if let Some(Ok((stream, _))) = accepted {
+                    if let Some(end) = self.handle(stream) {
+                        return end;
+                    }
+                }
+            }
+            if self.deferred && self.users().is_none() {
+                eprintln!("dmkit: the last user is gone: deferred close");
+                return Ending::Deferred;
+            }
+        }
+    }
+
+    fn handle(&mut self, stream: UnixStream) -> Option<Ending> {
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+        let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
+        let mut line = String::new();
+        let mut r = BufReader::new((&stream).take(4096));
+        if r.read_line(&mut line).is_err() {
+            return None;
+        }
+        drop(r);
+        let mut stream = stream;
+        let mut answer = |v: Value| {
+            let _ = writeln!(stream, "{v}");
+        };
+        match line.trim() {
+            "status" => answer(self.status_json()),
+            "close" => match self.users_after_patience() {
+                Some(why) => {
+                    eprintln!("dmkit: close refused: {why}");
+                    answer(json!({"ok": false, "kind": "busy",
+                        "error": format!("device {} is still in use: {why}", self.state.name)}));
+                }
+                None => {
+                    eprintln!("dmkit: close requested");
+                    return Some(Ending::Close(stream));
+                }
+            },
+            "close-deferred" => {
+                if self.users().is_none() {
+                    eprintln!("dmkit: deferred close requested; nothing uses the device");
+                    return Some(Ending::Close(stream));
+                }
+                eprintln!("dmkit: deferred close requested: closing when the last user goes");
+                self.deferred = true;
+                answer(json!({"ok": true, "deferred": true}));
+            }
+            "cancel-deferred" => {
+                if self.deferred {
+                    eprintln!("dmkit: deferred close cancelled");
+                }
+                self.deferred = false;
+                answer(json!({"ok": true}));
+            }
+            other => answer(json!({"ok": false, "error": format!("unknown command {other:?}")})),
+        }
+        None
+    }
+
+    /// Undo everything, in reverse order; idempotent. Removes the files (not the log).
+    pub fn teardown(&mut self) -> Result<()> {
+        let mut errors = Vec::new();
+        self.listener = None;
+        let _ = fs::remove_file(&self.paths.sock);
+        if let Some(l) = self.loop_dev.take() {
+            match loopdev::detach(&l.path) {
+                // The kernel lets go of the exported file only once the last opener of the
+                // loop device (udev's probe, say) closes it: wait for that before unmounting.
+                Ok(()) => loopdev::wait_detached(&l.path, &self.paths.dev, Duration::from_secs(5)),
+                Err(e) => errors.push(e.to_string()),
+            }
+        }
+        if let Some(mut f) = self.fuse.take() {
+            match f.unmount(Duration::from_secs(5)) {
+                Ok(true) => eprintln!(
+                    "dmkit: {} was busy: detached lazily; open handles fail once the server exits",
+                    self.paths.dev.display()
+                ),
+                Ok(false) => {}
+                Err(e) => errors.push(e.to_string()),
+            }
+            let s = f.stats();
+            eprintln!(
+                "dmkit: served {} requests, {} bytes read, {} written, {} I/O errors, {} of them corruptions",
+                s.requests, s.bytes_read, s.bytes_written, s.io_errors, s.corruptions
+            );
+        }
+        let _ = fs::remove_file(&self.paths.state);
+        if let Err(e) = remove_export_file(&self.paths.dev) {
+            errors.push(e);
+        }
+        if let Some(l) = self.lock.take() {
+            l.remove();
+        }
+        if self.sigfd.take().is_some() {
+            // SAFETY: restoring the mask saved when the signals were blocked.
+            unsafe {
+                libc::pthread_sigmask(libc::SIG_SETMASK, &self.old_mask, std::ptr::null_mut())
+            };
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(ExportError::Failed(errors.join("; ")))
+        }
+    }
+}
+
+/// Remove the exported file once nothing is mounted on it. Unlinking a mount point fails with
+/// EBUSY: a lazily detached mount can take a moment to go, so that is retried briefly.
+pub(super) fn remove_export_file(dev: &std::path::Path) -> std::result::Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        if is_mounted(dev) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        match fs::remove_file(dev) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => return Err(format!("{}: cannot remove: {e}", dev.display())),
+        }
+    }
+}
+
+fn export_json(s: &ExportStats) -> Value {
+    serde_json::to_value(s).unwrap_or(Value::Null)
+}
+
+/// Answer the `close` request (if there was one) once the teardown is done, and log the end.
+pub(super) fn finish(ending: Ending, result: &Result<()>) {
+    if let Ending::Close(mut s) = ending {
+        let reply = match result {
+            Ok(()) => json!({"ok": true}),
+            Err(e) => json!({"ok": false, "error": e.to_string()}),
+        };
+        let _ = writeln!(s, "{reply}");
+    }
+    match result {
+        Ok(()) => eprintln!("dmkit: closed"),
+        Err(e) => eprintln!("dmkit: close: {e}"),
+    }
+}

@@ -1,0 +1,165 @@
+//! The FUSE kernel protocol as this server speaks it: opcodes, flags, sizes, and the small
+//! encoders and buffers every request handler uses.
+
+use std::io;
+use std::os::fd::RawFd;
+
+/// Serving threads when none is asked for.
+pub const DEFAULT_THREADS: usize = 4;
+/// Largest WRITE payload (and READ size) negotiated with the kernel.
+pub const MAX_WRITE: usize = 1 << 20;
+pub(super) const MAX_PAGES: u16 = 256;
+/// Kernel protocol version we speak. Nothing we use changed layout between 7.31 and 7.38; the
+/// newer minor lets the kernel honour `FOPEN_NOFLUSH` and `FOPEN_PARALLEL_DIRECT_WRITES`.
+pub(super) const KERNEL_MAJOR: u32 = 7;
+pub(super) const KERNEL_MINOR: u32 = 38;
+/// Background requests (readahead, async direct I/O) the kernel keeps in flight. The kernel's
+/// default of 12 would cap `iodepth=32` libaio runs; 128 lets them through.
+pub(super) const MAX_BACKGROUND: u16 = 128;
+pub(super) const CONGESTION_THRESHOLD: u16 = 96;
+/// Attribute cache lifetime: the size never changes while mounted.
+pub(super) const ATTR_VALID_SECS: u64 = 3600;
+
+pub(super) const IN_HEADER: usize = 40;
+pub(super) const OUT_HEADER: usize = 16;
+pub(super) const WRITE_IN: usize = 40;
+/// Head of a request read separately so that a WRITE payload starts on a page boundary.
+pub(super) const HEAD: usize = IN_HEADER + WRITE_IN;
+pub(super) const PAGE: usize = 4096;
+/// Non-WRITE requests we parse are all under this size.
+pub(super) const MAX_ARGS: usize = 512;
+
+// Opcodes (include/uapi/linux/fuse.h).
+pub(super) const FUSE_FORGET: u32 = 2;
+pub(super) const FUSE_GETATTR: u32 = 3;
+pub(super) const FUSE_SETATTR: u32 = 4;
+pub(super) const FUSE_OPEN: u32 = 14;
+pub(super) const FUSE_READ: u32 = 15;
+pub(super) const FUSE_WRITE: u32 = 16;
+pub(super) const FUSE_STATFS: u32 = 17;
+pub(super) const FUSE_RELEASE: u32 = 18;
+pub(super) const FUSE_FSYNC: u32 = 20;
+pub(super) const FUSE_FLUSH: u32 = 25;
+pub(super) const FUSE_INIT: u32 = 26;
+pub(super) const FUSE_INTERRUPT: u32 = 36;
+pub(super) const FUSE_DESTROY: u32 = 38;
+pub(super) const FUSE_NOTIFY_REPLY: u32 = 41;
+pub(super) const FUSE_BATCH_FORGET: u32 = 42;
+pub(super) const FUSE_FALLOCATE: u32 = 43;
+pub(super) const FUSE_LSEEK: u32 = 46;
+
+// INIT flags.
+pub(super) const FUSE_ASYNC_READ: u32 = 1 << 0;
+pub(super) const FUSE_BIG_WRITES: u32 = 1 << 5;
+pub(super) const FUSE_ASYNC_DIO: u32 = 1 << 15;
+pub(super) const FUSE_MAX_PAGES: u32 = 1 << 22;
+
+// OPEN reply flags.
+pub(super) const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+pub(super) const FOPEN_NOFLUSH: u32 = 1 << 5;
+pub(super) const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
+
+pub(super) const FATTR_SIZE: u32 = 1 << 3;
+
+/// `FUSE_DEV_IOC_CLONE` = `_IOR(229, 0, uint32_t)`.
+pub(super) const FUSE_DEV_IOC_CLONE: u64 = 0x8004_e500;
+
+/// A heap buffer with a page-aligned window, so `O_DIRECT` backends can use it as is.
+pub(super) struct AlignedBuf {
+    raw: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl AlignedBuf {
+    pub(super) fn new(len: usize) -> Self {
+        let raw = vec![0u8; len + PAGE];
+        let off = raw.as_ptr().align_offset(PAGE);
+        AlignedBuf { raw, off, len }
+    }
+    pub(super) fn ensure(&mut self, len: usize) {
+        if len > self.len {
+            *self = AlignedBuf::new(len);
+        }
+    }
+    pub(super) fn get(&mut self, len: usize) -> &mut [u8] {
+        self.ensure(len);
+        &mut self.raw[self.off..self.off + len]
+    }
+    pub(super) fn all(&mut self) -> &mut [u8] {
+        &mut self.raw[self.off..self.off + self.len]
+    }
+}
+
+pub(super) fn ne_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_ne_bytes(a)
+}
+
+pub(super) fn ne_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_ne_bytes(a)
+}
+
+/// Builds small reply payloads in native byte order.
+pub(super) struct Out(pub Vec<u8>);
+
+impl Out {
+    pub(super) fn new() -> Self {
+        Out(Vec::with_capacity(128))
+    }
+    pub(super) fn u16(&mut self, v: u16) -> &mut Self {
+        self.0.extend_from_slice(&v.to_ne_bytes());
+        self
+    }
+    pub(super) fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_ne_bytes());
+        self
+    }
+    pub(super) fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_ne_bytes());
+        self
+    }
+    pub(super) fn zeros(&mut self, n: usize) -> &mut Self {
+        self.0.resize(self.0.len() + n, 0);
+        self
+    }
+}
+
+/// Write one reply: out-header plus payload pieces, in a single `writev`.
+pub(super) fn reply(fd: RawFd, unique: u64, error: i32, payload: &[&[u8]]) {
+    let len = OUT_HEADER + payload.iter().map(|p| p.len()).sum::<usize>();
+    let mut hdr = [0u8; OUT_HEADER];
+    hdr[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
+    hdr[4..8].copy_from_slice(&(-error).to_ne_bytes());
+    hdr[8..16].copy_from_slice(&unique.to_ne_bytes());
+    let mut iov = [libc::iovec {
+        iov_base: std::ptr::null_mut(),
+        iov_len: 0,
+    }; 3];
+    iov[0] = libc::iovec {
+        iov_base: hdr.as_mut_ptr().cast(),
+        iov_len: OUT_HEADER,
+    };
+    let mut n = 1;
+    for p in payload.iter().filter(|p| !p.is_empty()).take(2) {
+        iov[n] = libc::iovec {
+            iov_base: p.as_ptr() as *mut libc::c_void,
+            iov_len: p.len(),
+        };
+        n += 1;
+    }
+    // SAFETY: every iovec points into a buffer that lives until writev returns; the kernel
+    // only reads from them.
+    let rc = unsafe { libc::writev(fd, iov.as_ptr(), n as libc::c_int) };
+    if rc < 0 {
+        let e = io::Error::last_os_error();
+        // ENOENT: the request was interrupted and the kernel no longer waits for it.
+        // ENODEV: the connection is gone; the next read ends the thread.
+        if !matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV)) {
+            eprintln!("dmkit: fuse: cannot send reply to request {unique}: {e}");
+        }
+    }
+}
