@@ -104,7 +104,7 @@ impl RoundKeys {
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::XtsVaes;
+pub(crate) use imp::{AesNiEncryptor, XtsVaes};
 
 /// Whether the CPU has everything the VAES + AVX-512 XTS path uses.
 #[cfg(target_arch = "x86_64")]
@@ -153,6 +153,43 @@ mod imp {
     use super::*;
     use crate::crypt::secret::SecretBox;
     use core::arch::x86_64::*;
+
+    /// One-block AES encryption with AES-NI: ESSIV's IV cipher, one block per sector, where a
+    /// direct call beats a general-purpose block cipher's dispatch. Encryption only.
+    pub(crate) struct AesNiEncryptor {
+        keys: SecretBox<RoundKeys>,
+    }
+
+    impl AesNiEncryptor {
+        /// `None` without AES-NI or with a key that is not 16, 24 or 32 bytes.
+        pub(crate) fn new(key: &[u8]) -> Option<AesNiEncryptor> {
+            if !std::is_x86_feature_detected!("aes") {
+                return None;
+            }
+            let mut keys = SecretBox::<RoundKeys>::zeroed();
+            keys.expand_from(key).then_some(AesNiEncryptor { keys })
+        }
+
+        /// Encrypt one block in place.
+        pub(crate) fn encrypt(&self, block: &mut [u8; 16]) {
+            // SAFETY: AES-NI was detected in `new`, the only constructor.
+            unsafe { aes_block(&self.keys, block) }
+        }
+    }
+
+    #[target_feature(enable = "aes,sse2")]
+    fn aes_block(k: &RoundKeys, block: &mut [u8; 16]) {
+        // SAFETY: unaligned 16-byte loads/stores within `block` and the key arrays.
+        unsafe {
+            let ld = |p: &[u8; 16]| _mm_loadu_si128(p.as_ptr().cast());
+            let mut s = _mm_xor_si128(ld(block), ld(&k.keys[0]));
+            for r in 1..k.rounds {
+                s = _mm_aesenc_si128(s, ld(&k.keys[r]));
+            }
+            s = _mm_aesenclast_si128(s, ld(&k.keys[k.rounds]));
+            _mm_storeu_si128(block.as_mut_ptr().cast(), s);
+        }
+    }
 
     /// The schedules of an XTS key: K1 for encryption and decryption, K2 for the tweak.
     struct Schedules {

@@ -97,6 +97,9 @@ fn essiv_digest(name: &str, key: &[u8]) -> Option<SecretBytes> {
 
 /// ESSIV: the plain64 IV encrypted with the data's block cipher keyed by HASH(volume key).
 pub(crate) struct Essiv {
+    /// AES with AES-NI, called directly (one block per sector).
+    #[cfg(target_arch = "x86_64")]
+    aesni: Option<super::aes_x86::AesNiEncryptor>,
     cipher: Box<dyn BlockCipher>,
 }
 
@@ -118,10 +121,21 @@ impl Essiv {
                     spec.cipher
                 ),
             })?;
-        Ok(Essiv { cipher })
+        Ok(Essiv {
+            #[cfg(target_arch = "x86_64")]
+            aesni: (spec.cipher == "aes")
+                .then(|| super::aes_x86::AesNiEncryptor::new(&salt))
+                .flatten(),
+            cipher,
+        })
     }
 
     fn encrypt_block(&self, block: &mut [u8; 16]) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(a) = &self.aesni {
+            a.encrypt(block);
+            return;
+        }
         self.cipher.encrypt_blocks(std::slice::from_mut(block));
     }
 }
