@@ -20,6 +20,8 @@ packages=(
   # cryptsetup's own test material (tests/cryptsetup_suite.rs): downloaded with curl, its
   # header generators run with bash, jq and xxd.
   curl ca-certificates jq xxd
+  # An independent serpent/twofish/AES (XTS, CBC) the cipher tests compare with (dlopened).
+  libgcrypt20
   # The rootless-serving test creates an unprivileged user (useradd) and runs as it (setpriv).
   passwd
 )

@@ -707,3 +707,77 @@ fn luks1_from_cryptsetup_opens_and_reads() {
     let vk = cs_volume_key(&pass, &img, None);
     assert!(xts_decrypt(&vk, &raw[offset..offset + data.len()], 512, 0) == data);
 }
+
+#[test]
+fn argon2_keyslots_open_with_one_lane_many_lanes_and_one_cpu() {
+    // `open` forks its server after unlocking and refuses a multithreaded process: the Argon2
+    // lanes must leave no thread behind, whether there is one lane (once computed on the
+    // calling thread, which started rayon's global pool) or several, and on one CPU.
+    if tool_missing("cryptsetup", "cryptsetup-bin")
+        || tool_missing("taskset", "util-linux")
+        || fuse_missing()
+    {
+        return;
+    }
+    for lanes in ["1", "4"] {
+        let e = env();
+        let img = e.sparse("disk.img", 20 << 20);
+        let pass = e.s("pass");
+        let kdf = [
+            "--pbkdf",
+            "argon2id",
+            "--pbkdf-memory",
+            "32768",
+            "--pbkdf-force-iterations",
+            "4",
+            "--pbkdf-parallel",
+            lanes,
+        ];
+        if lanes == "1" {
+            run(
+                "cryptsetup",
+                &[
+                    &["luksFormat", "-q", "--key-file", &pass][..],
+                    &kdf,
+                    &[&img],
+                ]
+                .concat(),
+            );
+        } else {
+            // cryptsetup caps the lanes at the CPUs online; images from bigger machines have 4.
+            e.run
+                .ok(&[&["luks", "format", "--key-file", &pass][..], &kdf, &[&img]].concat());
+            run(
+                "cryptsetup",
+                &["open", "--test-passphrase", "--key-file", &pass, &img],
+            );
+        }
+        let dump = run("cryptsetup", &["luksDump", &img]);
+        assert!(dump.contains(&format!("Threads:    {lanes}\n")), "{dump}");
+        for pinned in [false, true] {
+            let name = format!("a{lanes}{}", u8::from(pinned));
+            let open = [
+                common::DMKIT,
+                "luks",
+                "open",
+                "--key-file",
+                &pass,
+                &img,
+                &name,
+            ];
+            let r = if pinned {
+                common::run::run_in(
+                    "taskset",
+                    &[&["-c", "0"][..], &open].concat(),
+                    e.run.path(),
+                    common::run::DMKIT_LIMIT,
+                )
+            } else {
+                e.run.run(&open[1..])
+            };
+            e.run.track(&name);
+            r.assert_ok();
+            e.run.close(&name);
+        }
+    }
+}

@@ -1,6 +1,7 @@
 //! `dmkit bench cipher`: our in-process AES-XTS throughput for 4 KiB sectors, one
 //! `SectorCipher` call per sector on one thread (what the crypt target pays per request), next
-//! to `openssl speed -evp aes-256-xts -bytes 8192` measured in the same run.
+//! to `openssl speed -evp aes-256-xts -bytes 8192` measured in the same run; then AES-CBC,
+//! serpent, twofish and AES-LRW for reference.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -195,6 +196,16 @@ pub fn run(seconds: f64, interrupt: &Interrupt) -> Result<CipherReport, BenchErr
         4096,
         dur,
     )?);
+    // The other ciphers volumes use (our modes over RustCrypto's block ciphers).
+    for (spec, key_len) in [
+        ("serpent-xts-plain64", 64),
+        ("twofish-xts-plain64", 64),
+        ("serpent-cbc-essiv:sha256", 32),
+        ("aes-lrw-benbi", 48),
+    ] {
+        interrupt.check()?;
+        ours.push(measure(spec, key_len, CipherImpl::Auto, 4096, dur)?);
+    }
     interrupt.check()?;
     let (speed, command, version) = openssl_speed(seconds.ceil().max(1.0) as u32);
     Ok(CipherReport {
@@ -218,7 +229,7 @@ pub fn render(r: &CipherReport) -> String {
         r.seconds
     ));
     out.push_str(&format!(
-        "{:<22} {:>5} {:>7} {:<12} {:>11} {:>11} {:>9}\n",
+        "{:<24} {:>5} {:>7} {:<12} {:>11} {:>11} {:>9}\n",
         "cipher", "key", "sector", "impl", "encrypt", "decrypt", "vs speed"
     ));
     for s in &r.ours {
@@ -227,7 +238,7 @@ pub fn render(r: &CipherReport) -> String {
             .map(|o| format!("{:.2}", s.encrypt_bytes_per_s / o))
             .unwrap_or_else(|| "-".into());
         out.push_str(&format!(
-            "{:<22} {:>5} {:>7} {:<12} {:>11} {:>11} {:>9}\n",
+            "{:<24} {:>5} {:>7} {:<12} {:>11} {:>11} {:>9}\n",
             s.spec,
             s.key_bits,
             s.sector_size,

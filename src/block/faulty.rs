@@ -1,4 +1,6 @@
-//! A fault-injecting block device for tests: fail, corrupt or drop a chosen read or write.
+//! A fault-injecting block device for tests: fail, corrupt or drop a chosen read or write; and
+//! a crash model: record the writes and flushes of an operation, then rebuild every state the
+//! device could hold had power been lost at any point of it.
 
 use super::{BlockDevice, BlockError, Result};
 use std::io;
@@ -50,11 +52,26 @@ struct Armed {
     seen: u64,
 }
 
+/// One recorded operation (see [`FaultyDevice::start_log`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoggedOp {
+    /// Bytes stored at an offset.
+    Write {
+        /// Byte offset.
+        offset: u64,
+        /// What was stored.
+        data: Vec<u8>,
+    },
+    /// A flush: every write before it is durable.
+    Flush,
+}
+
 /// Wraps a device and injects [`Fault`]s.
 pub struct FaultyDevice<D> {
     inner: D,
     faults: Mutex<Vec<Armed>>,
     fired: AtomicU64,
+    log: Mutex<Option<Vec<LoggedOp>>>,
 }
 
 impl<D: BlockDevice> FaultyDevice<D> {
@@ -64,6 +81,27 @@ impl<D: BlockDevice> FaultyDevice<D> {
             inner,
             faults: Mutex::new(Vec::new()),
             fired: AtomicU64::new(0),
+            log: Mutex::new(None),
+        }
+    }
+
+    /// Record every write that stores data, and every flush, from now on.
+    pub fn start_log(&self) {
+        *self.log.lock().unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    }
+
+    /// Stop recording; what was recorded since [`start_log`](Self::start_log).
+    pub fn take_log(&self) -> Vec<LoggedOp> {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .unwrap_or_default()
+    }
+
+    fn record(&self, op: LoggedOp) {
+        if let Some(log) = self.log.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+            log.push(op);
         }
     }
 
@@ -167,22 +205,81 @@ impl<D: BlockDevice> BlockDevice for FaultyDevice<D> {
         }
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        match self.fire(OpKind::Write, offset, buf.len()) {
-            None => self.inner.write_at(buf, offset),
-            Some(FaultKind::Fail) => Err(self.injected(offset)),
+        let stored = match self.fire(OpKind::Write, offset, buf.len()) {
+            None => buf.to_vec(),
+            Some(FaultKind::Fail) => return Err(self.injected(offset)),
             Some(FaultKind::Corrupt { bit }) => {
                 let mut copy = buf.to_vec();
                 flip(&mut copy, bit);
-                self.inner.write_at(&copy, offset)
+                copy
             }
-            Some(FaultKind::Drop) => Ok(()),
-        }
+            Some(FaultKind::Drop) => return Ok(()),
+        };
+        self.inner.write_at(&stored, offset)?;
+        self.record(LoggedOp::Write {
+            offset,
+            data: stored,
+        });
+        Ok(())
     }
     fn flush(&self) -> Result<()> {
-        self.inner.flush()
+        self.inner.flush()?;
+        self.record(LoggedOp::Flush);
+        Ok(())
     }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.inner.discard(offset, len)
+    }
+}
+
+/// Most unflushed writes [`for_each_crash_state`] accepts (it tries every subset of them).
+pub const MAX_PENDING_WRITES: usize = 10;
+
+/// Call `f` with every state a device that held `base` could be left in by a power cut at any
+/// point of `log`: for each prefix of the log, every write before its last flush is on the
+/// device, and any subset of the writes after it (a volatile write cache keeps no order). The
+/// first argument of `f` describes the state. Panics when more than [`MAX_PENDING_WRITES`]
+/// writes go unflushed (a test design error: flush more often, or log less).
+pub fn for_each_crash_state(base: &[u8], log: &[LoggedOp], mut f: impl FnMut(&str, &[u8])) {
+    let mut durable = base.to_vec();
+    let apply = |img: &mut Vec<u8>, op: &LoggedOp| {
+        if let LoggedOp::Write { offset, data } = op {
+            let at = *offset as usize;
+            img[at..at + data.len()].copy_from_slice(data);
+        }
+    };
+    let mut pending: Vec<usize> = Vec::new();
+    for cut in 0..=log.len() {
+        assert!(
+            pending.len() <= MAX_PENDING_WRITES,
+            "{} writes without a flush before operation {cut}",
+            pending.len()
+        );
+        for mask in 0u32..(1 << pending.len()) {
+            let mut img = durable.clone();
+            for (bit, &i) in pending.iter().enumerate() {
+                if mask & (1 << bit) != 0 {
+                    apply(&mut img, &log[i]);
+                }
+            }
+            f(
+                &format!(
+                    "power cut before operation {cut} of {}, unflushed writes kept: {mask:#b} of {:?}",
+                    log.len(),
+                    pending
+                ),
+                &img,
+            );
+        }
+        match log.get(cut) {
+            Some(LoggedOp::Flush) => {
+                for i in pending.drain(..) {
+                    apply(&mut durable, &log[i]);
+                }
+            }
+            Some(LoggedOp::Write { .. }) => pending.push(cut),
+            None => {}
+        }
     }
 }
 
@@ -231,5 +328,28 @@ mod tests {
         dev.read_at(&mut b, 0).unwrap();
         assert_eq!(b[0], 1 ^ 2);
         assert_eq!(dev.fired(), 4);
+    }
+
+    #[test]
+    fn crash_states_keep_flushed_writes_and_any_subset_of_the_rest() {
+        let dev = FaultyDevice::new(MemoryDevice::new("m", 8));
+        dev.start_log();
+        dev.write_at(&[1], 0).unwrap();
+        dev.flush().unwrap();
+        dev.write_at(&[2], 1).unwrap();
+        dev.write_at(&[3], 2).unwrap();
+        let log = dev.take_log();
+        assert_eq!(log.len(), 4);
+        let mut seen = Vec::new();
+        for_each_crash_state(&[0u8; 8], &log, |_, img| seen.push(img[..3].to_vec()));
+        // Cuts before ops 0, 1 (write 0 pending: 2 states), 2, 3 (1 pending), 4 (2 pending).
+        assert_eq!(seen.len(), 1 + 2 + 1 + 2 + 4);
+        assert!(seen.contains(&vec![0, 0, 0]));
+        assert!(seen.contains(&vec![1, 0, 3]));
+        assert!(seen.contains(&vec![1, 2, 3]));
+        assert!(
+            !seen.contains(&vec![0, 2, 0]),
+            "a write after a flush before it"
+        );
     }
 }

@@ -11,7 +11,9 @@ mod file;
 mod memory;
 
 pub use claim::{range_text, Claim, ClaimError, ClaimInfo};
-pub use faulty::{Fault, FaultKind, FaultyDevice, OpKind};
+pub use faulty::{
+    for_each_crash_state, Fault, FaultKind, FaultyDevice, LoggedOp, OpKind, MAX_PENDING_WRITES,
+};
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
 

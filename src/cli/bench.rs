@@ -25,7 +25,7 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Time `veritysetup format` against `dmkit verity format` on the same data.
     Format(FormatArgs),
-    /// Our AES-XTS throughput (4 KiB sectors) next to `openssl speed -evp aes-256-xts`.
+    /// Our AES-XTS throughput (4 KiB sectors) next to `openssl speed -evp aes-256-xts`, then AES-CBC, serpent, twofish and AES-LRW.
     Cipher(CipherArgs),
     /// Seed 003 (Cloudflare): plain vs crypt on a RAM-backed file against the cipher bound;
     /// with `--peer qemu-storage-daemon`, our crypt export vs QEMU's LUKS FUSE export.

@@ -2,7 +2,7 @@
 //! header-restore`: keyslot management and header maintenance, LUKS2 and LUKS1.
 
 use super::luks::{load, luks_err, open_file, Header, PbkdfArgs, Target};
-use super::luks_keys::{passphrase, KeyArgs, Passphrase};
+use super::luks_keys::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
 use crate::block::{BlockDevice, MemoryDevice};
 use crate::crypt::luks1;
@@ -21,6 +21,12 @@ pub struct AddKeyArgs {
     /// File with the new passphrase.
     #[arg(long)]
     new_keyfile: Option<PathBuf>,
+    /// Skip this many bytes at the start of the new key file.
+    #[arg(long, default_value_t = 0)]
+    new_keyfile_offset: u64,
+    /// Read exactly this many bytes of the new key file (0: all of it).
+    #[arg(long)]
+    new_keyfile_size: Option<u32>,
     /// Keyslot for the new passphrase (default: the first free one).
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
@@ -60,6 +66,12 @@ pub struct ChangeKeyArgs {
     /// File with the new passphrase.
     #[arg(long)]
     new_keyfile: Option<PathBuf>,
+    /// Skip this many bytes at the start of the new key file.
+    #[arg(long, default_value_t = 0)]
+    new_keyfile_offset: u64,
+    /// Read exactly this many bytes of the new key file (0: all of it).
+    #[arg(long)]
+    new_keyfile_size: Option<u32>,
     /// Only try this keyslot for the old passphrase.
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
@@ -132,12 +144,23 @@ fn prompt(device: &Path) -> String {
     format!("Enter passphrase for {}: ", device.display())
 }
 
-fn new_passphrase(arg: &Option<PathBuf>, flag: &Option<PathBuf>) -> Result<Passphrase, CliError> {
-    let k = KeyArgs {
-        key_file: flag.clone().or_else(|| arg.clone()),
-        ..Default::default()
-    };
-    passphrase(&k, "Enter new passphrase for key slot: ", true)
+/// The new passphrase of add-key and change-key: `--new-keyfile` (or the positional file) with
+/// `--new-keyfile-offset`/`--new-keyfile-size`, by the same rules as the old one (a second line
+/// of stdin when both come from it).
+fn new_passphrase(
+    arg: &Option<PathBuf>,
+    flag: &Option<PathBuf>,
+    offset: u64,
+    size: Option<u32>,
+) -> Result<Passphrase, CliError> {
+    let file = flag.as_ref().or(arg.as_ref());
+    read_passphrase(
+        file.map(PathBuf::as_path),
+        offset,
+        size,
+        "Enter new passphrase for key slot: ",
+        true,
+    )
 }
 
 fn active_slots(t: &Target) -> usize {
@@ -182,7 +205,12 @@ pub fn add_key(a: AddKeyArgs) -> CliResult {
     let old = passphrase(&a.key, &prompt(&a.device), false)?;
     let (_, vk) = t.unlock(&old, None)?;
     drop(old);
-    let new = new_passphrase(&a.new_key_file_arg, &a.new_keyfile)?;
+    let new = new_passphrase(
+        &a.new_key_file_arg,
+        &a.new_keyfile,
+        a.new_keyfile_offset,
+        a.new_keyfile_size,
+    )?;
     let slot = add_slot(&mut t, &vk, &new, &a.pbkdf, a.key_slot)?;
     eprintln!("Key slot {slot} created.");
     Ok(())
@@ -211,7 +239,12 @@ pub fn change_key(a: ChangeKeyArgs) -> CliResult {
     let old = passphrase(&a.key, &prompt(&a.device), false)?;
     let (slot, vk) = t.unlock(&old, a.key_slot)?;
     drop(old);
-    let new = new_passphrase(&a.new_key_file_arg, &a.new_keyfile)?;
+    let new = new_passphrase(
+        &a.new_key_file_arg,
+        &a.new_keyfile,
+        a.new_keyfile_offset,
+        a.new_keyfile_size,
+    )?;
     // The new keyslot is complete on disk before the old one is wiped: a crash in between
     // leaves both passphrases working, never neither.
     let added = add_slot(&mut t, &vk, &new, &a.pbkdf, None)?;

@@ -12,10 +12,8 @@ use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::device::{CryptDevice, CryptParams};
 use crate::export::ExportSpec;
 use serde_json::json;
-use std::io::{Read, Seek, SeekFrom};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
-use zeroize::Zeroizing;
 
 /// `dmkit plain` subcommands.
 #[derive(clap::Subcommand)]
@@ -86,62 +84,6 @@ pub fn run(c: PlainCommand) -> CliResult {
     }
 }
 
-/// Read exactly `len` key bytes at `offset` of `path` (or standard input).
-fn read_key(path: &Path, offset: u64, len: usize) -> Result<Zeroizing<Vec<u8>>, CliError> {
-    let mut key = Zeroizing::new(vec![0u8; len]);
-    let what = path.display();
-    let short = |got: usize| {
-        CliError::invalid(format!(
-            "{what}: key file too short: need {len} bytes at offset {offset}, got {got}"
-        ))
-    };
-    let fill = |r: &mut dyn Read, key: &mut [u8]| -> Result<usize, std::io::Error> {
-        let mut got = 0;
-        while got < key.len() {
-            match r.read(&mut key[got..]) {
-                Ok(0) => break,
-                Ok(n) => got += n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(got)
-    };
-    let got = if path == Path::new("-") {
-        let mut stdin = std::io::stdin().lock();
-        let mut skip = Zeroizing::new(Vec::new());
-        (&mut stdin)
-            .take(offset)
-            .read_to_end(&mut skip)
-            .map_err(|e| CliError::invalid(format!("standard input: cannot read the key: {e}")))?;
-        if (skip.len() as u64) < offset {
-            return Err(short(0));
-        }
-        fill(&mut stdin, &mut key)
-            .map_err(|e| CliError::invalid(format!("standard input: cannot read the key: {e}")))?
-    } else {
-        let mut f = std::fs::File::open(path).map_err(|e| {
-            let m = format!("{what}: cannot open the key file: {e}");
-            if e.kind() == std::io::ErrorKind::NotFound {
-                CliError::no_device(m)
-            } else {
-                CliError::invalid(m)
-            }
-        })?;
-        f.seek(SeekFrom::Start(offset)).map_err(|e| {
-            CliError::invalid(format!(
-                "{what}: cannot seek to --keyfile-offset {offset}: {e}"
-            ))
-        })?;
-        fill(&mut f, &mut key)
-            .map_err(|e| CliError::invalid(format!("{what}: cannot read the key: {e}")))?
-    };
-    if got < len {
-        return Err(short(got));
-    }
-    Ok(key)
-}
-
 fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
     let spec = CipherSpec::parse(&a.cipher).map_err(|e| CliError::invalid(e.to_string()))?;
@@ -164,7 +106,15 @@ fn open(a: OpenArgs) -> CliResult {
             a.key_size / 8
         );
     }
-    let key = read_key(key_file, a.keyfile_offset, a.key_size / 8)?;
+    // As cryptsetup: exactly the key size is read at the offset (stdin read from descriptor 0
+    // directly, into secret memory).
+    let key = super::luks_keys::read_passphrase(
+        Some(key_file),
+        a.keyfile_offset,
+        Some((a.key_size / 8) as u32),
+        "",
+        false,
+    )?;
     let cipher = new_sector_cipher(&spec, &key).map_err(|e| CliError::invalid(e.to_string()))?;
     drop(key);
 

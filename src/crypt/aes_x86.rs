@@ -1,7 +1,7 @@
-//! AES on x86-64 instructions: AES-XTS with VAES + AVX-512 (four 512-bit vectors, 16 blocks
-//! per iteration, tweaks advanced with VPCLMULQDQ), and single AES-NI block encryption (for
-//! ESSIV). Key expansion is portable code (no table lookups on secret data: the S-box is
-//! computed arithmetically).
+//! AES-XTS on x86-64 instructions: VAES + AVX-512 (four 512-bit vectors, 16 blocks per
+//! iteration, tweaks advanced with VPCLMULQDQ). Key expansion is portable code (no table
+//! lookups on secret data: the S-box is computed arithmetically); the round keys live in secret
+//! memory (locked, out of core dumps, wiped on drop).
 //!
 //! Everything runs on the calling thread; nothing is queued.
 
@@ -54,12 +54,26 @@ fn sub_word(w: u32) -> u32 {
     u32::from_be_bytes(w.to_be_bytes().map(sbox))
 }
 
+// SAFETY: arrays of bytes and an integer: all zeros is a valid (empty) schedule.
+unsafe impl crate::crypt::secret::Zeroable for RoundKeys {}
+
 impl RoundKeys {
     /// FIPS-197 key expansion of a 16-, 24- or 32-byte key.
+    #[cfg(test)]
     pub(crate) fn expand(key: &[u8]) -> Option<RoundKeys> {
+        let mut k = RoundKeys {
+            keys: [[0u8; 16]; 15],
+            rounds: 0,
+        };
+        k.expand_from(key).then_some(k)
+    }
+
+    /// FIPS-197 key expansion of a 16-, 24- or 32-byte key into `self` (in place, so the
+    /// schedule is only ever where `self` is); false for another key size.
+    pub(crate) fn expand_from(&mut self, key: &[u8]) -> bool {
         let nk = match key.len() {
             16 | 24 | 32 => key.len() / 4,
-            _ => return None,
+            _ => return false,
         };
         let rounds = nk + 6;
         let total = 4 * (rounds + 1);
@@ -78,19 +92,19 @@ impl RoundKeys {
             }
             w[i] = w[i - nk] ^ t;
         }
-        let mut keys = [[0u8; 16]; 15];
-        for (r, k) in keys.iter_mut().enumerate().take(rounds + 1) {
+        for (r, k) in self.keys.iter_mut().enumerate().take(rounds + 1) {
             for j in 0..4 {
                 k[4 * j..4 * j + 4].copy_from_slice(&w[4 * r + j].to_be_bytes());
             }
         }
+        self.rounds = rounds;
         w.zeroize();
-        Some(RoundKeys { keys, rounds })
+        true
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(crate) use imp::{AesBlock, XtsVaes};
+pub(crate) use imp::{AesNiEncryptor, XtsVaes};
 
 /// Whether the CPU has everything the VAES + AVX-512 XTS path uses.
 #[cfg(target_arch = "x86_64")]
@@ -137,26 +151,28 @@ impl SectorCipher for XtsVaes {
 #[cfg(target_arch = "x86_64")]
 mod imp {
     use super::*;
+    use crate::crypt::secret::SecretBox;
     use core::arch::x86_64::*;
 
-    /// One AES block encryption with AES-NI (ESSIV's IV cipher).
-    pub(crate) struct AesBlock {
-        keys: RoundKeys,
+    /// One-block AES encryption with AES-NI: ESSIV's IV cipher, one block per sector, where a
+    /// direct call beats a general-purpose block cipher's dispatch. Encryption only.
+    pub(crate) struct AesNiEncryptor {
+        keys: SecretBox<RoundKeys>,
     }
 
-    impl AesBlock {
-        /// `None` without AES-NI or with a bad key size.
-        pub(crate) fn new(key: &[u8]) -> Option<AesBlock> {
+    impl AesNiEncryptor {
+        /// `None` without AES-NI or with a key that is not 16, 24 or 32 bytes.
+        pub(crate) fn new(key: &[u8]) -> Option<AesNiEncryptor> {
             if !std::is_x86_feature_detected!("aes") {
                 return None;
             }
-            Some(AesBlock {
-                keys: RoundKeys::expand(key)?,
-            })
+            let mut keys = SecretBox::<RoundKeys>::zeroed();
+            keys.expand_from(key).then_some(AesNiEncryptor { keys })
         }
 
+        /// Encrypt one block in place.
         pub(crate) fn encrypt(&self, block: &mut [u8; 16]) {
-            // SAFETY: AES-NI was detected in `new`, the only way to make an AesBlock.
+            // SAFETY: AES-NI was detected in `new`, the only constructor.
             unsafe { aes_block(&self.keys, block) }
         }
     }
@@ -175,12 +191,19 @@ mod imp {
         }
     }
 
-    /// AES-XTS on VAES + AVX-512: data key K1 (encryption and decryption schedules) and tweak
-    /// key K2, and the IV generator.
-    pub(crate) struct XtsVaes {
+    /// The schedules of an XTS key: K1 for encryption and decryption, K2 for the tweak.
+    struct Schedules {
         enc: RoundKeys,
         dec: RoundKeys,
         tweak: RoundKeys,
+    }
+
+    // SAFETY: three Zeroable schedules.
+    unsafe impl crate::crypt::secret::Zeroable for Schedules {}
+
+    /// AES-XTS on VAES + AVX-512: the key schedules (in secret memory) and the IV generator.
+    pub(crate) struct XtsVaes {
+        keys: SecretBox<Schedules>,
         iv: IvGen,
         key_size: usize,
     }
@@ -192,13 +215,16 @@ mod imp {
                 return None;
             }
             let (k1, k2) = key.split_at(key.len() / 2);
-            let enc = RoundKeys::expand(k1)?;
+            // Built in place in secret memory: no copy of a schedule on the stack.
+            let mut keys = SecretBox::<Schedules>::zeroed();
+            let k = &mut *keys;
+            if !k.enc.expand_from(k1) || !k.tweak.expand_from(k2) {
+                return None;
+            }
             // SAFETY: AES-NI is part of `available()`.
-            let dec = unsafe { decryption_keys(&enc) };
+            unsafe { decryption_keys(&k.enc, &mut k.dec) };
             Some(XtsVaes {
-                enc,
-                dec,
-                tweak: RoundKeys::expand(k2)?,
+                keys,
                 iv,
                 key_size: key.len(),
             })
@@ -206,22 +232,23 @@ mod imp {
 
         fn run(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize, decrypt: bool) {
             check_buf(buf.len(), sector_size);
-            let data = if decrypt { &self.dec } else { &self.enc };
+            let k = &*self.keys;
+            let data = if decrypt { &k.dec } else { &k.enc };
             // SAFETY: `available()` was true in `new`, the only constructor: the CPU has every
             // feature the callee enables.
             unsafe {
-                match (self.enc.rounds, decrypt) {
+                match (k.enc.rounds, decrypt) {
                     (14, false) => {
-                        xts::<14, false>(data, &self.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<14, false>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
                     }
                     (14, true) => {
-                        xts::<14, true>(data, &self.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<14, true>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
                     }
                     (_, false) => {
-                        xts::<10, false>(data, &self.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<10, false>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
                     }
                     (_, true) => {
-                        xts::<10, true>(data, &self.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<10, true>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
                     }
                 }
             }
@@ -246,12 +273,9 @@ mod imp {
     /// The Equivalent Inverse Cipher's schedule for AESDEC: reversed, with InvMixColumns
     /// applied to the middle round keys.
     #[target_feature(enable = "aes,sse2")]
-    fn decryption_keys(enc: &RoundKeys) -> RoundKeys {
+    fn decryption_keys(enc: &RoundKeys, dec: &mut RoundKeys) {
         let nr = enc.rounds;
-        let mut dec = RoundKeys {
-            keys: [[0u8; 16]; 15],
-            rounds: nr,
-        };
+        dec.rounds = nr;
         dec.keys[0] = enc.keys[nr];
         dec.keys[nr] = enc.keys[0];
         for i in 1..nr {
@@ -261,7 +285,6 @@ mod imp {
                 _mm_storeu_si128(dec.keys[i].as_mut_ptr().cast(), _mm_aesimc_si128(k));
             }
         }
-        dec
     }
 
     /// The tweak times x (little-endian 128-bit, reduction polynomial x^128 + x^7 + x^2 + x + 1).

@@ -7,23 +7,25 @@
 //!
 //! Supported, with the kernel's IV semantics (`drivers/md/dm-crypt.c`):
 //!
-//! | spec                    | key sizes (bits) | notes                                        |
-//! |-------------------------|------------------|----------------------------------------------|
-//! | `aes-xts-plain64`       | 256, 512         | AES-128-XTS / AES-256-XTS, the default       |
-//! | `aes-xts-plain`         | 256, 512         | IV = sector number truncated to 32 bits      |
-//! | `aes-xts-plain64be`     | 256, 512         | big-endian 64-bit sector in the last 8 bytes |
-//! | `aes-xts-benbi`         | 256, 512         | big-endian, 1-based, in 16-byte block units  |
-//! | `aes-xts-essiv:sha256`  | 256, 512         | ESSIV over XTS                               |
-//! | `aes-cbc-essiv:sha256`  | 128, 192, 256    | also `essiv:sha1`, `essiv:sha512`            |
-//! | `aes-cbc-plain64`, `aes-cbc-plain`, `-plain64be`, `-benbi`, `-null` | 128, 192, 256 |   |
+//! | cipher                       | mode  | key sizes (bits) | notes                              |
+//! |------------------------------|-------|------------------|------------------------------------|
+//! | `aes`, `serpent`, `twofish`  | `xts` | 256, 384, 512    | two keys: data key, then tweak key |
+//! | `aes`, `serpent`, `twofish`  | `cbc` | 128, 192, 256    |                                    |
+//! | `aes`, `serpent`, `twofish`  | `lrw` | 256, 320, 384    | cipher key, then a 128-bit tweak key |
 //!
-//! AES-XTS runs on VAES + AVX-512 (16 blocks per iteration, on the calling thread) when the
-//! CPU has it, else on OpenSSL's EVP (which uses AES-NI where present). CBC always runs on
-//! OpenSSL's EVP. Keys live in zeroize-on-drop containers and are never printed.
+//! IV modes: `plain64`, `plain`, `plain64be`, `benbi`, `null` (CBC only) and `essiv:HASH`
+//! (sha1, sha224, sha256, sha384, sha512, wp256, wp384, wp512). Examples: `aes-xts-plain64`
+//! (the default), `serpent-xts-plain64`, `twofish-cbc-essiv:sha256`, `aes-lrw-benbi`.
+//!
+//! AES-XTS with a 256- or 512-bit key runs on VAES + AVX-512 (16 blocks per iteration, on the
+//! calling thread) when the CPU has it, else on OpenSSL's EVP (which uses AES-NI where
+//! present); AES-CBC always runs on OpenSSL's EVP. Everything else runs our XTS, LRW and CBC
+//! over RustCrypto's block ciphers. Keys and key schedules live in secret memory
+//! ([`super::secret`]) and are never printed.
 
 use super::iv::IvGen;
+use super::secret::SecretBytes;
 use std::fmt;
-use zeroize::Zeroizing;
 
 /// Why a cipher specification or key cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -142,14 +144,14 @@ impl CipherSpec {
             }
             None => (ivpart, None),
         };
-        if cipher != "aes" {
+        if !super::block_cipher::NAMES.contains(&cipher) {
             return Err(unsupported(format!(
-                "block cipher '{cipher}' is not supported (supported: aes)"
+                "block cipher '{cipher}' is not supported (supported: aes, serpent, twofish)"
             )));
         }
-        if mode != "xts" && mode != "cbc" {
+        if !matches!(mode, "xts" | "cbc" | "lrw") {
             return Err(unsupported(format!(
-                "chaining mode '{mode}' is not supported (supported: xts, cbc)"
+                "chaining mode '{mode}' is not supported (supported: xts, cbc, lrw)"
             )));
         }
         match (iv, iv_opt.as_deref()) {
@@ -160,10 +162,11 @@ impl CipherSpec {
             ("essiv", None) => {
                 return Err(bad("essiv needs a hash, e.g. essiv:sha256"));
             }
-            ("essiv", Some("sha256" | "sha1" | "sha512")) => {}
+            ("essiv", Some(h)) if super::iv::ESSIV_HASHES.contains(&h) => {}
             ("essiv", Some(h)) => {
                 return Err(unsupported(format!(
-                    "essiv hash '{h}' is not supported (supported: sha256, sha1, sha512)"
+                    "essiv hash '{h}' is not supported (supported: {})",
+                    super::iv::ESSIV_HASHES.join(", ")
                 )))
             }
             _ => {
@@ -172,10 +175,10 @@ impl CipherSpec {
                 )))
             }
         }
-        if mode == "xts" && iv == "null" {
-            return Err(unsupported(
-                "xts with a null IV would reuse tweaks across sectors; refused".into(),
-            ));
+        if mode != "cbc" && iv == "null" {
+            return Err(unsupported(format!(
+                "{mode} with a null IV would reuse tweaks across sectors; refused"
+            )));
         }
         Ok(CipherSpec {
             cipher: cipher.to_string(),
@@ -198,16 +201,18 @@ impl CipherSpec {
         }
     }
 
-    /// The key sizes this cipher accepts, in bytes (XTS keys are two AES keys).
+    /// The key sizes this cipher accepts, in bytes: the block cipher's (128, 192, 256 bits);
+    /// twice that for XTS (two keys); plus a 16-byte tweak key for LRW.
     pub fn valid_key_sizes(&self) -> &'static [usize] {
-        if self.mode == "xts" {
-            &[32, 64]
-        } else {
-            &[16, 24, 32]
+        match self.mode.as_str() {
+            "xts" => &[32, 48, 64],
+            "lrw" => &[32, 40, 48],
+            _ => &[16, 24, 32],
         }
     }
 
-    /// cryptsetup's default key size for this cipher, in bytes (512 bits for XTS, 256 for CBC).
+    /// cryptsetup's default key size for this cipher, in bytes: 512 bits for XTS (two keys),
+    /// 256 otherwise.
     pub fn default_key_size(&self) -> usize {
         if self.mode == "xts" {
             64
@@ -274,10 +279,13 @@ pub trait SectorCipher: Send + Sync {
 pub enum CipherImpl {
     /// The fastest available on this CPU (what [`new_sector_cipher`] uses).
     Auto,
-    /// Our own VAES + AVX-512 AES-XTS (x86-64 with vaes, vpclmulqdq, avx512f/vl/bw); XTS only.
+    /// Our own VAES + AVX-512 AES-XTS (x86-64 with vaes, vpclmulqdq, avx512f/vl/bw); AES-XTS
+    /// with 256- or 512-bit keys only.
     Vaes512,
-    /// OpenSSL's EVP, one call per sector.
+    /// OpenSSL's EVP, one call per sector; AES-XTS (256, 512 bits) and AES-CBC only.
     OpenSsl,
+    /// Our XTS, LRW and CBC over RustCrypto's block ciphers; every cipher.
+    Portable,
 }
 
 /// Whether this CPU runs the VAES + AVX-512 XTS implementation.
@@ -286,7 +294,8 @@ pub fn vaes512_available() -> bool {
 }
 
 /// A sector cipher for `spec` keyed with `key` (the volume key; for XTS both halves, data key
-/// first), using the fastest implementation on this machine.
+/// first; for LRW the cipher key then the tweak key), using the fastest implementation on this
+/// machine.
 pub fn new_sector_cipher(
     spec: &CipherSpec,
     key: &[u8],
@@ -300,23 +309,72 @@ pub fn new_sector_cipher_with(
     key: &[u8],
     imp: CipherImpl,
 ) -> Result<Box<dyn SectorCipher>, CipherError> {
+    let c = build(spec, key, imp);
+    // Key schedules built by value (other crates' ciphers) leave copies in dead stack frames.
+    super::secret::burn_stack();
+    c
+}
+
+fn build(
+    spec: &CipherSpec,
+    key: &[u8],
+    imp: CipherImpl,
+) -> Result<Box<dyn SectorCipher>, CipherError> {
     // Re-validate: the fields are public, so a spec may not come from parse().
     let spec = CipherSpec::parse(&spec.to_string())?;
     spec.check_key_size(key.len())?;
     let iv = IvGen::new(&spec, key)?;
-    let vaes = spec.mode == "xts" && vaes512_available();
+    let aes = spec.cipher == "aes";
+    let evp = aes && (spec.mode == "cbc" || (spec.mode == "xts" && key.len() != 48));
+    let vaes = aes && spec.mode == "xts" && key.len() != 48 && vaes512_available();
     match imp {
         CipherImpl::Vaes512 if !vaes => Err(CipherError::Unavailable("vaes-avx512")),
+        CipherImpl::OpenSsl if !evp => Err(CipherError::Unavailable("openssl-evp")),
         CipherImpl::Auto | CipherImpl::Vaes512 if vaes => Ok(Box::new(
             super::aes_x86::XtsVaes::new(key, iv).ok_or(CipherError::Unavailable("vaes-avx512"))?,
         )),
-        _ => Ok(Box::new(super::evp::EvpSectorCipher::new(&spec, key, iv)?)),
+        CipherImpl::Auto | CipherImpl::OpenSsl if evp => {
+            Ok(Box::new(super::evp::EvpSectorCipher::new(&spec, key, iv)?))
+        }
+        _ => portable(&spec, key, iv),
     }
 }
 
-/// `len` random bytes from the OS in a zeroize-on-drop buffer (a fresh volume key).
-pub fn random_key(len: usize) -> Result<Zeroizing<Vec<u8>>, CipherError> {
-    let mut k = Zeroizing::new(vec![0u8; len]);
+/// Our modes over RustCrypto's block ciphers.
+fn portable(
+    spec: &CipherSpec,
+    key: &[u8],
+    iv: IvGen,
+) -> Result<Box<dyn SectorCipher>, CipherError> {
+    let keyed = |k: &[u8]| {
+        super::block_cipher::new_block_cipher(&spec.cipher, k).ok_or_else(|| CipherError::KeySize {
+            spec: spec.to_string(),
+            bits: key.len() * 8,
+            valid: spec
+                .valid_key_sizes()
+                .iter()
+                .map(|b| (b * 8).to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        })
+    };
+    Ok(match spec.mode.as_str() {
+        "xts" => {
+            let (k1, k2) = key.split_at(key.len() / 2);
+            Box::new(super::xts::Xts::new(keyed(k1)?, keyed(k2)?, iv, key.len()))
+        }
+        "lrw" => {
+            let (k, tweak) = key.split_at(key.len() - 16);
+            let tweak: &[u8; 16] = tweak.try_into().expect("a 16-byte tweak key");
+            Box::new(super::lrw::Lrw::new(keyed(k)?, tweak, iv, key.len()))
+        }
+        _ => Box::new(super::cbc::Cbc::new(keyed(key)?, iv, key.len())),
+    })
+}
+
+/// `len` random bytes from the OS in secret memory (a fresh volume key).
+pub fn random_key(len: usize) -> Result<SecretBytes, CipherError> {
+    let mut k = SecretBytes::zeroed(len);
     getrandom::getrandom(&mut k).map_err(|e| CipherError::Backend {
         spec: "random key".into(),
         reason: e.to_string(),
@@ -350,6 +408,9 @@ mod tests {
             "aes-xts-benbi",
             "aes-cbc-null",
             "aes-xts-plain64be",
+            "serpent-xts-plain64",
+            "twofish-cbc-essiv:wp256",
+            "aes-lrw-benbi",
         ] {
             let c = CipherSpec::parse(s).unwrap();
             assert_eq!(c.to_string(), s);
@@ -373,13 +434,14 @@ mod tests {
             ("aes", "expected cipher-mode-iv"),
             ("aes-xts", "expected cipher-mode-iv"),
             ("aes-xts-plain64-x", "too many"),
-            ("serpent-xts-plain64", "block cipher 'serpent'"),
+            ("des-xts-plain64", "block cipher 'des'"),
             ("aes-ctr-plain64", "chaining mode 'ctr'"),
             ("aes-xts-lmk", "IV mode 'lmk'"),
             ("aes-cbc-essiv", "essiv needs a hash"),
             ("aes-cbc-essiv:md5", "essiv hash 'md5'"),
             ("aes-xts-plain64:x", "takes no option"),
             ("aes-xts-null", "null IV"),
+            ("serpent-lrw-null", "null IV"),
             ("capi:xts(aes)-plain64", "capi"),
             ("aes-xts-pla in", "unexpected character"),
         ];
@@ -394,14 +456,17 @@ mod tests {
     fn key_sizes() {
         let xts = CipherSpec::parse("aes-xts-plain64").unwrap();
         assert!(xts.check_key_size(64).is_ok());
-        let e = new_sector_cipher(&xts, &[1u8; 48])
+        let e = new_sector_cipher(&xts, &[1u8; 40])
             .err()
             .unwrap()
             .to_string();
         assert_eq!(
             e,
-            "cipher 'aes-xts-plain64': a 384-bit key is not supported (valid: 256, 512 bits)"
+            "cipher 'aes-xts-plain64': a 320-bit key is not supported (valid: 256, 384, 512 bits)"
         );
+        let lrw = CipherSpec::parse("twofish-lrw-benbi").unwrap();
+        assert_eq!(lrw.valid_key_sizes(), &[32, 40, 48]);
+        assert_eq!(lrw.default_key_size(), 32);
         let cbc = CipherSpec::parse("aes-cbc-essiv:sha256").unwrap();
         assert!(new_sector_cipher(&cbc, &[1u8; 64]).is_err());
         assert_eq!(cbc.default_key_size(), 32);

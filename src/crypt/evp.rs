@@ -3,9 +3,13 @@
 //!
 //! Keyed contexts are kept in a small pool (one per concurrently serving thread), so a
 //! sector costs an IV reset and one update, never a key schedule; no thread hops.
+//!
+//! Our copy of the key is in secret memory; the contexts' key schedules are on OpenSSL's heap,
+//! which we cannot lock or keep out of core dumps (OpenSSL frees them with OPENSSL_clear_free).
 
 use super::cipher::{check_buf, CipherError, CipherSpec, SectorCipher};
 use super::iv::IvGen;
+use super::secret::SecretBytes;
 use openssl::cipher::{Cipher, CipherRef};
 use openssl::cipher_ctx::CipherCtx;
 use std::cell::RefCell;
@@ -16,7 +20,7 @@ use zeroize::Zeroizing;
 pub(crate) struct EvpSectorCipher {
     cipher: &'static CipherRef,
     xts: bool,
-    key: Zeroizing<Vec<u8>>,
+    key: SecretBytes,
     iv: IvGen,
     enc: Mutex<Vec<CipherCtx>>,
     dec: Mutex<Vec<CipherCtx>>,
@@ -59,7 +63,7 @@ impl EvpSectorCipher {
         let c = EvpSectorCipher {
             cipher,
             xts,
-            key: Zeroizing::new(key.to_vec()),
+            key: SecretBytes::from_slice(key),
             iv,
             enc: Mutex::new(Vec::new()),
             dec: Mutex::new(Vec::new()),

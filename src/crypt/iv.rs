@@ -1,10 +1,11 @@
 //! IV generators, exactly as dm-crypt computes them (`crypt_iv_*_gen` in
-//! `drivers/md/dm-crypt.c`), for 16-byte (AES) IVs. `sector` is dm-crypt's `iv_sector`.
+//! `drivers/md/dm-crypt.c`), for 16-byte IVs (128-bit block ciphers). `sector` is dm-crypt's
+//! `iv_sector`.
 
+use super::block_cipher::{new_block_cipher, BlockCipher};
 use super::cipher::{CipherError, CipherSpec};
-use openssl::cipher::Cipher;
-use openssl::cipher_ctx::CipherCtx;
-use std::sync::Mutex;
+use super::secret::SecretBytes;
+use zeroize::Zeroize;
 
 /// How the 16-byte IV of a sector is made.
 pub(crate) enum IvGen {
@@ -19,7 +20,7 @@ pub(crate) enum IvGen {
     Benbi,
     /// All zero.
     Null,
-    /// The plain64 IV encrypted with AES keyed by HASH(volume key).
+    /// The plain64 IV encrypted with the data's block cipher keyed by HASH(volume key).
     Essiv(Box<Essiv>),
 }
 
@@ -67,46 +68,65 @@ impl IvGen {
     }
 }
 
-/// ESSIV: one AES block encryption of the plain64 IV with the salt key HASH(volume key).
+/// The ESSIV hashes: kernel crypto names (`wpN` is Whirlpool cut to N bits).
+pub(crate) const ESSIV_HASHES: &[&str] = &[
+    "sha1", "sha224", "sha256", "sha384", "sha512", "wp256", "wp384", "wp512",
+];
+
+/// HASH(`key`) for the ESSIV hash `name`, in secret memory; `None` for an unknown hash.
+fn essiv_digest(name: &str, key: &[u8]) -> Option<SecretBytes> {
+    fn keep(mut d: impl AsMut<[u8]>, len: usize) -> SecretBytes {
+        let s = SecretBytes::from_slice(&d.as_mut()[..len]);
+        d.as_mut().zeroize();
+        s
+    }
+    use sha2::Digest as _;
+    use whirlpool::Digest as _;
+    Some(match name {
+        "sha1" => keep(sha1::Sha1::digest(key), 20),
+        "sha224" => keep(sha2::Sha224::digest(key), 28),
+        "sha256" => keep(sha2::Sha256::digest(key), 32),
+        "sha384" => keep(sha2::Sha384::digest(key), 48),
+        "sha512" => keep(sha2::Sha512::digest(key), 64),
+        "wp256" => keep(whirlpool::Whirlpool::digest(key), 32),
+        "wp384" => keep(whirlpool::Whirlpool::digest(key), 48),
+        "wp512" => keep(whirlpool::Whirlpool::digest(key), 64),
+        _ => return None,
+    })
+}
+
+/// ESSIV: the plain64 IV encrypted with the data's block cipher keyed by HASH(volume key).
 pub(crate) struct Essiv {
+    /// AES with AES-NI, called directly (one block per sector).
     #[cfg(target_arch = "x86_64")]
-    aesni: Option<super::aes_x86::AesBlock>,
-    /// OpenSSL AES-ECB contexts (keyed), used when AES-NI is missing.
-    pool: Mutex<Vec<CipherCtx>>,
-    salt: zeroize::Zeroizing<Vec<u8>>,
+    aesni: Option<super::aes_x86::AesNiEncryptor>,
+    cipher: Box<dyn BlockCipher>,
 }
 
 impl Essiv {
     fn new(spec: &CipherSpec, key: &[u8]) -> Result<Essiv, CipherError> {
-        use sha2::Digest;
-        let salt: Vec<u8> = match spec.iv_opt.as_deref() {
-            Some("sha256") => sha2::Sha256::digest(key).to_vec(),
-            Some("sha512") => sha2::Sha512::digest(key).to_vec(),
-            Some("sha1") => sha1::Sha1::digest(key).to_vec(),
-            other => {
-                return Err(CipherError::Unsupported {
-                    spec: spec.to_string(),
-                    reason: format!("essiv hash {other:?} is not supported"),
-                })
-            }
-        };
-        let salt = zeroize::Zeroizing::new(salt);
-        // The ESSIV cipher is the data cipher (AES) keyed with the digest; AES takes at most
-        // 256 bits, so a longer digest is refused, as the kernel does.
-        if !matches!(salt.len(), 16 | 24 | 32) {
-            return Err(CipherError::Unsupported {
+        let hash = spec.iv_opt.as_deref().unwrap_or("");
+        let salt = essiv_digest(hash, key).ok_or_else(|| CipherError::Unsupported {
+            spec: spec.to_string(),
+            reason: format!("essiv hash {hash:?} is not supported"),
+        })?;
+        // The ESSIV cipher takes the whole digest as its key, so the digest size must be a
+        // key size of the cipher (sha512 cannot key AES), as the kernel requires.
+        let cipher =
+            new_block_cipher(&spec.cipher, &salt).ok_or_else(|| CipherError::Unsupported {
                 spec: spec.to_string(),
                 reason: format!(
-                    "essiv digest of {} bits is not a valid AES key size",
-                    salt.len() * 8
+                    "an essiv digest of {} bits is not a valid {} key size",
+                    salt.len() * 8,
+                    spec.cipher
                 ),
-            });
-        }
+            })?;
         Ok(Essiv {
             #[cfg(target_arch = "x86_64")]
-            aesni: super::aes_x86::AesBlock::new(&salt),
-            pool: Mutex::new(Vec::new()),
-            salt,
+            aesni: (spec.cipher == "aes")
+                .then(|| super::aes_x86::AesNiEncryptor::new(&salt))
+                .flatten(),
+            cipher,
         })
     }
 
@@ -116,33 +136,7 @@ impl Essiv {
             a.encrypt(block);
             return;
         }
-        let ctx = self.pool.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let mut ctx = match ctx {
-            Some(c) => c,
-            None => {
-                let cipher = match self.salt.len() {
-                    16 => Cipher::aes_128_ecb(),
-                    24 => Cipher::aes_192_ecb(),
-                    _ => Cipher::aes_256_ecb(),
-                };
-                let mut c = CipherCtx::new().expect("OpenSSL: cannot allocate a cipher context");
-                c.encrypt_init(Some(cipher), Some(&self.salt), None)
-                    .expect("OpenSSL: AES-ECB init with a valid key size");
-                c.set_padding(false);
-                c
-            }
-        };
-        let mut out = [0u8; 32];
-        let n = ctx
-            .cipher_update(&block[..], Some(&mut out))
-            .expect("OpenSSL: AES-ECB of one block");
-        debug_assert_eq!(n, 16);
-        block.copy_from_slice(&out[..16]);
-        zeroize::Zeroize::zeroize(&mut out);
-        self.pool
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(ctx);
+        self.cipher.encrypt_blocks(std::slice::from_mut(block));
     }
 }
 
@@ -191,5 +185,38 @@ mod tests {
             c.update(&plain, &mut out).unwrap();
             assert_eq!(g.iv(sector), out[..16], "sector {sector}");
         }
+    }
+
+    #[test]
+    fn essiv_with_whirlpool_and_other_ciphers() {
+        use whirlpool::Digest;
+        // ISO/IEC 10118-3 Whirlpool of "abc", the first 32 bytes keying wp256's ESSIV.
+        assert_eq!(
+            hex::encode(whirlpool::Whirlpool::digest(b"abc")),
+            "4e2448a4c6f486bb16b6562c73b4020bf3043e3a731bce721ae1b303d97e6d4c\
+             7181eebdb6c57e277d0e34957114cbd6c797fc9d95d8b582d225292076d4eef5"
+        );
+        let key = [9u8; 32];
+        let digest = whirlpool::Whirlpool::digest(key);
+        for cipher in ["aes", "serpent", "twofish"] {
+            let spec = CipherSpec::parse(&format!("{cipher}-cbc-essiv:wp256")).unwrap();
+            let g = IvGen::new(&spec, &key).unwrap();
+            let c = new_block_cipher(cipher, &digest[..32]).unwrap();
+            let mut want = [[0u8; 16]];
+            want[0][..8].copy_from_slice(&77u64.to_le_bytes());
+            c.encrypt_blocks(&mut want);
+            assert_eq!(g.iv(77), want[0], "{cipher}");
+        }
+        let e = IvGen::new(
+            &CipherSpec::parse("serpent-cbc-essiv:sha512").unwrap(),
+            &key,
+        )
+        .err()
+        .unwrap()
+        .to_string();
+        assert!(
+            e.contains("512 bits is not a valid serpent key size"),
+            "{e}"
+        );
     }
 }

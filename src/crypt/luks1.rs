@@ -7,9 +7,9 @@ use super::luks2::dump::hex_lines;
 use super::luks2::kdf::{benchmark_pbkdf2, pbkdf2, MIN_PBKDF2_ITERATIONS};
 use super::luks2::{af, area, keyslot::wipe, LuksError, VolumeKey, SALT_SIZE, STRIPES};
 use crate::block::BlockDevice;
+use crate::crypt::secret::SecretBytes;
 use std::fmt::Write;
 use subtle::ConstantTimeEq;
-use zeroize::Zeroizing;
 
 /// Size of the header on disk.
 pub const HEADER_SIZE: usize = 592;
@@ -242,14 +242,26 @@ pub fn unlock(
     passphrase: &[u8],
     slot: Option<u32>,
 ) -> Result<(u32, VolumeKey), LuksError> {
+    let r = unlock_slots(dev, h, passphrase, slot);
+    // The KDF and the AF merge ran in frames below this one.
+    crate::crypt::secret::burn_stack();
+    r
+}
+
+fn unlock_slots(
+    dev: &dyn BlockDevice,
+    h: &Luks1Header,
+    passphrase: &[u8],
+    slot: Option<u32>,
+) -> Result<(u32, VolumeKey), LuksError> {
     let cipher = h.cipher();
     for (i, k) in h.keyslots.iter().enumerate() {
         if !k.active || slot.is_some_and(|s| s as usize != i) {
             continue;
         }
-        let mut key = Zeroizing::new(vec![0u8; h.key_bytes as usize]);
+        let mut key = SecretBytes::zeroed(h.key_bytes as usize);
         pbkdf2(&h.hash_spec, passphrase, &k.salt, k.iterations, &mut key)?;
-        let mut material = Zeroizing::new(vec![0u8; h.material_len(k) as usize]);
+        let mut material = SecretBytes::zeroed(h.material_len(k) as usize);
         dev.read_at(&mut material, k.key_material_offset as u64 * SECTOR)?;
         area::crypt(&cipher, &key, &mut material, false)?;
         let vk = af::merge(&material, h.key_bytes as usize, k.stripes, &h.hash_spec)?;
@@ -271,7 +283,8 @@ fn slot_sectors(key_bytes: u32) -> u32 {
 }
 
 /// Store `vk` in keyslot `slot` (or the first free one) under `passphrase` with PBKDF2
-/// (`iterations`, or benchmarked for `iter_time_ms`); writes material then header.
+/// (`iterations`, or benchmarked for `iter_time_ms`); writes the material, flushes, then writes
+/// the header, so a power cut leaves the old header or a complete new keyslot.
 pub fn add_key(
     dev: &dyn BlockDevice,
     h: &mut Luks1Header,
@@ -309,10 +322,10 @@ pub fn add_key(
     k.salt = salt;
     k.stripes = STRIPES;
     let k = k.clone();
-    let mut key = Zeroizing::new(vec![0u8; h.key_bytes as usize]);
+    let mut key = SecretBytes::zeroed(h.key_bytes as usize);
     pbkdf2(&h.hash_spec, passphrase, &salt, iterations, &mut key)?;
     let split = af::split(vk, STRIPES, &h.hash_spec)?;
-    let mut material = Zeroizing::new(vec![0u8; h.material_len(&k) as usize]);
+    let mut material = SecretBytes::zeroed(h.material_len(&k) as usize);
     material[..split.len()].copy_from_slice(&split);
     area::crypt(&h.cipher(), &key, &mut material, true)?;
     let at = k.key_material_offset as u64 * SECTOR;
@@ -322,7 +335,10 @@ pub fn add_key(
             dev.name()
         )));
     }
+    // The material must be durable before the header that points to it (cryptsetup syncs in
+    // between too): otherwise a power cut can leave an active keyslot with no key behind it.
     dev.write_at(&material, at)?;
+    dev.flush()?;
     h.keyslots[i].active = true;
     dev.write_at(&h.encode()?, 0)?;
     dev.flush()?;

@@ -5,11 +5,19 @@
 //! study, SEEDS.md seed 003): no queues, no thread hops, the fastest synchronous primitive.
 
 mod aes_x86;
+mod block_cipher;
+mod cbc;
 pub mod cipher;
+#[cfg(test)]
+mod crash_tests;
 pub mod device;
 mod evp;
 mod iv;
+mod lrw;
 pub mod luks1;
 pub mod luks2;
+pub mod secret;
 #[cfg(test)]
 mod tests;
+mod twofish;
+mod xts;

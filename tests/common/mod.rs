@@ -18,6 +18,7 @@
 #![allow(dead_code)]
 
 pub mod env;
+pub mod gcrypt;
 pub mod pki;
 pub mod rng;
 pub mod run;

@@ -2,33 +2,27 @@
 //! cryptsetup's `lib/luks1/af.c` does it: a key of `n` bytes becomes `stripes` blocks of `n`
 //! bytes, all of which are needed to recover it, so wiping any one destroys the key.
 
-use super::LuksError;
-use openssl::hash::{Hasher, MessageDigest};
+use super::hash::LuksHash;
+use super::{LuksError, VolumeKey};
+use crate::crypt::secret::SecretBytes;
 use zeroize::Zeroizing;
 
-/// The OpenSSL digest for a LUKS hash name ("sha256", "sha1", "sha512", "ripemd160", ...).
-pub fn message_digest(hash: &str) -> Result<MessageDigest, LuksError> {
-    MessageDigest::from_name(&hash.to_ascii_lowercase())
-        .ok_or_else(|| LuksError::Unsupported(format!("hash algorithm {hash:?}")))
+/// The hash for a LUKS hash name ("sha256", "sha1", "sha512", "ripemd160", "whirlpool", ...).
+pub fn message_digest(hash: &str) -> Result<LuksHash, LuksError> {
+    LuksHash::by_name(hash)
 }
 
 /// cryptsetup's `diffuse`: hash each digest-sized piece of `block` prefixed by its big-endian
 /// index, truncating the hash of a final short piece, in place.
-fn diffuse(block: &mut [u8], md: MessageDigest) -> Result<(), LuksError> {
+fn diffuse(block: &mut [u8], md: LuksHash) -> Result<(), LuksError> {
     let ds = md.size();
+    let mut out = Zeroizing::new(vec![0u8; ds]);
     for (i, piece) in block.chunks_mut(ds).enumerate() {
-        let mut h = Hasher::new(md).map_err(crypto_err)?;
-        h.update(&(i as u32).to_be_bytes()).map_err(crypto_err)?;
-        h.update(piece).map_err(crypto_err)?;
-        let out = h.finish().map_err(crypto_err)?;
         let len = piece.len();
+        md.digest_into(&[&(i as u32).to_be_bytes(), piece], &mut out[..len])?;
         piece.copy_from_slice(&out[..len]);
     }
     Ok(())
-}
-
-fn crypto_err(e: openssl::error::ErrorStack) -> LuksError {
-    LuksError::Crypto(e.to_string())
 }
 
 fn xor_into(dst: &mut [u8], src: &[u8]) {
@@ -39,15 +33,15 @@ fn xor_into(dst: &mut [u8], src: &[u8]) {
 
 /// Split `key` into `stripes` blocks (`key.len() * stripes` bytes), the first `stripes - 1`
 /// random.
-pub fn split(key: &[u8], stripes: u32, hash: &str) -> Result<Zeroizing<Vec<u8>>, LuksError> {
+pub fn split(key: &[u8], stripes: u32, hash: &str) -> Result<SecretBytes, LuksError> {
     let md = message_digest(hash)?;
     let n = key.len();
     let stripes = stripes as usize;
     if stripes == 0 || n == 0 {
         return Err(LuksError::Invalid("AF split of an empty key".into()));
     }
-    let mut out = Zeroizing::new(vec![0u8; n * stripes]);
-    let mut acc = Zeroizing::new(vec![0u8; n]);
+    let mut out = SecretBytes::zeroed(n * stripes);
+    let mut acc = SecretBytes::zeroed(n);
     getrandom::getrandom(&mut out[..n * (stripes - 1)])
         .map_err(|e| LuksError::Crypto(format!("random source: {e}")))?;
     for i in 0..stripes - 1 {
@@ -60,13 +54,14 @@ pub fn split(key: &[u8], stripes: u32, hash: &str) -> Result<Zeroizing<Vec<u8>>,
     Ok(out)
 }
 
-/// Recover a key of `key_len` bytes from `stripes` split blocks in `material`.
+/// Recover a key of `key_len` bytes from `stripes` split blocks in `material`, into secret
+/// memory.
 pub fn merge(
     material: &[u8],
     key_len: usize,
     stripes: u32,
     hash: &str,
-) -> Result<Zeroizing<Vec<u8>>, LuksError> {
+) -> Result<VolumeKey, LuksError> {
     let md = message_digest(hash)?;
     let stripes = stripes as usize;
     let total = key_len
@@ -79,7 +74,7 @@ pub fn merge(
             ))
         })?;
     let material = &material[..total];
-    let mut acc = Zeroizing::new(vec![0u8; key_len]);
+    let mut acc = VolumeKey::zeroed(key_len);
     for i in 0..stripes - 1 {
         xor_into(&mut acc, &material[i * key_len..(i + 1) * key_len]);
         diffuse(&mut acc, md)?;

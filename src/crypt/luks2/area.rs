@@ -46,6 +46,9 @@ mod tests {
             ("aes-xts-plain64", 32),
             ("aes-cbc-essiv:sha256", 32),
             ("aes-cbc-plain64", 16),
+            ("serpent-xts-plain64", 64),
+            ("twofish-cbc-essiv:sha256", 32),
+            ("aes-lrw-benbi", 48),
         ] {
             let key: Vec<u8> = (0..klen as u8).map(|b| b.wrapping_mul(7)).collect();
             let plain: Vec<u8> = (0..2048u32).map(|i| i as u8).collect();
@@ -55,6 +58,7 @@ mod tests {
             crypt(enc, &key, &mut buf, false).unwrap();
             assert_eq!(buf, plain, "{enc}");
         }
-        assert!(check("twofish-xts-plain64", 64).is_err());
+        assert!(check("des-xts-plain64", 64).is_err());
+        assert!(check("twofish-xts-plain64", 40).is_err());
     }
 }

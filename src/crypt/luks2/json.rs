@@ -6,7 +6,7 @@
 //! number is range-checked while the typed view is built, so a hostile header can neither
 //! exhaust memory nor smuggle in an offset that later overflows.
 
-use super::kdf::{Argon2Variant, Kdf, MAX_ARGON2_CPUS, MAX_ARGON2_MEMORY_KIB};
+use super::kdf::{Argon2Variant, Kdf};
 use super::MAX_KEYSLOTS;
 use base64::Engine;
 use serde_json::{Map, Value};
@@ -537,13 +537,10 @@ fn parse_kdf(v: &Value, what: &str) -> R<Kdf> {
     }
     match kind.as_str() {
         "pbkdf2" => {
-            let iterations = u32_num(o, "iterations", what)?;
-            if iterations == 0 {
-                return Err(format!("{what}.iterations is 0"));
-            }
+            // Values are checked when the KDF runs, as cryptsetup does (Kdf::derive).
             Ok(Kdf::Pbkdf2 {
                 hash: string(o, "hash", what)?,
-                iterations,
+                iterations: u32_num(o, "iterations", what)?,
                 salt,
             })
         }
@@ -553,21 +550,12 @@ fn parse_kdf(v: &Value, what: &str) -> R<Kdf> {
             } else {
                 Argon2Variant::Id
             };
+            // Values are checked when the KDF runs, as cryptsetup does (Kdf::derive).
             let (time, memory, cpus) = (
                 u32_num(o, "time", what)?,
                 u32_num(o, "memory", what)?,
                 u32_num(o, "cpus", what)?,
             );
-            if time == 0
-                || cpus == 0
-                || cpus > MAX_ARGON2_CPUS
-                || memory > MAX_ARGON2_MEMORY_KIB
-                || memory < 8 * cpus
-            {
-                return Err(format!(
-                    "{what}: argon2 time {time}, memory {memory} KiB, cpus {cpus} are outside cryptsetup's limits"
-                ));
-            }
             Ok(Kdf::Argon2 {
                 variant,
                 time,

@@ -1,10 +1,11 @@
-//! Key derivation: PBKDF2 (OpenSSL) and Argon2i/Argon2id (the `argon2` crate, lanes computed
-//! in parallel on rayon's pool), plus the benchmarks behind `--iter-time`.
+//! Key derivation: PBKDF2 (OpenSSL, or RustCrypto for Whirlpool) and Argon2i/Argon2id (the
+//! `argon2` crate, lanes computed in parallel on a private pool), plus the benchmarks behind
+//! `--iter-time`.
 
 use super::af::message_digest;
 use super::LuksError;
+use crate::crypt::secret::SecretBytes;
 use std::time::{Duration, Instant};
-use zeroize::Zeroizing;
 
 /// Which Argon2 variant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,12 +67,14 @@ impl Kdf {
     }
 
     /// Derive `out_len` bytes from `passphrase`.
-    pub fn derive(
-        &self,
-        passphrase: &[u8],
-        out_len: usize,
-    ) -> Result<Zeroizing<Vec<u8>>, LuksError> {
-        let mut out = Zeroizing::new(vec![0u8; out_len]);
+    ///
+    /// Parameters are checked here, not when the header is read, as cryptsetup does: a keyslot
+    /// whose KDF cannot run fails this call ([`LuksError::Invalid`], cryptsetup's "Keyslot
+    /// open failed.", exit 1), one whose memory cannot be had fails with
+    /// [`LuksError::NoMemory`] (exit 3); any other parameters are simply computed, so a wrong
+    /// passphrase is told apart later by the digest (exit 2).
+    pub fn derive(&self, passphrase: &[u8], out_len: usize) -> Result<SecretBytes, LuksError> {
+        let mut out = SecretBytes::zeroed(out_len);
         match self {
             Kdf::Pbkdf2 {
                 hash,
@@ -84,59 +87,76 @@ impl Kdf {
                 memory,
                 cpus,
                 salt,
-            } => {
-                // Refuse before allocating: metadata decides how much memory this takes.
-                if *memory > MAX_ARGON2_MEMORY_KIB || *cpus == 0 || *cpus > MAX_ARGON2_CPUS {
-                    return Err(LuksError::Invalid(format!(
-                        "argon2 memory {memory} KiB / {cpus} threads is beyond cryptsetup's limits"
-                    )));
-                }
-                let algorithm = match variant {
-                    Argon2Variant::I => argon2::Algorithm::Argon2i,
-                    Argon2Variant::Id => argon2::Algorithm::Argon2id,
-                };
-                let params = argon2::Params::new(*memory, *time, *cpus, Some(out_len))
-                    .map_err(|e| LuksError::Invalid(format!("argon2 parameters: {e}")))?;
-                let a = argon2::Argon2::new(algorithm, argon2::Version::V0x13, params);
-                in_private_pool(*cpus, || a.hash_password_into(passphrase, salt, &mut out))
-                    .map_err(|e| LuksError::Crypto(format!("argon2: {e}")))?;
-            }
+            } => argon2(*variant, *time, *memory, *cpus, passphrase, salt, &mut out)?,
         }
         Ok(out)
     }
 }
 
-/// Run `f` (Argon2's lanes) on a rayon pool of its own and wait until that pool's threads are
-/// gone: `open` forks its server afterwards and must be single-threaded by then.
-fn in_private_pool<T: Send>(lanes: u32, f: impl FnOnce() -> T + Send) -> T {
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let threads = (lanes as usize).min(cpus);
-    if threads <= 1 {
-        return f();
-    }
-    let before = thread_count();
-    let Ok(pool) = rayon::ThreadPoolBuilder::new().num_threads(threads).build() else {
-        return f();
+/// Argon2 into `out`, lanes on threads of a private pool that is gone when this returns.
+fn argon2(
+    variant: Argon2Variant,
+    time: u32,
+    memory: u32,
+    cpus: u32,
+    passphrase: &[u8],
+    salt: &[u8],
+    out: &mut [u8],
+) -> Result<(), LuksError> {
+    let what = format!(
+        "{} time {time}, memory {memory} KiB, cpus {cpus}",
+        variant.name()
+    );
+    let algorithm = match variant {
+        Argon2Variant::I => argon2::Algorithm::Argon2i,
+        Argon2Variant::Id => argon2::Algorithm::Argon2id,
     };
-    let out = pool.install(f);
-    drop(pool);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while thread_count() > before && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    out
+    // The argon2 reference library's checks (time >= 1, 1..2^24 lanes, memory >= 8 blocks per
+    // lane) are argon2::Params' checks too.
+    let params = argon2::Params::new(memory, time, cpus, Some(out.len()))
+        .map_err(|e| LuksError::Invalid(format!("{what}: {e}")))?;
+    // The memory is allocated here, fallibly (an absurd size from a header is an error, not an
+    // abort), and wiped before it is freed: it holds state derived from the passphrase.
+    let mut blocks: Vec<argon2::Block> = Vec::new();
+    blocks
+        .try_reserve_exact(params.block_count())
+        .map_err(|_| LuksError::NoMemory(what.clone()))?;
+    blocks.resize_with(params.block_count(), argon2::Block::default);
+    let a = argon2::Argon2::new(algorithm, argon2::Version::V0x13, params);
+    let r = on_private_threads(cpus, || {
+        a.hash_password_into_with_memory(passphrase, salt, &mut *out, &mut blocks[..])
+    });
+    zeroize::Zeroize::zeroize(&mut blocks);
+    r?.map_err(|e| LuksError::Invalid(format!("{what}: {e}")))
 }
 
-/// Threads of this process (from /proc; 1 when unknown).
-fn thread_count() -> usize {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Threads:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(1)
+/// Run `f` (Argon2's lanes) on a rayon pool of its own, at most one thread per lane and per
+/// CPU, and return only once every thread of that pool has ended.
+///
+/// `open` forks its server without exec after unlocking and refuses a process that runs more
+/// than one thread, so the KDF must leave none behind, for any lane count: the pool's threads
+/// are scoped threads, joined when the scope ends (a dropped rayon pool alone only asks its
+/// threads to stop). Running `f` on the calling thread instead would start rayon's global pool
+/// at the first parallel call, whose threads never end.
+fn on_private_threads<T: Send>(lanes: u32, f: impl FnOnce() -> T + Send) -> Result<T, LuksError> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let threads = (lanes as usize).clamp(1, cpus);
+    std::thread::scope(|scope| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .spawn_handler(|t| {
+                std::thread::Builder::new()
+                    .name("dmkit-kdf".into())
+                    .spawn_scoped(scope, move || t.run())
+                    .map(|_| ())
+            })
+            .build()
+            .map_err(|e| LuksError::Crypto(format!("argon2: cannot start threads: {e}")))?;
+        let out = pool.install(f);
+        // Dropping the pool ends its threads; the scope then joins them.
+        drop(pool);
+        Ok(out)
+    })
 }
 
 /// PBKDF2-HMAC-`hash` into `out`.
@@ -150,8 +170,8 @@ pub fn pbkdf2(
     if iterations == 0 {
         return Err(LuksError::Invalid("PBKDF2 with 0 iterations".into()));
     }
-    let md = message_digest(hash)?;
-    openssl::pkcs5::pbkdf2_hmac(passphrase, salt, iterations as usize, md, out)
+    message_digest(hash)?
+        .pbkdf2(passphrase, salt, iterations, out)
         .map_err(|e| LuksError::Crypto(format!("pbkdf2-{hash}: {e}")))
 }
 

@@ -9,7 +9,7 @@ use super::json::{Af, Area, Keyslot};
 use super::kdf::{benchmark_argon2, benchmark_pbkdf2, Argon2Variant, Kdf};
 use super::{LuksError, VolumeKey, MAX_KEYSLOTS, SALT_SIZE, STRIPES};
 use crate::block::BlockDevice;
-use zeroize::Zeroizing;
+use crate::crypt::secret::SecretBytes;
 
 /// Which KDF a new keyslot gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,17 +141,33 @@ fn try_slot(
             dev.size()
         )));
     }
-    let key = kdf.derive(passphrase, k.area.key_size as usize)?;
-    let mut material = Zeroizing::new(vec![0u8; len as usize]);
+    let in_slot = |e: LuksError| e.in_keyslot(dev.name(), id);
+    let key = kdf
+        .derive(passphrase, k.area.key_size as usize)
+        .map_err(in_slot)?;
+    let mut material = SecretBytes::zeroed(len as usize);
     dev.read_at(&mut material, k.area.offset)?;
-    area::crypt(&k.area.encryption, &key, &mut material, false)?;
-    let vk = af::merge(&material, k.key_size as usize, af_p.stripes, &af_p.hash)?;
+    area::crypt(&k.area.encryption, &key, &mut material, false).map_err(in_slot)?;
+    let vk =
+        af::merge(&material, k.key_size as usize, af_p.stripes, &af_p.hash).map_err(in_slot)?;
     Ok(digest::verify(d, &vk)?.then_some(vk))
 }
 
 /// Unlock the volume key of segment 0 with `passphrase`, trying `slot` only or every keyslot
 /// (preferred ones first, "ignore" ones skipped). Returns the keyslot that opened.
 pub fn unlock(
+    dev: &dyn BlockDevice,
+    h: &Luks2Header,
+    passphrase: &[u8],
+    slot: Option<u32>,
+) -> Result<(u32, VolumeKey), LuksError> {
+    let r = unlock_slots(dev, h, passphrase, slot);
+    // The KDF and the AF merge ran in frames below this one.
+    crate::crypt::secret::burn_stack();
+    r
+}
+
+fn unlock_slots(
     dev: &dyn BlockDevice,
     h: &Luks2Header,
     passphrase: &[u8],
@@ -261,7 +277,7 @@ pub fn add(
     let kdf = params.make_kdf(area_key as usize)?;
     let key = kdf.derive(passphrase, area_key as usize)?;
     let split = af::split(vk, STRIPES, &params.hash)?;
-    let mut material = Zeroizing::new(vec![0u8; size as usize]);
+    let mut material = SecretBytes::zeroed(size as usize);
     material[..split.len()].copy_from_slice(&split);
     area::crypt(&encryption, &key, &mut material, true)?;
     dev.write_at(&material, offset)?;

@@ -13,6 +13,7 @@ pub mod area;
 pub mod digest;
 pub mod dump;
 pub mod format;
+pub mod hash;
 pub mod header;
 pub mod json;
 pub mod keyslot;
@@ -27,8 +28,8 @@ pub mod kdf;
 
 use crate::block::BlockError;
 
-/// A volume (master) key: wiped from memory when dropped.
-pub type VolumeKey = zeroize::Zeroizing<Vec<u8>>;
+/// A volume (master) key: in locked memory kept out of core dumps, wiped when dropped.
+pub type VolumeKey = crate::crypt::secret::SecretBytes;
 
 /// Errors of the LUKS1 and LUKS2 formats.
 #[derive(Debug, thiserror::Error)]
@@ -77,17 +78,34 @@ pub enum LuksError {
     /// A cryptographic primitive failed.
     #[error("crypto error: {0}")]
     Crypto(String),
+    /// A keyslot's KDF cannot get the memory it asks for (cryptsetup's words, exit code 3).
+    #[error("{0}: Not enough available memory to open a keyslot.")]
+    NoMemory(String),
     /// I/O on the device failed.
     #[error(transparent)]
     Io(#[from] BlockError),
 }
 
 impl LuksError {
-    /// cryptsetup's exit code for this error: 2 for a wrong passphrase, 1 otherwise.
+    /// cryptsetup's exit code for this error: 2 for a wrong passphrase, 3 when a keyslot's
+    /// KDF cannot have its memory, 1 otherwise.
     pub fn exit_code(&self) -> i32 {
         match self {
             LuksError::WrongPassphrase => 2,
+            LuksError::NoMemory(_) => 3,
             _ => 1,
+        }
+    }
+
+    /// The same error, its message prefixed with the device and keyslot it happened in.
+    pub fn in_keyslot(self, device: &str, id: u32) -> LuksError {
+        let at = |m: String| format!("{device}: keyslot {id}: {m}");
+        match self {
+            LuksError::Invalid(m) => LuksError::Invalid(at(m)),
+            LuksError::Unsupported(m) => LuksError::Invalid(at(format!("unsupported {m}"))),
+            LuksError::Crypto(m) => LuksError::Crypto(at(m)),
+            LuksError::NoMemory(m) => LuksError::NoMemory(at(m)),
+            other => other,
         }
     }
 }

@@ -1,0 +1,61 @@
+//! CBC over any 128-bit [`BlockCipher`], one chain per sector starting from the sector's IV:
+//! dm-crypt's `cbc` chaining mode for serpent and twofish (AES-CBC runs on OpenSSL).
+//!
+//! Decryption walks each sector backwards, so every block still has its predecessor's
+//! ciphertext in place: no copy of the sector is needed.
+
+use super::block_cipher::BlockCipher;
+use super::cipher::{check_buf, SectorCipher};
+use super::iv::IvGen;
+use super::xts::xor;
+
+/// CBC over a block cipher.
+pub(crate) struct Cbc {
+    cipher: Box<dyn BlockCipher>,
+    iv: IvGen,
+    key_size: usize,
+}
+
+impl Cbc {
+    /// `cipher` keyed with the volume key.
+    pub(crate) fn new(cipher: Box<dyn BlockCipher>, iv: IvGen, key_size: usize) -> Cbc {
+        Cbc {
+            cipher,
+            iv,
+            key_size,
+        }
+    }
+}
+
+impl SectorCipher for Cbc {
+    fn encrypt(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize) {
+        check_buf(buf.len(), sector_size);
+        for (i, sector) in buf.chunks_exact_mut(sector_size).enumerate() {
+            let mut prev = self.iv.iv(iv_sector.wrapping_add(i as u64));
+            for b in sector.as_chunks_mut::<16>().0 {
+                xor(b, &prev);
+                self.cipher.encrypt_blocks(std::slice::from_mut(b));
+                prev = *b;
+            }
+        }
+    }
+    fn decrypt(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize) {
+        check_buf(buf.len(), sector_size);
+        for (i, sector) in buf.chunks_exact_mut(sector_size).enumerate() {
+            let iv = self.iv.iv(iv_sector.wrapping_add(i as u64));
+            let blocks = sector.as_chunks_mut::<16>().0;
+            for j in (0..blocks.len()).rev() {
+                let prev = if j == 0 { iv } else { blocks[j - 1] };
+                self.cipher
+                    .decrypt_blocks(std::slice::from_mut(&mut blocks[j]));
+                xor(&mut blocks[j], &prev);
+            }
+        }
+    }
+    fn key_size(&self) -> usize {
+        self.key_size
+    }
+    fn implementation(&self) -> &'static str {
+        "portable"
+    }
+}
