@@ -688,7 +688,14 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
     }
     match (&t.header, a.json) {
         (Header::V2(h), true) => println!("{:#}", h.metadata.to_value()),
-        (Header::V2(h), false) => print!("{}", dump::text(h)),
+        (Header::V2(h), false) => {
+            use std::io::Write;
+            // Bytes, not text: cryptsetup prints metadata strings as they are.
+            let mut out = std::io::stdout().lock();
+            out.write_all(&dump::text(h))
+                .and_then(|_| out.flush())
+                .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))?;
+        }
         (Header::V1(h), true) => println!("{:#}", luks1::dump_json(h)),
         (Header::V1(h), false) => {
             print!("{}", luks1::dump_text(h, &a.device.display().to_string()))

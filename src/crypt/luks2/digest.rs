@@ -38,5 +38,6 @@ pub fn create(key: &[u8], hash: &str, benchmark: bool) -> Result<Digest, LuksErr
         salt,
         digest,
         raw: Default::default(),
+        problem: None,
     })
 }

@@ -283,6 +283,7 @@ pub fn add(
         }),
         kdf: Some(kdf),
         raw: Default::default(),
+        problem: None,
     };
     let m = &mut h.metadata;
     m.keyslots.insert(id, ks);

@@ -10,12 +10,17 @@
 pub mod activate;
 pub mod af;
 pub mod area;
+pub mod base64;
+pub mod copies;
 pub mod digest;
 pub mod dump;
 pub mod format;
 pub mod header;
 pub mod json;
+pub mod jsonc;
 pub mod keyslot;
+pub mod signatures;
+pub mod validate;
 
 pub use format::{format, FormatParams};
 pub use header::{LoadedHeader, Luks2Header};
