@@ -92,7 +92,7 @@ fn read_disk(dev: &dyn BlockDevice, offset: u64, secondary: bool) -> Result<Disk
     if !(HEADER_SIZES[0]..=MAX_HDR_SIZE).contains(&hdr_size) {
         return Err((
             false,
-            format!("header at {offset}: size {hdr_size} is outside 16 KiB..4 MiB"),
+            format!("header at {offset}: header size {hdr_size} is outside 16 KiB..4 MiB"),
         ));
     }
     if secondary && offset != hdr_size {
@@ -199,13 +199,26 @@ pub fn read(dev: &dyn BlockDevice) -> Result<LoadedHeader, LuksError> {
         State::Fail(_) | State::FailIo(_) => {
             // No usable header size: try every place a secondary copy may sit.
             let mut last = Err((false, "no secondary LUKS2 header found".to_string()));
+            // The reason worth reporting: a copy that has the magic but fails later.
+            let mut telling = None;
             for &off in &HEADER_SIZES {
                 last = read_disk(dev, off, true);
-                if last.is_ok() {
-                    break;
+                match &last {
+                    Ok(_) => break,
+                    Err((_, e))
+                        if telling.is_none()
+                            && !e.starts_with("no LUKS2 header magic")
+                            && !e.contains("ends before") =>
+                    {
+                        telling = Some(e.clone())
+                    }
+                    Err(_) => {}
                 }
             }
-            state(last)
+            match (last, telling) {
+                (Err((io, _)), Some(e)) => state(Err((io, e))),
+                (last, _) => state(last),
+            }
         }
     };
     if let (Some((d1, _)), Some((d2, _))) = (s1.ok(), s2.ok()) {

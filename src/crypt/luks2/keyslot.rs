@@ -126,6 +126,10 @@ fn try_slot(
         device: dev.name().to_string(),
         what,
     };
+    if let Some(p) = &k.problem {
+        // cryptsetup stops at a keyslot it cannot use instead of trying the next one.
+        return Err(LuksError::Unsupported(format!("keyslot {id}: {p}")));
+    }
     let (Some(af_p), Some(kdf)) = (&k.af, &k.kdf) else {
         return Ok(None);
     };

@@ -85,7 +85,7 @@ pub(super) fn validate(root: &Value) -> R {
             "config.json_size {json_size} makes a header size LUKS2 does not allow"
         ));
     }
-    if keyslots_size % 4096 != 0 || keyslots_size > MAX_KEYSLOTS_SIZE {
+    if !keyslots_size.is_multiple_of(4096) || keyslots_size > MAX_KEYSLOTS_SIZE {
         return Err(format!(
             "config.keyslots_size {keyslots_size} is not a multiple of 4096 up to 128 MiB"
         ));

@@ -185,7 +185,7 @@ fn reencrypt(ks: &Value, what: &str) -> R {
         }
         b"datashift" | b"datashift-journal" => {
             let shift = str_to_u64(contains_string(area, &aw, "shift_size")?).unwrap_or(0);
-            if shift == 0 || shift % 512 != 0 {
+            if shift == 0 || !shift.is_multiple_of(512) {
                 return Err(format!(
                     "{aw}: shift_size is not a positive multiple of 512"
                 ));

@@ -69,7 +69,7 @@ fn crypt_segment(seg: &Value, key: &[u8], what: &str, size: u64, digests: &Value
         return Err(format!("{what}: sector_size is not a 32-bit number"));
     }
     let sector = sector.get_int64() as u64;
-    if sector == 0 || sector % 512 != 0 {
+    if sector == 0 || !sector.is_multiple_of(512) {
         return Err(format!(
             "{what}: sector_size {sector} is not a multiple of 512"
         ));
@@ -77,7 +77,7 @@ fn crypt_segment(seg: &Value, key: &[u8], what: &str, size: u64, digests: &Value
     if !numbered(iv) || str_to_u64(iv).is_none() {
         return Err(format!("{what}: iv_tweak \"{}\" is not a number", show(iv)));
     }
-    if size % sector != 0 {
+    if !size.is_multiple_of(sector) {
         return Err(format!(
             "{what}: size {size} is not a multiple of the sector size {sector}"
         ));
@@ -134,7 +134,7 @@ pub(super) fn validate(root: &Value) -> R {
                 }
             }
         };
-        if offset % 512 != 0 || size % 512 != 0 {
+        if !offset.is_multiple_of(512) || !size.is_multiple_of(512) {
             return Err(format!(
                 "{what}: offset {offset} or size {size} is not a multiple of 512"
             ));
