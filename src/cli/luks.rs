@@ -363,7 +363,7 @@ pub(super) fn load(
     }
     let detached = header.is_some();
     let header = if luks_version(&first) == Some(1) {
-        Header::V1(Box::new(luks1::read(&dev, detached).map_err(luks_err)?))
+        Header::V1(Box::new(luks1::read(&dev).map_err(luks_err)?))
     } else {
         let loaded = header::read(&dev).map_err(luks_err)?;
         if let Some(w) = loaded.warning {
@@ -379,14 +379,37 @@ pub(super) fn load(
 }
 
 impl Target {
-    /// Unlock with `pass` (keyslot `slot` only when given).
+    /// Unlock the key of the data segment with `pass` (keyslot `slot` only when given).
     pub(super) fn unlock(
         &self,
         pass: &[u8],
         slot: Option<u32>,
     ) -> Result<(u32, VolumeKey), CliError> {
+        self.unlock_for(pass, slot, keyslot::Segment::Default)
+    }
+
+    /// Check a passphrase the way `open --test-passphrase` does: with `-S N` any key keyslot
+    /// N holds counts, bound to the data segment or not (cryptsetup's unbound keys).
+    pub(super) fn test_passphrase(
+        &self,
+        pass: &[u8],
+        slot: Option<u32>,
+    ) -> Result<(u32, VolumeKey), CliError> {
+        let segment = match slot {
+            Some(_) => keyslot::Segment::Any,
+            None => keyslot::Segment::Default,
+        };
+        self.unlock_for(pass, slot, segment)
+    }
+
+    fn unlock_for(
+        &self,
+        pass: &[u8],
+        slot: Option<u32>,
+        segment: keyslot::Segment,
+    ) -> Result<(u32, VolumeKey), CliError> {
         match &self.header {
-            Header::V2(h) => keyslot::unlock(&self.dev, h, pass, slot),
+            Header::V2(h) => keyslot::unlock(&self.dev, h, pass, slot, segment),
             Header::V1(h) => luks1::unlock(&self.dev, h, pass, slot),
         }
         .map_err(luks_err)
@@ -584,7 +607,11 @@ fn open(a: OpenArgs) -> CliResult {
         &format!("Enter passphrase for {}: ", a.device.display()),
         false,
     )?;
-    let (slot, vk) = t.unlock(&pass, a.key_slot)?;
+    let (slot, vk) = if a.test_passphrase {
+        t.test_passphrase(&pass, a.key_slot)?
+    } else {
+        t.unlock(&pass, a.key_slot)?
+    };
     drop(pass);
     let Some(name) = name else {
         println!("Key slot {slot} unlocked.");

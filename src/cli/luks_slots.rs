@@ -251,7 +251,7 @@ pub fn kill_slot(a: KillSlotArgs) -> CliResult {
 pub fn test_passphrase(a: TestArgs) -> CliResult {
     let t = load(&a.device, a.header.as_deref(), false)?;
     let pass = passphrase(&a.key, &prompt(&a.device), false)?;
-    let (slot, _vk) = t.unlock(&pass, a.key_slot)?;
+    let (slot, _vk) = t.test_passphrase(&pass, a.key_slot)?;
     println!("Key slot {slot} unlocked.");
     Ok(())
 }
@@ -338,7 +338,7 @@ pub fn header_restore(a: BackupArgs) -> CliResult {
                 .map_err(|e| CliError::invalid(e.to_string()))?;
         }
         match luks2::header::luks_version(&first) {
-            Some(1) => Header::V1(Box::new(luks1::read(&mem, true).map_err(luks_err)?)),
+            Some(1) => Header::V1(Box::new(luks1::read(&mem).map_err(luks_err)?)),
             _ => Header::V2(Box::new(
                 luks2::header::read(&mem).map_err(luks_err)?.header,
             )),

@@ -9,12 +9,14 @@
 //!   otherwise.
 //! - [`rng`]: deterministic pseudo-random test data and replayable seeds.
 //! - [`verity_case`]: one veritysetup/`dmkit verity` parameter set and its command-line options.
+//! - [`cryptsetup_material`]: cryptsetup 2.6.1's `tests/` material, fetched and checked once.
 //! - [`pki`]: keys and self-signed certificates made with the openssl CLI.
 //! - [`xor_byte`]: corrupting one byte of an image in place.
 
 // Not every test file uses every helper.
 #![allow(dead_code)]
 
+pub mod cryptsetup_material;
 pub mod env;
 pub mod pki;
 pub mod rng;

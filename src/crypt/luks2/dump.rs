@@ -64,10 +64,10 @@ fn by_id<'a>(root: &'a Value, name: &str, i: u32) -> Option<&'a Value> {
 
 /// `hexprint_base64`: the decoded bytes, 16 per line; nothing at all when it does not decode.
 fn hex_base64(o: &mut Vec<u8>, v: Option<&Value>, indent: &str) {
+    // json-c gives the length of strings only: anything else decodes as empty.
     let bytes = match v {
         Some(Value::Str(s)) => base64::decode(s),
-        Some(Value::Null) | None => base64::decode(b""),
-        Some(other) => base64::decode(&other.to_json(jsonc::Style::Spaced)),
+        _ => base64::decode(b""),
     };
     let Some(bytes) = bytes else { return };
     for (i, b) in bytes.iter().enumerate() {

@@ -153,41 +153,94 @@ fn try_slot(
     Ok(digest::verify(d, &vk)?.then_some(vk))
 }
 
-/// Unlock the volume key of segment 0 with `passphrase`, trying `slot` only or every keyslot
-/// (preferred ones first, "ignore" ones skipped). Returns the keyslot that opened.
+/// Which keys [`unlock`] may return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment {
+    /// Only a key that opens the default segment (activation, `--dump-volume-key`).
+    Default,
+    /// Any key a keyslot holds, bound or not (`test-passphrase -S N`, like cryptsetup's
+    /// `CRYPT_ACTIVATE_ALLOW_UNBOUND_KEY`).
+    Any,
+}
+
+/// Why one keyslot did not open (cryptsetup's -EPERM and -ENOENT).
+enum Miss {
+    /// Wrong passphrase.
+    Wrong,
+    /// The keyslot cannot give the wanted key (unbound, or not a passphrase keyslot).
+    Unusable,
+}
+
+/// Try keyslot `id` for `segment`.
+fn open_one(
+    dev: &dyn BlockDevice,
+    h: &Luks2Header,
+    id: u32,
+    k: &Keyslot,
+    passphrase: &[u8],
+    segment: Segment,
+) -> Result<Result<VolumeKey, Miss>, LuksError> {
+    let m = &h.metadata;
+    if k.kind != "luks2" {
+        return Ok(Err(Miss::Unusable));
+    }
+    let Some((kd, _)) = m.keyslot_digest(id) else {
+        return Ok(Err(Miss::Unusable));
+    };
+    if segment == Segment::Default && m.segment_digest(0).map(|(i, _)| i) != Some(kd) {
+        return Ok(Err(Miss::Unusable));
+    }
+    Ok(try_slot(dev, h, id, k, passphrase)?.ok_or(Miss::Wrong))
+}
+
+/// Unlock a volume key with `passphrase`, trying keyslot `slot` only, or every keyslot the
+/// way cryptsetup does: the preferred ones first, then the normal ones, ignored ones never.
+/// Returns the keyslot that opened. When none does, the last keyslot tried decides the
+/// error: a wrong passphrase ([`LuksError::WrongPassphrase`]) or no usable keyslot.
 pub fn unlock(
     dev: &dyn BlockDevice,
     h: &Luks2Header,
     passphrase: &[u8],
     slot: Option<u32>,
+    segment: Segment,
 ) -> Result<(u32, VolumeKey), LuksError> {
     let m = &h.metadata;
-    let mut order: Vec<(u32, &Keyslot)> = match slot {
-        Some(s) => {
-            let k = m
-                .keyslots
-                .get(&s)
-                .ok_or_else(|| LuksError::Invalid(format!("keyslot {s} is not active")))?;
-            vec![(s, k)]
-        }
-        None => m
-            .keyslots
-            .iter()
-            .map(|(&i, k)| (i, k))
-            .filter(|(_, k)| k.priority != Some(0))
-            .collect(),
+    let miss = |r: Miss| match r {
+        Miss::Wrong => LuksError::WrongPassphrase,
+        Miss::Unusable => LuksError::NoUsableKeyslot,
     };
-    order.sort_by_key(|(id, k)| (k.priority != Some(2), *id));
-    let seg_digest = m.segment_digest(0).map(|(i, _)| i);
-    for (id, k) in order {
-        if k.kind != "luks2" || m.keyslot_digest(id).map(|(i, _)| i) != seg_digest {
-            continue;
+    if let Some(s) = slot {
+        let k = m
+            .keyslots
+            .get(&s)
+            .ok_or_else(|| LuksError::Invalid(format!("keyslot {s} is not active")))?;
+        return open_one(dev, h, s, k, passphrase, segment)?
+            .map(|vk| (s, vk))
+            .map_err(miss);
+    }
+    let mut prefer_wrong = false;
+    for priority in [2, 1] {
+        let mut last = Miss::Unusable;
+        for (&id, k) in &m.keyslots {
+            if k.priority.unwrap_or(1) != priority {
+                continue;
+            }
+            match open_one(dev, h, id, k, passphrase, segment)? {
+                Ok(vk) => return Ok((id, vk)),
+                Err(r) => last = r,
+            }
         }
-        if let Some(vk) = try_slot(dev, h, id, k, passphrase)? {
-            return Ok((id, vk));
+        if priority == 2 {
+            prefer_wrong = matches!(last, Miss::Wrong);
+        } else if prefer_wrong && matches!(last, Miss::Unusable) {
+            // cryptsetup prefers "wrong passphrase" from a preferred keyslot to "no entry".
+            last = Miss::Wrong;
+        }
+        if priority == 1 {
+            return Err(miss(last));
         }
     }
-    Err(LuksError::WrongPassphrase)
+    unreachable!("the loop returns on its last pass")
 }
 
 /// Whether `vk` is the volume key of segment 0.

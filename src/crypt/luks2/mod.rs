@@ -65,6 +65,10 @@ pub enum LuksError {
     /// The passphrase opens no keyslot (cryptsetup's words).
     #[error("No key available with this passphrase.")]
     WrongPassphrase,
+    /// No keyslot can give the wanted key (all unbound, or of other types), as cryptsetup
+    /// says it.
+    #[error("No usable keyslot is available.")]
+    NoUsableKeyslot,
     /// The header needs a feature we do not implement.
     #[error("{device}: unsupported LUKS2 requirement {requirement:?}; refusing to activate")]
     Requirement {

@@ -1,0 +1,324 @@
+//! cryptsetup 2.6.1's own test material, judged by cryptsetup and by dmkit side by side (the
+//! way rustls runs BoGo): every header `luks2-validation-test` generates, the compat, LUKS1,
+//! metadata-size, conversion, requirement and evil-header images with the passphrases and
+//! expectations cryptsetup's scripts use, and deterministic mutations of a valid header.
+//!
+//! For every image both tools give the same `luksDump` verdict, identical dump text when they
+//! accept (modulo the line naming the device), the same `test-passphrase` exit code for each
+//! passphrase, and the same volume key; cryptsetup must also agree with what its own scripts
+//! expect. Only the images of [`judge::NEEDS_CIPHERS`] may differ, until the ciphers they
+//! need are merged. A summary table of the verdicts is printed.
+//!
+//! Needs cryptsetup, bash, jq, xxd, xz and the material (downloaded once and checked by
+//! SHA-256); without them the tests skip locally and fail in CI.
+
+mod common;
+#[path = "cryptsetup_suite/judge.rs"]
+mod judge;
+#[path = "cryptsetup_suite/mutate.rs"]
+mod mutate;
+
+use common::cryptsetup_material as material;
+use common::env::{missing, on_path, tool_missing};
+use judge::{judge, judge_copies, Case, Secret, Tally, Unlock, NEEDS_CIPHERS};
+use std::path::{Path, PathBuf};
+
+/// Passphrases of cryptsetup's scripts (compat-test, compat-test2, api-test-2).
+const PWD0: &str = "compatkey";
+const PWD1: &str = "93R4P4pIqAH8";
+const PWD4: &str = "Qx3qn46vq0v";
+const PWDW: &str = "rUkL4RUryBom";
+const API_PASSPHRASE: &str = "blablabl";
+
+/// Mutations of the valid header judged per run (about 20 ms each on 2 cores).
+const MUTATIONS: u64 = 2000;
+/// Fixed, so every run judges the same headers; set CRYPTSETUP_SUITE_SEED to explore.
+const SEED: u64 = 0x6c75_6b73_3236_3100;
+
+/// The material, or `None` (after the skip-or-fail rule) when something is missing.
+fn material() -> Option<PathBuf> {
+    if tool_missing("cryptsetup", "cryptsetup-bin") {
+        return None;
+    }
+    for (tool, package) in [
+        ("jq", "jq"),
+        ("xxd", "xxd"),
+        ("xz", "xz-utils"),
+        ("bash", "bash"),
+    ] {
+        if !on_path(tool) {
+            missing(&format!(
+                "{tool} is not installed (apt-get install {package})"
+            ));
+            return None;
+        }
+    }
+    material::tests_dir()
+}
+
+fn pass(p: &'static str, slot: Option<u32>, script: Option<bool>) -> Unlock {
+    Unlock {
+        secret: Secret::Pass(p),
+        slot,
+        script,
+    }
+}
+
+/// Every image of the material that cryptsetup can judge without device-mapper, with the
+/// passphrases and expectations of the scripts that use it.
+fn cases(tests: &Path, work: &Path) -> Vec<Case> {
+    let mut cases = Vec::new();
+    // luks2-validation-test: the generated headers and its RUN lines.
+    let expect = material::validation_expectations(tests);
+    for img in material::generate_validation_headers(tests, &work.join("luks2-images")) {
+        let name = img.file_name().unwrap().to_string_lossy().into_owned();
+        let script_dump = match expect.iter().find(|(n, _)| *n == name) {
+            Some(&(_, r)) => Some(r),
+            // The base image: every generator starts from it as the valid header.
+            None => Some(true),
+        };
+        cases.push(Case {
+            group: "luks2-validation-test (generated)",
+            image: img,
+            script_dump,
+            unlocks: Vec::new(),
+        });
+    }
+    // luks1-compat-test: every image opens with keyfile1.
+    let l1 = work.join("luks1");
+    material::untar(tests, "luks1-images.tar.xz", &l1);
+    let keyfile = l1.join("luks1-images/keyfile1");
+    let mut l1_images: Vec<PathBuf> = std::fs::read_dir(l1.join("luks1-images"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "img"))
+        .collect();
+    l1_images.sort();
+    for img in l1_images {
+        cases.push(Case {
+            group: "luks1-images (luks1-compat-test)",
+            image: img,
+            script_dump: None,
+            unlocks: vec![Unlock {
+                secret: Secret::File(keyfile.clone()),
+                slot: None,
+                script: Some(true),
+            }],
+        });
+    }
+    // compat-test / compat-test2 / api-test images.
+    let xz = |name: &str| {
+        let p = work.join(name);
+        material::unxz(tests, name, &p);
+        p
+    };
+    let compat = "compat images (compat-test, api-test)";
+    cases.push(Case {
+        group: compat,
+        image: xz("compatimage.img"),
+        script_dump: None,
+        unlocks: vec![
+            pass(PWDW, None, Some(false)),
+            pass(PWD0, None, None),
+            pass(PWD1, None, None),
+        ],
+    });
+    cases.push(Case {
+        group: compat,
+        image: xz("compatv10image.img"),
+        script_dump: None,
+        unlocks: vec![pass(PWD0, None, Some(true)), pass(PWDW, None, Some(false))],
+    });
+    cases.push(Case {
+        group: compat,
+        image: xz("compatimage2.img"),
+        script_dump: None,
+        unlocks: vec![pass(API_PASSPHRASE, None, None)],
+    });
+    cases.push(Case {
+        group: compat,
+        image: xz("valid_header_file"),
+        script_dump: Some(true),
+        unlocks: Vec::new(),
+    });
+    // compat-test2 [keyslot unassigned]: keyslot 1 is unbound and opens with PWD1 only by -S1.
+    cases.push(Case {
+        group: compat,
+        image: xz("luks2_keyslot_unassigned.img"),
+        script_dump: None,
+        unlocks: vec![
+            pass(PWD1, Some(1), Some(true)),
+            pass(PWD0, Some(1), Some(false)),
+            pass(PWD1, None, None),
+        ],
+    });
+    // compat-test2 [29]: a LUKS2 header beside an LVM2 label: no automatic repair.
+    cases.push(Case {
+        group: compat,
+        image: xz("blkid-luks2-pv.img"),
+        script_dump: Some(false),
+        unlocks: Vec::new(),
+    });
+    // api-test: the five evil LUKS1 headers are all refused.
+    for evil in [
+        "evil_hdr-keyslot_overlap",
+        "evil_hdr-luks_hdr_damage",
+        "evil_hdr-payload_overwrite",
+        "evil_hdr-small_luks_device",
+        "evil_hdr-stripes_payload_dmg",
+    ] {
+        cases.push(Case {
+            group: "evil headers (api-test)",
+            image: xz(evil),
+            script_dump: Some(false),
+            unlocks: Vec::new(),
+        });
+    }
+    // compat-test2 [39]: every metadata size opens with PWD4.
+    let mda = work.join("mda");
+    material::untar(tests, "luks2_mda_images.tar.xz", &mda);
+    for kib in [16, 32, 64, 128, 256, 512, 1024, 2048, 4096] {
+        cases.push(Case {
+            group: "luks2_mda_images (compat-test2)",
+            image: mda.join(format!("test_image_{kib}")),
+            script_dump: Some(true),
+            unlocks: vec![pass(PWD4, None, Some(true)), pass(PWDW, None, Some(false))],
+        });
+    }
+    // api-test-2: conversion images and the requirement headers.
+    let conv = work.join("conv");
+    material::untar(tests, "conversion_imgs.tar.xz", &conv);
+    let mut conv_images: Vec<PathBuf> = std::fs::read_dir(conv.join("conversion_imgs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    conv_images.sort();
+    for img in conv_images {
+        cases.push(Case {
+            group: "conversion_imgs (api-test-2)",
+            image: img,
+            script_dump: None,
+            unlocks: vec![pass(API_PASSPHRASE, None, None)],
+        });
+    }
+    let reqs = work.join("reqs");
+    material::untar(tests, "luks2_header_requirements.tar.xz", &reqs);
+    for name in [
+        "luks2_header_requirements",
+        "luks2_header_requirements_free",
+    ] {
+        cases.push(Case {
+            group: "luks2_header_requirements (api-test-2)",
+            image: reqs.join(name),
+            script_dump: None,
+            unlocks: vec![pass(API_PASSPHRASE, None, None)],
+        });
+    }
+    cases
+}
+
+/// Fails with every unexpected disagreement, and with every [`NEEDS_CIPHERS`] image that
+/// no longer differs (the list must shrink as support grows).
+fn verdict(tally: &Tally, seen: &[String]) {
+    println!("{}", tally.table());
+    for (name, lines) in &tally.expected {
+        println!("expected until supported ({name}): {}", lines.len());
+    }
+    let stale: Vec<&&str> = NEEDS_CIPHERS
+        .iter()
+        .filter(|n| seen.iter().any(|s| s == *n) && !tally.expected.contains_key(**n))
+        .collect();
+    assert!(
+        tally.unexpected.is_empty(),
+        "{} disagreement(s) with cryptsetup:\n{}",
+        tally.unexpected.len(),
+        tally
+            .unexpected
+            .iter()
+            .take(30)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(
+        stale.is_empty(),
+        "now agree with cryptsetup, remove from NEEDS_CIPHERS: {stale:?}"
+    );
+}
+
+#[test]
+fn cryptsetup_test_images_get_cryptsetups_verdicts() {
+    let Some(tests) = material() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let cases = cases(&tests, work.path());
+    let scratch = work.path().join("scratch");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let mut tally = Tally::default();
+    for c in &cases {
+        judge(c, &scratch, &mut tally);
+    }
+    let seen: Vec<String> = cases.iter().map(Case::name).collect();
+    verdict(&tally, &seen);
+}
+
+#[test]
+fn mutated_headers_get_cryptsetups_verdicts() {
+    let Some(tests) = material() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let base_img = work.path().join("base.img");
+    material::unxz(&tests, "luks2_valid_hdr.img", &base_img);
+    let base = std::fs::read(&base_img).unwrap();
+    let seed = common::rng::env_seed("CRYPTSETUP_SUITE_SEED").unwrap_or(SEED);
+    println!("mutation seed {seed} (replay with CRYPTSETUP_SUITE_SEED={seed})");
+    let size = base.len() as u64;
+    // Two workers, each with its own files: the tools run in parallel on the two cores.
+    let results: Vec<Tally> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..2u64)
+            .map(|w| {
+                let dir = work.path().join(format!("w{w}"));
+                let base = &base;
+                s.spawn(move || {
+                    std::fs::create_dir_all(&dir).unwrap();
+                    let mut tally = Tally::default();
+                    for n in (w..MUTATIONS).step_by(2) {
+                        let (hdr, what) = mutate::mutation(base, seed, n);
+                        // One file per tool, written directly (sparse beyond the headers).
+                        let cs_img = dir.join("cs.img");
+                        let dm_img = dir.join("dm.img");
+                        for img in [&cs_img, &dm_img] {
+                            let f = std::fs::File::create(img).unwrap();
+                            f.set_len(size).unwrap();
+                            std::os::unix::fs::FileExt::write_all_at(&f, &hdr, 0).unwrap();
+                        }
+                        let case = Case {
+                            group: "mutated luks2_valid_hdr.img",
+                            image: PathBuf::from(format!("mutation-{n}")),
+                            script_dump: None,
+                            unlocks: Vec::new(),
+                        };
+                        let before = tally.unexpected.len();
+                        judge_copies(&case, &cs_img, &dm_img, &dir, &mut tally);
+                        for l in &mut tally.unexpected[before..] {
+                            *l = format!("{l}\n    mutation {n}: {what}");
+                        }
+                    }
+                    tally
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut tally = Tally::default();
+    for t in results {
+        for (g, r) in t.rows {
+            let row = tally.rows.entry(g).or_default();
+            row.images += r.images;
+            row.both_accept += r.both_accept;
+            row.both_refuse += r.both_refuse;
+            row.dump_same += r.dump_same;
+            row.differ += r.differ;
+        }
+        tally.unexpected.extend(t.unexpected);
+    }
+    verdict(&tally, &[]);
+}

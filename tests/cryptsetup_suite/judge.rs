@@ -1,0 +1,275 @@
+//! One image judged by cryptsetup (the oracle, run in the same test) and by dmkit: header
+//! accepted or refused by `luksDump`, the dump text, each passphrase's `test-passphrase`
+//! exit code, and the volume key. Each tool works on its own copy (cryptsetup rewrites a
+//! damaged header copy as it reads); dmkit's copy must not change by a single byte.
+
+use crate::common::{run, DMKIT};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Images dmkit cannot judge like cryptsetup until the ciphers and hashes of the `luks-keys`
+/// branch (serpent, twofish, LRW, PBKDF2-whirlpool) are merged. Their verdicts are still
+/// computed and printed; the lead empties this list after that merge. An image listed here
+/// that already agrees fails the test, so the list never hides more than it must.
+pub const NEEDS_CIPHERS: &[&str] = &[
+    "luks1_aes-lrw-plain64-sha1.img",
+    "luks1_aes-xts-essiv-wp256-whirlpool.img",
+    "luks1_aes-xts-plain64-whirlpool.img",
+    "luks1_serpent-xts-plain64-sha1.img",
+    "luks1_serpent-xts-plain64-sha256.img",
+    "luks1_serpent-xts-plain64-whirlpool.img",
+    "luks1_twofish-xts-plain64-sha1.img",
+    "luks1_twofish-xts-plain64-sha256.img",
+    "luks1_twofish-xts-plain64-whirlpool.img",
+];
+
+/// A passphrase as the scripts give it (`echo $PWD | cryptsetup ...`: the line without its
+/// newline), or a key file.
+#[derive(Clone)]
+pub enum Secret {
+    Pass(&'static str),
+    File(PathBuf),
+}
+
+/// One `open --test-passphrase` the scripts do, and what they expect of it when they say.
+#[derive(Clone)]
+pub struct Unlock {
+    pub secret: Secret,
+    pub slot: Option<u32>,
+    /// The script's expectation: success or failure (`None`: the script does not say).
+    pub script: Option<bool>,
+}
+
+/// An image and what to ask about it.
+pub struct Case {
+    pub group: &'static str,
+    pub image: PathBuf,
+    /// Whether the script expects `luksDump` to accept it, when it says.
+    pub script_dump: Option<bool>,
+    pub unlocks: Vec<Unlock>,
+}
+
+impl Case {
+    pub fn name(&self) -> String {
+        self.image
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned()
+    }
+}
+
+/// Verdict counts of one group.
+#[derive(Default)]
+pub struct Row {
+    pub images: usize,
+    pub both_accept: usize,
+    pub both_refuse: usize,
+    pub dump_same: usize,
+    pub unlocks_same: usize,
+    pub unlocks: usize,
+    pub keys_same: usize,
+    pub differ: usize,
+}
+
+/// What all judged cases came to.
+#[derive(Default)]
+pub struct Tally {
+    pub rows: BTreeMap<&'static str, Row>,
+    /// Disagreements outside [`NEEDS_CIPHERS`] (each a line saying what and where).
+    pub unexpected: Vec<String>,
+    /// Disagreements on images of [`NEEDS_CIPHERS`].
+    pub expected: BTreeMap<String, Vec<String>>,
+}
+
+impl Tally {
+    /// The summary table.
+    pub fn table(&self) -> String {
+        let mut t = format!(
+            "{:<36} {:>6} {:>7} {:>7} {:>6} {:>9} {:>6} {:>6}\n",
+            "group", "images", "accept", "refuse", "dump=", "unlock=", "vk=", "differ"
+        );
+        for (g, r) in &self.rows {
+            t += &format!(
+                "{:<36} {:>6} {:>7} {:>7} {:>6} {:>5}/{:<3} {:>6} {:>6}\n",
+                g,
+                r.images,
+                r.both_accept,
+                r.both_refuse,
+                r.dump_same,
+                r.unlocks_same,
+                r.unlocks,
+                r.keys_same,
+                r.differ
+            );
+        }
+        t
+    }
+
+    fn differ(&mut self, case: &Case, what: String) {
+        let name = case.name();
+        self.rows.entry(case.group).or_default().differ += 1;
+        let line = format!("{}: {name}: {what}", case.group);
+        if NEEDS_CIPHERS.contains(&name.as_str()) {
+            self.expected.entry(name).or_default().push(line);
+        } else {
+            self.unexpected.push(line);
+        }
+    }
+}
+
+/// The text minus the line naming the device, which differs only in spelling.
+fn comparable(text: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for l in text.split_inclusive(|&c| c == b'\n') {
+        if !l.starts_with(b"LUKS header information for") {
+            out.extend_from_slice(l);
+        }
+    }
+    out
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// (exit code, stdout) of a command.
+fn run_tool(program: &str, args: &[&str]) -> (i32, Vec<u8>) {
+    let out = run::output(program, args);
+    (out.status.code().unwrap_or(-1), out.stdout)
+}
+
+fn copy(from: &Path, to: &Path) {
+    let _ = std::fs::remove_file(to);
+    run::ok("cp", &["--sparse=always", s(from), s(to)]);
+}
+
+/// Judge `case` in the scratch directory `work`, adding to `tally`.
+pub fn judge(case: &Case, work: &Path, tally: &mut Tally) {
+    let cs_img = work.join("cs.img");
+    let dm_img = work.join("dm.img");
+    copy(&case.image, &cs_img);
+    copy(&case.image, &dm_img);
+    judge_copies(case, &cs_img, &dm_img, work, tally);
+}
+
+/// Judge `case` on copies of its image already made: `cs_img` for cryptsetup, `dm_img` for
+/// dmkit.
+pub fn judge_copies(case: &Case, cs_img: &Path, dm_img: &Path, work: &Path, tally: &mut Tally) {
+    let (cs_img, dm_img) = (cs_img.to_path_buf(), dm_img.to_path_buf());
+    let untouched = std::fs::read(&dm_img).unwrap();
+    tally.rows.entry(case.group).or_default().images += 1;
+
+    let (cs_code, cs_text) = run_tool("cryptsetup", &["luksDump", s(&cs_img)]);
+    let (dm_code, dm_text) = run_tool(DMKIT, &["luks", "dump", s(&dm_img)]);
+    let (cs_ok, dm_ok) = (cs_code == 0, dm_code == 0);
+    if let Some(want) = case.script_dump {
+        if cs_ok != want {
+            tally.differ(
+                case,
+                format!("cryptsetup luksDump accepts={cs_ok}, its script says {want}"),
+            );
+        }
+    }
+    let row = tally.rows.entry(case.group).or_default();
+    match (cs_ok, dm_ok) {
+        (true, true) => {
+            row.both_accept += 1;
+            if comparable(&cs_text) == comparable(&dm_text) {
+                row.dump_same += 1;
+            } else {
+                tally.differ(
+                    case,
+                    format!(
+                        "dump text differs:\n--- cryptsetup\n{}--- dmkit\n{}",
+                        String::from_utf8_lossy(&cs_text),
+                        String::from_utf8_lossy(&dm_text)
+                    ),
+                );
+            }
+        }
+        (false, false) => row.both_refuse += 1,
+        _ => tally.differ(
+            case,
+            format!("luksDump: cryptsetup exit {cs_code}, dmkit exit {dm_code}"),
+        ),
+    }
+
+    for u in &case.unlocks {
+        let key = match &u.secret {
+            Secret::Pass(p) => {
+                let k = work.join("passphrase");
+                std::fs::write(&k, p).unwrap();
+                k
+            }
+            Secret::File(f) => f.clone(),
+        };
+        let slot = u.slot.map(|n| n.to_string());
+        let mut extra: Vec<&str> = vec!["--key-file", s(&key)];
+        if let Some(n) = &slot {
+            extra.extend(["-S", n]);
+        }
+        let what = format!(
+            "{}{}",
+            match &u.secret {
+                Secret::Pass(p) => format!("passphrase {p:?}"),
+                Secret::File(f) => format!("key file {}", f.file_name().unwrap().to_string_lossy()),
+            },
+            slot.as_ref().map_or(String::new(), |n| format!(" -S {n}"))
+        );
+        let mut cs_args = vec!["open", "--test-passphrase"];
+        cs_args.extend(&extra);
+        cs_args.push(s(&cs_img));
+        let mut dm_args = vec!["luks", "test-passphrase"];
+        dm_args.extend(&extra);
+        dm_args.push(s(&dm_img));
+        let (cs_code, _) = run_tool("cryptsetup", &cs_args);
+        let (dm_code, _) = run_tool(DMKIT, &dm_args);
+        tally.rows.entry(case.group).or_default().unlocks += 1;
+        if let Some(want) = u.script {
+            if (cs_code == 0) != want {
+                tally.differ(
+                    case,
+                    format!("{what}: cryptsetup exit {cs_code}, its script expects success={want}"),
+                );
+            }
+        }
+        if cs_code != dm_code {
+            tally.differ(
+                case,
+                format!("{what}: test-passphrase exit: cryptsetup {cs_code}, dmkit {dm_code}"),
+            );
+            continue;
+        }
+        tally.rows.entry(case.group).or_default().unlocks_same += 1;
+        if cs_code != 0 {
+            continue;
+        }
+        let mut cs_args = vec!["luksDump", "--dump-volume-key", "-q"];
+        cs_args.extend(&extra);
+        cs_args.push(s(&cs_img));
+        let mut dm_args = vec!["luks", "dump", "--dump-volume-key", "-q"];
+        dm_args.extend(&extra);
+        dm_args.push(s(&dm_img));
+        let (cs_code, cs_vk) = run_tool("cryptsetup", &cs_args);
+        let (dm_code, dm_vk) = run_tool(DMKIT, &dm_args);
+        if cs_code == dm_code && comparable(&cs_vk) == comparable(&dm_vk) {
+            tally.rows.entry(case.group).or_default().keys_same += 1;
+        } else {
+            tally.differ(
+                case,
+                format!(
+                    "{what}: --dump-volume-key: cryptsetup exit {cs_code} {:?}, dmkit exit {dm_code} {:?}",
+                    String::from_utf8_lossy(&cs_vk),
+                    String::from_utf8_lossy(&dm_vk)
+                ),
+            );
+        }
+    }
+    if std::fs::read(&dm_img).unwrap() != untouched {
+        tally.differ(
+            case,
+            "dmkit changed the image in a read-only command".into(),
+        );
+    }
+}
