@@ -313,6 +313,7 @@ fn mutated_headers_get_cryptsetups_verdicts() {
         for (g, r) in t.rows {
             let row = tally.rows.entry(g).or_default();
             row.images += r.images;
+            row.is_luks_same += r.is_luks_same;
             row.both_accept += r.both_accept;
             row.both_refuse += r.both_refuse;
             row.dump_same += r.dump_same;

@@ -51,6 +51,14 @@ pub enum LuksCommand {
     /// Write a saved header back (like `cryptsetup luksHeaderRestore`).
     #[command(alias = "luksHeaderRestore")]
     HeaderRestore(luks_slots::BackupArgs),
+    /// Tear down an open device (the same as `dmkit close`; like `cryptsetup close`).
+    #[command(alias = "luksClose")]
+    Close(super::device::CloseArgs),
+    /// Show an open device (the same as `dmkit status`; exit 4 when inactive).
+    Status(super::device::StatusArgs),
+    /// Exit 0 when DEVICE holds a LUKS header, 1 otherwise (like `cryptsetup isLuks`).
+    #[command(name = "is-luks", alias = "isLuks")]
+    IsLuks(luks_slots::IsLuksArgs),
 }
 
 /// cryptsetup's top-level command names (`dmkit luksFormat ...`), flattened into `dmkit`.
@@ -88,6 +96,12 @@ pub enum LuksAlias {
     /// Same as `dmkit luks header-restore`.
     #[command(name = "luksHeaderRestore", hide = true)]
     LuksHeaderRestore(luks_slots::BackupArgs),
+    /// Same as `dmkit close`.
+    #[command(name = "luksClose", hide = true)]
+    LuksClose(super::device::CloseArgs),
+    /// Same as `dmkit luks is-luks`.
+    #[command(name = "isLuks", hide = true)]
+    IsLuks(luks_slots::IsLuksArgs),
 }
 
 /// KDF options of commands that make keyslots.
@@ -276,6 +290,9 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Uuid(a) => luks_slots::uuid(a),
         LuksCommand::HeaderBackup(a) => luks_slots::header_backup(a),
         LuksCommand::HeaderRestore(a) => luks_slots::header_restore(a),
+        LuksCommand::Close(a) => super::device::close(a),
+        LuksCommand::Status(a) => super::device::status(a),
+        LuksCommand::IsLuks(a) => luks_slots::is_luks(a),
     }
 }
 
@@ -292,6 +309,8 @@ pub fn run_alias(c: LuksAlias) -> CliResult {
         LuksAlias::LuksUuid(a) => LuksCommand::Uuid(a),
         LuksAlias::LuksHeaderBackup(a) => LuksCommand::HeaderBackup(a),
         LuksAlias::LuksHeaderRestore(a) => LuksCommand::HeaderRestore(a),
+        LuksAlias::LuksClose(a) => LuksCommand::Close(a),
+        LuksAlias::IsLuks(a) => LuksCommand::IsLuks(a),
     })
 }
 
@@ -348,6 +367,19 @@ pub(super) fn load(
     header: Option<&Path>,
     writable: bool,
 ) -> Result<Target, CliError> {
+    let (t, warning) = load_quietly(device, header, writable)?;
+    if let Some(w) = warning {
+        eprintln!("dmkit: {w}");
+    }
+    Ok(t)
+}
+
+/// [`load`] that hands back the warning about a skipped header copy instead of printing it.
+pub(super) fn load_quietly(
+    device: &Path,
+    header: Option<&Path>,
+    writable: bool,
+) -> Result<(Target, Option<String>), CliError> {
     let path = header.unwrap_or(device);
     if header.is_some() && !device.exists() {
         return Err(CliError::no_device(format!(
@@ -362,20 +394,22 @@ pub(super) fn load(
             .map_err(|e| CliError::invalid(e.to_string()))?;
     }
     let detached = header.is_some();
+    let mut warning = None;
     let header = if luks_version(&first) == Some(1) {
         Header::V1(Box::new(luks1::read(&dev).map_err(luks_err)?))
     } else {
         let loaded = header::read(&dev).map_err(luks_err)?;
-        if let Some(w) = loaded.warning {
-            eprintln!("dmkit: {w}");
-        }
+        warning = loaded.warning;
         Header::V2(Box::new(loaded.header))
     };
-    Ok(Target {
-        dev,
-        header,
-        detached,
-    })
+    Ok((
+        Target {
+            dev,
+            header,
+            detached,
+        },
+        warning,
+    ))
 }
 
 impl Target {

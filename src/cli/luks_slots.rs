@@ -1,7 +1,7 @@
 //! `dmkit luks add-key|remove-key|change-key|kill-slot|test-passphrase|uuid|header-backup|
 //! header-restore`: keyslot management and header maintenance, LUKS2 and LUKS1.
 
-use super::luks::{load, luks_err, open_file, Header, PbkdfArgs, Target};
+use super::luks::{load, load_quietly, luks_err, open_file, Header, PbkdfArgs, Target};
 use super::luks_keys::{passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
 use crate::block::{BlockDevice, MemoryDevice};
@@ -113,6 +113,19 @@ pub struct UuidArgs {
     /// Detached header file.
     #[arg(long)]
     header: Option<PathBuf>,
+}
+
+/// Arguments of `luks is-luks`.
+#[derive(clap::Args)]
+pub struct IsLuksArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// Only this version: luks, luks1 or luks2.
+    #[arg(long = "type", short = 'M')]
+    luks_type: Option<String>,
+    /// Say the outcome, in cryptsetup's words.
+    #[arg(long, short = 'v')]
+    verbose: bool,
 }
 
 /// Arguments of `luks header-backup` and `header-restore`.
@@ -378,4 +391,63 @@ pub fn header_restore(a: BackupArgs) -> CliResult {
         .dev
         .flush()
         .map_err(|e| CliError::invalid(e.to_string()))
+}
+
+/// Run `luks is-luks`: quiet like cryptsetup, exit 0 for a LUKS header (of `--type`), 1 when
+/// there is none or it is corrupt, 4 when DEVICE is missing. `-v` prints cryptsetup's lines.
+pub fn is_luks(a: IsLuksArgs) -> CliResult {
+    let want = match a.luks_type.as_deref() {
+        None | Some("luks") => None,
+        Some("luks1") => Some(1),
+        Some("luks2") => Some(2),
+        Some(o) => {
+            return Err(CliError::invalid(format!(
+                "--type: {o:?} is not luks, luks1 or luks2"
+            )))
+        }
+    };
+    let result = match load_quietly(&a.device, None, false) {
+        Ok((t, _)) => {
+            let version = match t.header {
+                Header::V1(_) => 1,
+                Header::V2(_) => 2,
+            };
+            if want.is_some_and(|w| w != version) {
+                Err(1)
+            } else {
+                Ok(())
+            }
+        }
+        Err(e) if e.code == 4 => {
+            eprintln!(
+                "Device {} does not exist or access denied.",
+                a.device.display()
+            );
+            Err(4)
+        }
+        Err(_) => Err(1),
+    };
+    match result {
+        Ok(()) => {
+            if a.verbose {
+                println!("Command successful.");
+            }
+            Ok(())
+        }
+        Err(code) => {
+            if a.verbose {
+                let what = if code == 4 {
+                    "-4 (wrong device or file specified)"
+                } else {
+                    "-1 (wrong or missing parameters)"
+                };
+                // cryptsetup says this on stdout too.
+                println!("Command failed with code {what}.");
+            }
+            Err(CliError {
+                code,
+                message: String::new(),
+            })
+        }
+    }
 }

@@ -63,6 +63,7 @@ impl Case {
 #[derive(Default)]
 pub struct Row {
     pub images: usize,
+    pub is_luks_same: usize,
     pub both_accept: usize,
     pub both_refuse: usize,
     pub dump_same: usize,
@@ -86,14 +87,15 @@ impl Tally {
     /// The summary table.
     pub fn table(&self) -> String {
         let mut t = format!(
-            "{:<36} {:>6} {:>7} {:>7} {:>6} {:>9} {:>6} {:>6}\n",
-            "group", "images", "accept", "refuse", "dump=", "unlock=", "vk=", "differ"
+            "{:<40} {:>6} {:>8} {:>7} {:>7} {:>6} {:>9} {:>6} {:>6}\n",
+            "group", "images", "isLuks=", "accept", "refuse", "dump=", "unlock=", "vk=", "differ"
         );
         for (g, r) in &self.rows {
             t += &format!(
-                "{:<36} {:>6} {:>7} {:>7} {:>6} {:>5}/{:<3} {:>6} {:>6}\n",
+                "{:<40} {:>6} {:>8} {:>7} {:>7} {:>6} {:>5}/{:<3} {:>6} {:>6}\n",
                 g,
                 r.images,
+                r.is_luks_same,
                 r.both_accept,
                 r.both_refuse,
                 r.dump_same,
@@ -160,6 +162,21 @@ pub fn judge_copies(case: &Case, cs_img: &Path, dm_img: &Path, work: &Path, tall
     let untouched = std::fs::read(&dm_img).unwrap();
     tally.rows.entry(case.group).or_default().images += 1;
 
+    // isLuks -v: the same exit code and the same verdict line.
+    let (cs_code, cs_says) = run_tool("cryptsetup", &["isLuks", "-v", s(&cs_img)]);
+    let (dm_code, dm_says) = run_tool(DMKIT, &["isLuks", "-v", s(&dm_img)]);
+    if (cs_code, &cs_says) == (dm_code, &dm_says) {
+        tally.rows.entry(case.group).or_default().is_luks_same += 1;
+    } else {
+        tally.differ(
+            case,
+            format!(
+                "isLuks -v: cryptsetup exit {cs_code} {:?}, dmkit exit {dm_code} {:?}",
+                String::from_utf8_lossy(&cs_says),
+                String::from_utf8_lossy(&dm_says)
+            ),
+        );
+    }
     let (cs_code, cs_text) = run_tool("cryptsetup", &["luksDump", s(&cs_img)]);
     let (dm_code, dm_text) = run_tool(DMKIT, &["luks", "dump", s(&dm_img)]);
     let (cs_ok, dm_ok) = (cs_code == 0, dm_code == 0);
