@@ -29,6 +29,9 @@ const PWD1: &str = "93R4P4pIqAH8";
 const PWD4: &str = "Qx3qn46vq0v";
 const PWDW: &str = "rUkL4RUryBom";
 const API_PASSPHRASE: &str = "blablabl";
+/// api-test-2's passphrases of keyslots 0 and 7 in the conversion images.
+const PASS0: &str = "aaablabl";
+const PASS7: &str = "bbbblabl";
 
 /// Mutations of the valid header judged per run (about 20 ms each on 2 cores).
 const MUTATIONS: u64 = 2000;
@@ -194,11 +197,21 @@ fn cases(tests: &Path, work: &Path) -> Vec<Case> {
         .collect();
     conv_images.sort();
     for img in conv_images {
+        // api-test-2 opens keyslots 0 and 7 of the convertible images; the unaligned ones
+        // it only fails to convert, so it states no passphrase for them.
+        let name = img.file_name().unwrap().to_string_lossy().into_owned();
+        let stated =
+            (!name.contains("legacy_offset") && !name.contains("unmovable")).then_some(true);
         cases.push(Case {
             group: "conversion_imgs (api-test-2)",
             image: img,
             script_dump: None,
-            unlocks: vec![pass(API_PASSPHRASE, None, None)],
+            unlocks: vec![
+                pass(PASS0, Some(0), stated),
+                pass(PASS7, Some(7), stated),
+                pass(PASS7, None, None),
+                pass(API_PASSPHRASE, None, None),
+            ],
         });
     }
     let reqs = work.join("reqs");
@@ -214,7 +227,49 @@ fn cases(tests: &Path, work: &Path) -> Vec<Case> {
             unlocks: vec![pass(API_PASSPHRASE, None, None)],
         });
     }
+    // Images of other formats (file systems, TrueCrypt, BitLocker, FileVault2): no LUKS here.
+    let mut others: Vec<PathBuf> = [
+        "img_fs_ext4.img",
+        "img_fs_vfat.img",
+        "img_fs_xfs.img",
+        "xfs_512_block_size.img",
+    ]
+    .iter()
+    .map(|n| xz(n))
+    .collect();
+    for tarball in [
+        "tcrypt-images.tar.xz",
+        "bitlk-images.tar.xz",
+        "fvault2-images.tar.xz",
+    ] {
+        let dir = work.join(tarball.trim_end_matches(".tar.xz"));
+        material::untar(tests, tarball, &dir);
+        others.extend(files_under(&dir));
+    }
+    others.sort();
+    for img in others {
+        cases.push(Case {
+            group: "other formats (fs, tcrypt, bitlk, fvault2)",
+            image: img,
+            script_dump: Some(false),
+            unlocks: Vec::new(),
+        });
+    }
     cases
+}
+
+/// Every regular file under `dir`.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }
 
 /// Fails with every unexpected disagreement, and with every [`NEEDS_CIPHERS`] image that
