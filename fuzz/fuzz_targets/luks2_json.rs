@@ -1,6 +1,6 @@
 //! Arbitrary bytes as a LUKS2 JSON area: the json-c-compatible parser, cryptsetup's metadata
 //! rules and the dump never panic; json-c's writer and reader agree (what is written reads
-//! back to the same text); and whatever the rules accept dumps and builds a typed view.
+//! back, and its text is stable); and whatever the rules accept dumps and builds a typed view.
 
 #![no_main]
 
@@ -12,12 +12,18 @@ use libfuzzer_sys::fuzz_target;
 fuzz_target!(|data: &[u8]| {
     if let Ok((v, end)) = parse_area(data) {
         assert!(end <= data.len(), "parsing stopped past the area");
-        let mut plain = v.to_json(Style::Plain);
-        let text = plain.clone();
-        // A NUL ends the text as the padding of a JSON area does.
-        plain.push(0);
-        let (again, _) = parse_area(&plain).expect("json-c reads what it writes");
-        assert_eq!(again.to_json(Style::Plain), text, "write/read changed the text");
+        // Written, read back (a NUL ends the text as a JSON area's padding does) and written
+        // again, the text is stable from the second writing on: the first may only respell
+        // numbers (json-c keeps a fraction's source text, "000e" -> "000", which then reads
+        // as the integer 0).
+        let reread = |text: &[u8]| {
+            let mut area = text.to_vec();
+            area.push(0);
+            parse_area(&area).expect("json-c reads what it writes").0
+        };
+        let second = reread(&v.to_json(Style::Plain)).to_json(Style::Plain);
+        let third = reread(&second).to_json(Style::Plain);
+        assert_eq!(second, third, "write/read changed the text");
         let _ = validate::validate(&v, data.len() as u64);
     }
     if let Ok(tree) = copies::parse_and_validate(data) {
