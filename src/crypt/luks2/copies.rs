@@ -294,3 +294,46 @@ fn read_disk_size(dev: &dyn BlockDevice) -> u64 {
     }
     be64(&bin, OFF_HDR_SIZE)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::block::MemoryDevice;
+
+    const META: &str = r#"{"keyslots":{},"tokens":{},"segments":{"0":{"type":"linear","offset":"32768","size":"dynamic"}},"digests":{},"config":{"json_size":"12288","keyslots_size":"0"}}"#;
+
+    fn area(text: &[u8]) -> Vec<u8> {
+        let mut a = text.to_vec();
+        a.resize(12288, 0);
+        a
+    }
+
+    #[test]
+    fn the_json_area_is_framed_as_cryptsetup_wants() {
+        parse_and_validate(&area(META.as_bytes())).unwrap();
+        // Whitespace after the object is fine; before it, or other bytes after it, are not.
+        parse_and_validate(&area(format!("{META} \n").as_bytes())).unwrap();
+        let e = parse_and_validate(&area(format!(" {META}").as_bytes())).unwrap_err();
+        assert!(e.contains("does not start with '{'"), "{e}");
+        let mut a = area(META.as_bytes());
+        a[12000] = b'x';
+        let e = parse_and_validate(&a).unwrap_err();
+        assert!(e.contains("byte 12000"), "{e}");
+        let full = vec![b' '; 12288];
+        assert!(parse_and_validate(&full).is_err());
+    }
+
+    #[test]
+    fn an_lvm_label_blocks_picking_a_copy() {
+        let mut d = vec![0u8; 1 << 20];
+        d[512..520].copy_from_slice(b"LABELONE");
+        d[512 + 24..512 + 32].copy_from_slice(b"LVM2 001");
+        let dev = MemoryDevice::from_vec("pv", d);
+        assert_eq!(
+            signatures::other_signature(&dev).unwrap(),
+            Some("LVM2_member")
+        );
+        let dev = MemoryDevice::from_vec("plain", vec![0u8; 1 << 20]);
+        assert_eq!(signatures::other_signature(&dev).unwrap(), None);
+    }
+}
