@@ -193,6 +193,27 @@ fn open_one(
     Ok(try_slot(dev, h, id, k, passphrase)?.ok_or(Miss::Wrong))
 }
 
+/// Keyslot ids in the order cryptsetup tries them (the order of the JSON object as read, ids
+/// as `atoi` reads them) with their priority as json-c reads it (absent: normal).
+fn try_order(h: &Luks2Header) -> Vec<(u32, i32)> {
+    let from_disk = h.raw.as_ref().and_then(|r| r.json.get("keyslots")?.as_object().cloned());
+    match from_disk {
+        Some(o) => o
+            .iter()
+            .map(|(k, v)| {
+                let p = v.get("priority").map_or(1, super::jsonc::Value::get_int);
+                (super::validate::atoi(k) as u32, p)
+            })
+            .collect(),
+        None => h
+            .metadata
+            .keyslots
+            .iter()
+            .map(|(&id, k)| (id, k.priority.map_or(1, |p| p as i32)))
+            .collect(),
+    }
+}
+
 /// Unlock a volume key with `passphrase`, trying keyslot `slot` only, or every keyslot the
 /// way cryptsetup does: the preferred ones first, then the normal ones, ignored ones never.
 /// Returns the keyslot that opened. When none does, the last keyslot tried decides the
@@ -218,13 +239,18 @@ pub fn unlock(
             .map(|vk| (s, vk))
             .map_err(miss);
     }
+    let order = try_order(h);
     let mut prefer_wrong = false;
     for priority in [2, 1] {
         let mut last = Miss::Unusable;
-        for (&id, k) in &m.keyslots {
-            if k.priority.unwrap_or(1) != priority {
+        for &(id, p) in &order {
+            if p != priority {
                 continue;
             }
+            let Some(k) = m.keyslots.get(&id) else {
+                last = Miss::Unusable;
+                continue;
+            };
             match open_one(dev, h, id, k, passphrase, segment)? {
                 Ok(vk) => return Ok((id, vk)),
                 Err(r) => last = r,
