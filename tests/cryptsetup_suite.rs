@@ -33,8 +33,10 @@ const API_PASSPHRASE: &str = "blablabl";
 const PASS0: &str = "aaablabl";
 const PASS7: &str = "bbbblabl";
 
-/// Mutations of the valid header judged per run (about 20 ms each on 2 cores).
+/// Mutations of the valid header judged per run (about 30 ms each on 2 cores).
 const MUTATIONS: u64 = 2000;
+/// Mutations of a header with a known passphrase, each also unlocked (about 150 ms each).
+const UNLOCK_MUTATIONS: u64 = 200;
 /// Fixed, so every run judges the same headers; set CRYPTSETUP_SUITE_SEED to explore.
 const SEED: u64 = 0x6c75_6b73_3236_3100;
 
@@ -316,40 +318,61 @@ fn cryptsetup_test_images_get_cryptsetups_verdicts() {
     verdict(&tally, &seen);
 }
 
-#[test]
-fn mutated_headers_get_cryptsetups_verdicts() {
-    let Some(tests) = material() else { return };
-    let work = tempfile::tempdir().unwrap();
-    let base_img = work.path().join("base.img");
-    material::unxz(&tests, "luks2_valid_hdr.img", &base_img);
-    let base = std::fs::read(&base_img).unwrap();
+/// The 4 KiB blocks of `image` that are not all zero, to write a copy of it sparsely.
+fn nonzero_blocks(image: &[u8]) -> Vec<(u64, &[u8])> {
+    image
+        .chunks(4096)
+        .enumerate()
+        .filter(|(_, b)| b.iter().any(|&c| c != 0))
+        .map(|(i, b)| (i as u64 * 4096, b))
+        .collect()
+}
+
+/// Judge `count` mutations of `base` on two threads, each mutation unlocked with `unlocks`.
+fn judge_mutations(
+    group: &'static str,
+    base: &[u8],
+    count: u64,
+    unlocks: &[Unlock],
+    work: &Path,
+) -> Tally {
+    // Unlocked headers get only values that keep the KDF cheap.
+    let values = if unlocks.is_empty() {
+        mutate::VALUES
+    } else {
+        mutate::CHEAP_VALUES
+    };
     let seed = common::rng::env_seed("CRYPTSETUP_SUITE_SEED").unwrap_or(SEED);
-    println!("mutation seed {seed} (replay with CRYPTSETUP_SUITE_SEED={seed})");
+    println!("{group}: mutation seed {seed} (replay with CRYPTSETUP_SUITE_SEED={seed})");
+    let blocks = nonzero_blocks(base);
     let size = base.len() as u64;
     // Two workers, each with its own files: the tools run in parallel on the two cores.
     let results: Vec<Tally> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..2u64)
             .map(|w| {
-                let dir = work.path().join(format!("w{w}"));
-                let base = &base;
+                let dir = work.join(format!("{group}-w{w}"));
+                let blocks = &blocks;
                 s.spawn(move || {
                     std::fs::create_dir_all(&dir).unwrap();
                     let mut tally = Tally::default();
-                    for n in (w..MUTATIONS).step_by(2) {
-                        let (hdr, what) = mutate::mutation(base, seed, n);
-                        // One file per tool, written directly (sparse beyond the headers).
+                    for n in (w..count).step_by(2) {
+                        let (hdr, what) = mutate::mutation(base, seed, n, values);
+                        // One file per tool, written directly (sparse where the image is).
                         let cs_img = dir.join("cs.img");
                         let dm_img = dir.join("dm.img");
                         for img in [&cs_img, &dm_img] {
                             let f = std::fs::File::create(img).unwrap();
                             f.set_len(size).unwrap();
+                            for &(off, b) in blocks {
+                                std::os::unix::fs::FileExt::write_all_at(&f, b, off).unwrap();
+                            }
                             std::os::unix::fs::FileExt::write_all_at(&f, &hdr, 0).unwrap();
                         }
                         let case = Case {
-                            group: "mutated luks2_valid_hdr.img",
+                            group,
                             image: PathBuf::from(format!("mutation-{n}")),
                             script_dump: None,
-                            unlocks: Vec::new(),
+                            unlocks: unlocks.to_vec(),
                         };
                         let before = tally.unexpected.len();
                         judge_copies(&case, &cs_img, &dm_img, &dir, &mut tally);
@@ -372,9 +395,54 @@ fn mutated_headers_get_cryptsetups_verdicts() {
             row.both_accept += r.both_accept;
             row.both_refuse += r.both_refuse;
             row.dump_same += r.dump_same;
+            row.unlocks += r.unlocks;
+            row.unlocks_same += r.unlocks_same;
+            row.keys_same += r.keys_same;
+            row.cryptsetup_broken += r.cryptsetup_broken;
             row.differ += r.differ;
         }
         tally.unexpected.extend(t.unexpected);
     }
+    tally
+}
+
+#[test]
+fn mutated_headers_get_cryptsetups_verdicts() {
+    let Some(tests) = material() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let base_img = work.path().join("base.img");
+    material::unxz(&tests, "luks2_valid_hdr.img", &base_img);
+    let base = std::fs::read(&base_img).unwrap();
+    let tally = judge_mutations(
+        "mutated luks2_valid_hdr.img",
+        &base,
+        MUTATIONS,
+        &[],
+        work.path(),
+    );
+    verdict(&tally, &[]);
+}
+
+/// Mutations of a header whose passphrase is known (compat-test2's 16 KiB metadata image,
+/// PBKDF2 with 1000 iterations): which keyslot opens, with which error when none does, and
+/// the volume key, for metadata cryptsetup still accepts.
+#[test]
+fn mutated_headers_unlock_like_cryptsetup() {
+    let Some(tests) = material() else { return };
+    let work = tempfile::tempdir().unwrap();
+    material::untar(&tests, "luks2_mda_images.tar.xz", work.path());
+    let base = std::fs::read(work.path().join("test_image_16")).unwrap();
+    let unlocks = [
+        pass(PWD4, None, None),
+        pass(PWD4, Some(0), None),
+        pass(PWDW, None, Some(false)),
+    ];
+    let tally = judge_mutations(
+        "mutated test_image_16 (unlocked)",
+        &base,
+        UNLOCK_MUTATIONS,
+        &unlocks,
+        work.path(),
+    );
     verdict(&tally, &[]);
 }

@@ -734,16 +734,17 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
             false,
         )?;
         let (_, vk) = t.unlock(&pass, a.key_slot)?;
-        let (cipher, offset) = t.cipher_and_offset();
+        let head = match &t.header {
+            Header::V2(h) => dump::luks2_volume_key_header(h),
+            Header::V1(h) => dump::VolumeKeyHeader {
+                cipher: Some(h.cipher_name.clone()),
+                mode: Some(h.cipher_mode.clone()),
+                payload_sectors: h.payload_offset as u64,
+            },
+        };
         print!(
             "{}",
-            dump::volume_key_text(
-                &a.device.display().to_string(),
-                &cipher,
-                offset / 512,
-                t.uuid(),
-                &vk
-            )
+            dump::volume_key_text(&a.device.display().to_string(), &head, t.uuid(), &vk)
         );
         return Ok(());
     }

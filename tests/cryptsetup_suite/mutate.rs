@@ -11,7 +11,7 @@ use openssl::hash::{Hasher, MessageDigest};
 const HDR: usize = 16384;
 
 /// Values a mutation puts in place of another.
-const VALUES: &[&str] = &[
+pub const VALUES: &[&str] = &[
     r#""\ud800""#,
     r#""\udc00x""#,
     r#""a\u0000b""#,
@@ -61,6 +61,54 @@ const VALUES: &[&str] = &[
     "Infinity",
 ];
 
+/// [`VALUES`] without the numbers json-c reads as 2^31 or more (and NaN, which it reads as
+/// -2^31): as a KDF cost they would keep both tools busy for hours, so mutations that are
+/// unlocked use these.
+pub const CHEAP_VALUES: &[&str] = &[
+    r#""\ud800""#,
+    r#""\udc00x""#,
+    r#""a\u0000b""#,
+    r#""""#,
+    r#""0""#,
+    r#""-1""#,
+    r#""18446744073709551615""#,
+    r#""18446744073709551616""#,
+    "-1",
+    "0",
+    "1",
+    "2",
+    "5",
+    "512",
+    "4096",
+    "1e3",
+    "1.5",
+    "null",
+    "true",
+    "[]",
+    "{}",
+    r#"["0"]"#,
+    r#"["7"]"#,
+    r#""dynamic""#,
+    r#""luks2""#,
+    r#""crypt""#,
+    "'x'",
+    r#""512""#,
+    r#""4096""#,
+    r#""16384""#,
+    r#""aes-xts-plain64""#,
+    r#""sha256""#,
+    r#""argon2""#,
+    r#""argon2id""#,
+    r#""pbkdf2""#,
+    r#""raw""#,
+    r#"["backup-x"]"#,
+    r#""luks2-keyring""#,
+    r#""reencrypt""#,
+    r#""\u00e9t\u00e9""#,
+    r#""x/y""#,
+    "TRUE",
+];
+
 /// Keys a mutation renames a member to, or adds.
 const KEYS: &[&str] = &[
     "type",
@@ -95,7 +143,7 @@ const KEYS: &[&str] = &[
 const BYTES: &[u8] = b"{}[],:\"\\ /*'a0-9eE.\x00\xff\t";
 
 /// (start, end) of the JSON values in `t`, found by a scan of its strings and brackets.
-fn values(t: &[u8]) -> Vec<(usize, usize)> {
+fn value_spans(t: &[u8]) -> Vec<(usize, usize)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < t.len() {
@@ -184,7 +232,7 @@ fn value_end(t: &[u8], i: usize) -> Option<usize> {
 /// (start of the key, end of the value) of the object members in `t`.
 fn members(t: &[u8]) -> Vec<(usize, usize, usize)> {
     let mut out = Vec::new();
-    for (vs, ve) in values(t) {
+    for (vs, ve) in value_spans(t) {
         if vs >= 1 && t[vs - 1] == b':' {
             // The key is the string just before the ':'.
             let mut k = vs - 2;
@@ -203,13 +251,13 @@ fn pick<'a, T>(r: &mut SplitMix64, items: &'a [T]) -> &'a T {
     &items[r.below(items.len() as u64) as usize]
 }
 
-/// Mutate the JSON text `t` once.
-fn mutate_json(r: &mut SplitMix64, t: &mut Vec<u8>) -> String {
+/// Mutate the JSON text `t` once, with values from `values`.
+fn mutate_json(r: &mut SplitMix64, t: &mut Vec<u8>, values: &[&str]) -> String {
     match r.below(6) {
         0 | 1 => {
-            let vs = values(t);
+            let vs = value_spans(t);
             let &(s, e) = pick(r, &vs);
-            let v = pick(r, VALUES);
+            let v = pick(r, values);
             let old = String::from_utf8_lossy(&t[s..e]).into_owned();
             t.splice(s..e, v.bytes());
             format!("value {old:.40} -> {v}")
@@ -240,7 +288,7 @@ fn mutate_json(r: &mut SplitMix64, t: &mut Vec<u8>) -> String {
             let objs: Vec<usize> = (0..t.len()).filter(|&i| t[i] == b'{').collect();
             let &o = pick(r, &objs);
             let key = pick(r, KEYS);
-            let v = pick(r, VALUES);
+            let v = pick(r, values);
             let empty = t.get(o + 1) == Some(&b'}');
             let text = format!("\"{key}\":{v}{}", if empty { "" } else { "," });
             t.splice(o + 1..o + 1, text.bytes());
@@ -336,8 +384,9 @@ fn mutate_binary(r: &mut SplitMix64, img: &mut [u8], at: usize) -> String {
     }
 }
 
-/// The `n`th mutation of `base` (the 32 KiB of both header copies) and what it did.
-pub fn mutation(base: &[u8], seed: u64, n: u64) -> (Vec<u8>, String) {
+/// The `n`th mutation of `base` (the 32 KiB of both header copies) and what it did; JSON values
+/// come from `values` ([`VALUES`] or [`CHEAP_VALUES`]).
+pub fn mutation(base: &[u8], seed: u64, n: u64, values: &[&str]) -> (Vec<u8>, String) {
     let mut r = SplitMix64(seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15));
     let mut img = base[..2 * HDR].to_vec();
     let json_end = img[4096..HDR].iter().position(|&c| c == 0).unwrap() + 4096;
@@ -346,7 +395,7 @@ pub fn mutation(base: &[u8], seed: u64, n: u64) -> (Vec<u8>, String) {
     let what = if binary {
         mutate_binary(&mut r, &mut img, 0)
     } else {
-        let w = mutate_json(&mut r, &mut text);
+        let w = mutate_json(&mut r, &mut text, values);
         if text.len() < HDR - 4096 {
             img[4096..HDR].fill(0);
             img[4096..4096 + text.len()].copy_from_slice(&text);

@@ -392,22 +392,121 @@ fn digests(w: &mut Vec<u8>, root: &Value) {
     }
 }
 
+/// The header lines of `cryptsetup luksDump --dump-volume-key`: cipher name and mode as
+/// `crypt_get_cipher` / `crypt_get_cipher_mode` give them (`None` prints "(null)"), and the
+/// data offset in 512-byte sectors.
+pub struct VolumeKeyHeader {
+    /// Cipher name ("aes").
+    pub cipher: Option<String>,
+    /// Cipher mode ("xts-plain64").
+    pub mode: Option<String>,
+    /// Data offset, sectors.
+    pub payload_sectors: u64,
+}
+
+/// `crypt_parse_name_and_mode`: "aes-xts-plain64" -> ("aes", "xts-plain64"), "null" ->
+/// ("cipher_null", "ecb"), "aes" -> ("aes", "cbc-plain"); names longer than 31 bytes cut.
+pub fn parse_name_and_mode(s: &str) -> Option<(String, String)> {
+    let cut = |t: &str| -> String { t.chars().take(31).collect() };
+    let name_len = s.find('-').unwrap_or(s.len());
+    if name_len > 0 && name_len <= 31 && name_len < s.len() {
+        // "%31s" skips white space, then reads up to 31 other characters.
+        let rest = s[name_len + 1..].trim_start();
+        let mode: String = cut(rest.split(char::is_whitespace).next().unwrap_or(""));
+        if !mode.is_empty() {
+            let mode = if mode == "plain" {
+                "cbc-plain".into()
+            } else {
+                mode
+            };
+            return Some((s[..name_len].to_string(), mode));
+        }
+    }
+    if s == "null" || s == "cipher_null" {
+        return Some(("cipher_null".into(), "ecb".into()));
+    }
+    if name_len > 0 {
+        return Some((cut(&s[..name_len]), "cbc-plain".into()));
+    }
+    None
+}
+
+/// The [`VolumeKeyHeader`] of a LUKS2 header: the default segment's "encryption" ("null" when
+/// absent) and the smallest offset of a regular segment.
+pub fn luks2_volume_key_header(h: &Luks2Header) -> VolumeKeyHeader {
+    let tree;
+    let root = match &h.raw {
+        Some(r) => &r.json,
+        None => {
+            tree = jsonc::parse_area(h.metadata.to_text().as_bytes())
+                .map(|(v, _)| v)
+                .unwrap_or(Value::Null);
+            &tree
+        }
+    };
+    let segments = root.get("segments").and_then(Value::as_object);
+    let default = segments.and_then(|o| {
+        o.iter()
+            .find(|(_, s)| validate::segment_has_flag(s, b"backup-final", false))
+            .map(|(k, _)| validate::atoi(k) as u32)
+            .or_else(|| (!o.is_empty()).then_some(0))
+    });
+    let cipher = default
+        .and_then(|i| segments?.get(&i.to_string()))
+        .and_then(|seg| match seg.get("encryption") {
+            None => Some("null".to_string()),
+            Some(e) => e
+                .get_string()
+                .map(|c| String::from_utf8_lossy(&c).into_owned()),
+        })
+        .and_then(|c| parse_name_and_mode(&c));
+    // LUKS2_get_data_offset: the smallest offset of a segment that is not a backup, 0 wins.
+    let mut min = u64::MAX >> 9;
+    for (_, s) in segments.into_iter().flat_map(|o| o.iter()) {
+        if validate::segment_has_flag(s, b"backup-", true) {
+            continue;
+        }
+        min = min.min(validate::get_u64(s.get("offset")) >> 9);
+    }
+    VolumeKeyHeader {
+        cipher: cipher.as_ref().map(|c| c.0.clone()),
+        mode: cipher.map(|c| c.1),
+        payload_sectors: if segments.is_some() { min } else { 0 },
+    }
+}
+
 /// The text of `cryptsetup luksDump --dump-volume-key` (LUKS1 and LUKS2 alike).
-pub fn volume_key_text(
-    device: &str,
-    cipher: &str,
-    payload_sectors: u64,
-    uuid: &str,
-    vk: &[u8],
-) -> String {
-    let (name, mode) = cipher.split_once('-').unwrap_or((cipher, ""));
+pub fn volume_key_text(device: &str, head: &VolumeKeyHeader, uuid: &str, vk: &[u8]) -> String {
+    let or_null = |s: &Option<String>| s.clone().unwrap_or_else(|| "(null)".into());
     let mut o = String::new();
     let _ = writeln!(o, "LUKS header information for {device}");
-    let _ = writeln!(o, "Cipher name:   \t{name}");
-    let _ = writeln!(o, "Cipher mode:   \t{mode}");
-    let _ = writeln!(o, "Payload offset:\t{payload_sectors}");
+    let _ = writeln!(o, "Cipher name:   \t{}", or_null(&head.cipher));
+    let _ = writeln!(o, "Cipher mode:   \t{}", or_null(&head.mode));
+    // cryptsetup prints the offset through an int.
+    let _ = writeln!(o, "Payload offset:\t{}", head.payload_sectors as i32);
     let _ = writeln!(o, "UUID:          \t{uuid}");
     let _ = writeln!(o, "MK bits:       \t{}", vk.len() * 8);
     let _ = writeln!(o, "MK dump:\t{}", hex_lines(vk, "\t\t"));
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_name_and_mode as p;
+
+    #[test]
+    fn cipher_names_split_as_cryptsetup_splits_them() {
+        let pair = |a: &str, b: &str| Some((a.to_string(), b.to_string()));
+        assert_eq!(p("aes-xts-plain64"), pair("aes", "xts-plain64"));
+        assert_eq!(p("aes-plain"), pair("aes", "cbc-plain"));
+        assert_eq!(p("null"), pair("cipher_null", "ecb"));
+        assert_eq!(p("serpent"), pair("serpent", "cbc-plain"));
+        assert_eq!(p("aes- xts"), pair("aes", "xts"));
+        assert_eq!(
+            p("aes-"),
+            pair("aes-", "cbc-plain").map(|(_, m)| ("aes".into(), m))
+        );
+        assert_eq!(p(""), None);
+        assert_eq!(p("-xts"), None);
+    }
 }

@@ -440,6 +440,30 @@ impl Metadata {
     }
 }
 
+/// `json_object_get_string` of a value as C sees it: a string up to its NUL, others as their
+/// JSON text.
+fn c_string(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.split('\0').next().unwrap_or_default().to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// `json_object_get_int64` on a value: numbers saturated, strings read like `strtoll`,
+/// booleans as 0/1, anything else 0.
+fn int64_like(v: &Value) -> i64 {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_u64().map(|_| i64::MAX))
+            .or_else(|| n.as_f64().map(|f| f as i64))
+            .unwrap_or(0),
+        Value::Bool(b) => *b as i64,
+        Value::String(s) => super::jsonc::Value::Str(s.clone().into_bytes()).get_int64(),
+        _ => 0,
+    }
+}
+
 /// The unsigned number in `o[key]` ("123" or 123), 0 when there is none.
 fn loose_u64(o: &Map<String, Value>, key: &str) -> u64 {
     match o.get(key) {
@@ -782,17 +806,35 @@ impl Digest {
         }
     }
 
+    /// A pbkdf2 digest read as cryptsetup's `PBKDF2_digest_verify` reads it: iterations as
+    /// json-c converts any value to an integer, salt and digest through cryptsetup's base64
+    /// decoder. A salt that is not 32 bytes or a digest of the wrong length make the digest
+    /// unusable (`problem`): cryptsetup 2.6.1 then "verifies" any key, dmkit refuses.
     fn parse(v: &Value, what: &str) -> R<Digest> {
         let o = obj(v, what)?;
         let kind = string(o, "type", what)?;
         if kind != "pbkdf2" {
             return Err(format!("{what}: unknown type {kind:?}"));
         }
-        let iterations = u32_num(o, "iterations", what)?;
-        let digest = b64(o, "digest", what, 64)?;
-        if iterations == 0 || digest.is_empty() || digest.len() > 64 {
+        let hash = o.get("hash").map(c_string).unwrap_or_default();
+        // json_object_get_int64, then cut to the unsigned int cryptsetup keeps.
+        let iterations = o.get("iterations").map_or(0, int64_like) as u32;
+        let decode = |key: &str| {
+            let text = o.get(key).and_then(Value::as_str).unwrap_or_default();
+            super::base64::decode(text.as_bytes())
+        };
+        let salt = decode("salt").ok_or_else(|| format!("{what}.salt is not base64"))?;
+        if salt.len() != super::SALT_SIZE {
+            return Err(format!("{what}.salt is {} bytes, not 32", salt.len()));
+        }
+        let digest = decode("digest").ok_or_else(|| format!("{what}.digest is not base64"))?;
+        let hash_len = super::af::message_digest(&hash).map(|m| m.size()).ok();
+        if digest.len() < 20
+            || digest.len() > 64
+            || (digest.len() != 20 && Some(digest.len()) != hash_len)
+        {
             return Err(format!(
-                "{what}: iterations {iterations} or digest of {} bytes is invalid",
+                "{what}.digest is {} bytes, not a {hash:?} digest",
                 digest.len()
             ));
         }
@@ -800,9 +842,9 @@ impl Digest {
             kind,
             keyslots: ids(field(o, "keyslots", what)?, &format!("{what}.keyslots"))?,
             segments: ids(field(o, "segments", what)?, &format!("{what}.segments"))?,
-            hash: string(o, "hash", what)?,
+            hash,
             iterations,
-            salt: b64(o, "salt", what, 1024)?,
+            salt,
             digest,
             raw: o.clone(),
             problem: None,

@@ -109,6 +109,9 @@ impl PbkdfParams {
     }
 }
 
+/// Most key material one keyslot may hold (a 512-byte key split 65536 ways is 32 MiB).
+const MAX_MATERIAL: u64 = 256 << 20;
+
 /// Bytes the split volume key takes, rounded up to whole sectors.
 fn material_len(key_size: u32, stripes: u32) -> u64 {
     af::split_sectors_bytes(key_size as u64, stripes)
@@ -137,10 +140,11 @@ fn try_slot(
         return Ok(None);
     };
     let len = material_len(k.key_size, af_p.stripes);
-    if len > k.area.size || k.area.offset.saturating_add(len) > dev.size() {
+    // cryptsetup reads the key material from the area's offset whatever the area's stated
+    // size; it must lie on the device, and dmkit bounds what one keyslot may make it read.
+    if k.area.offset.saturating_add(len) > dev.size() || len > MAX_MATERIAL {
         return Err(corrupt(format!(
-            "keyslot {id}: {len} bytes of key material do not fit in its area ({} bytes at {}) or the device ({} bytes)",
-            k.area.size,
+            "keyslot {id}: {len} bytes of key material at {} do not fit in the device ({} bytes) or in {MAX_MATERIAL} bytes",
             k.area.offset,
             dev.size()
         )));
@@ -196,7 +200,10 @@ fn open_one(
 /// Keyslot ids in the order cryptsetup tries them (the order of the JSON object as read, ids
 /// as `atoi` reads them) with their priority as json-c reads it (absent: normal).
 fn try_order(h: &Luks2Header) -> Vec<(u32, i32)> {
-    let from_disk = h.raw.as_ref().and_then(|r| r.json.get("keyslots")?.as_object().cloned());
+    let from_disk = h
+        .raw
+        .as_ref()
+        .and_then(|r| r.json.get("keyslots")?.as_object().cloned());
     match from_disk {
         Some(o) => o
             .iter()
