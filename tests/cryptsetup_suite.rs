@@ -65,6 +65,7 @@ fn pass(p: &'static str, slot: Option<u32>, script: Option<bool>) -> Unlock {
     Unlock {
         secret: Secret::Pass(p),
         slot,
+        unbound: false,
         script,
     }
 }
@@ -107,6 +108,7 @@ fn cases(tests: &Path, work: &Path) -> Vec<Case> {
             unlocks: vec![Unlock {
                 secret: Secret::File(keyfile.clone()),
                 slot: None,
+                unbound: false,
                 script: Some(true),
             }],
         });
@@ -146,13 +148,18 @@ fn cases(tests: &Path, work: &Path) -> Vec<Case> {
         script_dump: Some(true),
         unlocks: Vec::new(),
     });
-    // compat-test2 [keyslot unassigned]: keyslot 1 is unbound and opens with PWD1 only by -S1.
+    // compat-test2 [keyslot unassigned]: keyslot 1 is unbound and opens with PWD1 only by -S1
+    // or --unbound.
     cases.push(Case {
         group: compat,
         image: xz("luks2_keyslot_unassigned.img"),
         script_dump: None,
         unlocks: vec![
             pass(PWD1, Some(1), Some(true)),
+            Unlock {
+                unbound: true,
+                ..pass(PWD1, None, Some(true))
+            },
             pass(PWD0, Some(1), Some(false)),
             pass(PWD1, None, None),
         ],

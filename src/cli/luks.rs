@@ -238,6 +238,9 @@ pub struct OpenArgs {
     /// Check the passphrase and stop.
     #[arg(long)]
     test_passphrase: bool,
+    /// With --test-passphrase: keys of keyslots bound to no data segment count too.
+    #[arg(long, requires = "test_passphrase", conflicts_with = "key_slot")]
+    unbound: bool,
     /// luks, luks1 or luks2 (checked against the header).
     #[arg(long = "type", short = 'M')]
     luks_type: Option<String>,
@@ -422,16 +425,18 @@ impl Target {
         self.unlock_for(pass, slot, keyslot::Segment::Default)
     }
 
-    /// Check a passphrase the way `open --test-passphrase` does: with `-S N` any key keyslot
-    /// N holds counts, bound to the data segment or not (cryptsetup's unbound keys).
+    /// Check a passphrase the way `open --test-passphrase` does: with `-S N` (or `--unbound`)
+    /// any key a keyslot holds counts, bound to the data segment or not (cryptsetup's unbound
+    /// keys).
     pub(super) fn test_passphrase(
         &self,
         pass: &[u8],
         slot: Option<u32>,
+        unbound: bool,
     ) -> Result<(u32, VolumeKey), CliError> {
-        let segment = match slot {
-            Some(_) => keyslot::Segment::Any,
-            None => keyslot::Segment::Default,
+        let segment = match (slot, unbound) {
+            (Some(_), _) | (None, true) => keyslot::Segment::Any,
+            (None, false) => keyslot::Segment::Default,
         };
         self.unlock_for(pass, slot, segment)
     }
@@ -642,7 +647,7 @@ fn open(a: OpenArgs) -> CliResult {
         false,
     )?;
     let (slot, vk) = if a.test_passphrase {
-        t.test_passphrase(&pass, a.key_slot)?
+        t.test_passphrase(&pass, a.key_slot, a.unbound)?
     } else {
         t.unlock(&pass, a.key_slot)?
     };

@@ -97,6 +97,9 @@ pub struct TestArgs {
     /// Only this keyslot.
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
+    /// Keys of keyslots bound to no data segment count too.
+    #[arg(long, conflicts_with = "key_slot")]
+    unbound: bool,
     /// Detached header file.
     #[arg(long)]
     header: Option<PathBuf>,
@@ -264,7 +267,7 @@ pub fn kill_slot(a: KillSlotArgs) -> CliResult {
 pub fn test_passphrase(a: TestArgs) -> CliResult {
     let t = load(&a.device, a.header.as_deref(), false)?;
     let pass = passphrase(&a.key, &prompt(&a.device), false)?;
-    let (slot, _vk) = t.test_passphrase(&pass, a.key_slot)?;
+    let (slot, _vk) = t.test_passphrase(&pass, a.key_slot, a.unbound)?;
     println!("Key slot {slot} unlocked.");
     Ok(())
 }

@@ -36,6 +36,8 @@ pub enum Secret {
 pub struct Unlock {
     pub secret: Secret,
     pub slot: Option<u32>,
+    /// `--unbound`: keys of keyslots bound to no segment count too.
+    pub unbound: bool,
     /// The script's expectation: success or failure (`None`: the script does not say).
     pub script: Option<bool>,
 }
@@ -238,6 +240,8 @@ pub fn judge_copies(case: &Case, cs_img: &Path, dm_img: &Path, work: &Path, tall
         if let Some(n) = u.slot {
             extra.extend(["-S".into(), n.to_string()]);
         }
+        // Only test-passphrase knows --unbound; it is added below, not to the dump.
+        let unbound = u.unbound.then_some("--unbound");
         let what = format!(
             "{}{}",
             match &u.secret {
@@ -245,13 +249,16 @@ pub fn judge_copies(case: &Case, cs_img: &Path, dm_img: &Path, work: &Path, tall
                 Secret::File(f) => format!("key file {}", f.file_name().unwrap().to_string_lossy()),
             },
             u.slot.map_or(String::new(), |n| format!(" -S {n}"))
+                + &unbound.map_or(String::new(), |u| format!(" {u}"))
         );
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let mut cs_args = vec!["open", "--test-passphrase"];
         cs_args.extend(&extra);
+        cs_args.extend(unbound);
         cs_args.push(s(&cs_img));
         let mut dm_args = vec!["luks", "test-passphrase"];
         dm_args.extend(&extra);
+        dm_args.extend(unbound);
         dm_args.push(s(&dm_img));
         let (cs_code, _) = run_tool("cryptsetup", &cs_args);
         let (dm_code, _) = run_tool(DMKIT, &dm_args);
