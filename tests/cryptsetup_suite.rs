@@ -37,6 +37,8 @@ const PASS7: &str = "bbbblabl";
 const MUTATIONS: u64 = 2000;
 /// Mutations of a header with a known passphrase, each also unlocked (about 150 ms each).
 const UNLOCK_MUTATIONS: u64 = 200;
+/// Mutations of a LUKS1 header, each also unlocked.
+const LUKS1_MUTATIONS: u64 = 200;
 /// Fixed, so every run judges the same headers; set CRYPTSETUP_SUITE_SEED to explore.
 const SEED: u64 = 0x6c75_6b73_3236_3100;
 
@@ -349,6 +351,24 @@ fn judge_mutations(
     } else {
         mutate::CHEAP_VALUES
     };
+    judge_mutations_with(group, base, count, unlocks, work, &|base, seed, n| {
+        mutate::mutation(base, seed, n, values)
+    })
+}
+
+/// A mutator: (base image, seed, n) -> (the mutated header bytes, what was done).
+type Mutator = dyn Fn(&[u8], u64, u64) -> (Vec<u8>, String) + Sync;
+
+/// Judge `count` mutations made by `mutator` of `base` on two threads, each unlocked with
+/// `unlocks`.
+fn judge_mutations_with(
+    group: &'static str,
+    base: &[u8],
+    count: u64,
+    unlocks: &[Unlock],
+    work: &Path,
+    mutator: &Mutator,
+) -> Tally {
     let seed = common::rng::env_seed("CRYPTSETUP_SUITE_SEED").unwrap_or(SEED);
     println!("{group}: mutation seed {seed} (replay with CRYPTSETUP_SUITE_SEED={seed})");
     let blocks = nonzero_blocks(base);
@@ -363,7 +383,7 @@ fn judge_mutations(
                     std::fs::create_dir_all(&dir).unwrap();
                     let mut tally = Tally::default();
                     for n in (w..count).step_by(2) {
-                        let (hdr, what) = mutate::mutation(base, seed, n, values);
+                        let (hdr, what) = mutator(base, seed, n);
                         // One file per tool, written directly (sparse where the image is).
                         let cs_img = dir.join("cs.img");
                         let dm_img = dir.join("dm.img");
@@ -450,6 +470,31 @@ fn mutated_headers_unlock_like_cryptsetup() {
         UNLOCK_MUTATIONS,
         &unlocks,
         work.path(),
+    );
+    verdict(&tally, &[]);
+}
+
+/// Mutations of compat-test's LUKS1 image (keyslot 0 opens with "compatkey"): header fields
+/// and keyslots set to awkward values, judged and unlocked like the LUKS2 ones.
+#[test]
+fn mutated_luks1_headers_get_cryptsetups_verdicts() {
+    let Some(tests) = material() else { return };
+    let work = tempfile::tempdir().unwrap();
+    let img = work.path().join("compatimage.img");
+    material::unxz(&tests, "compatimage.img", &img);
+    let base = std::fs::read(&img).unwrap();
+    let unlocks = [
+        pass(PWD0, None, None),
+        pass(PWD0, Some(0), None),
+        pass(PWDW, None, Some(false)),
+    ];
+    let tally = judge_mutations_with(
+        "mutated compatimage.img (LUKS1)",
+        &base,
+        LUKS1_MUTATIONS,
+        &unlocks,
+        work.path(),
+        &mutate::luks1_mutation,
     );
     verdict(&tally, &[]);
 }

@@ -765,7 +765,12 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
         }
         (Header::V1(h), true) => println!("{:#}", luks1::dump_json(h)),
         (Header::V1(h), false) => {
-            print!("{}", luks1::dump_text(h, &a.device.display().to_string()))
+            use std::io::Write;
+            let text = luks1::dump_text(h, &a.device.display().to_string());
+            let mut out = std::io::stdout().lock();
+            out.write_all(&text)
+                .and_then(|_| out.flush())
+                .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))?;
         }
     }
     Ok(())

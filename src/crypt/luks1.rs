@@ -60,6 +60,9 @@ pub struct Luks1Header {
     pub uuid: String,
     /// The eight keyslots.
     pub keyslots: [Luks1Keyslot; NUM_KEYSLOTS],
+    /// The 592 header bytes as read (empty for a header made here): the dump prints the text
+    /// fields from them byte for byte, as cryptsetup does.
+    pub raw: Vec<u8>,
 }
 
 /// A text field as cryptsetup reads it: its last byte forced to NUL, then up to the first NUL.
@@ -122,6 +125,7 @@ impl Luks1Header {
             mk_digest_iterations: be32(b, 164),
             uuid: text(&b[168..208]),
             keyslots: keyslots.try_into().expect("8 keyslots"),
+            raw: b[..HEADER_SIZE].to_vec(),
         };
         h.check_keyslots()?;
         Ok(h)
@@ -274,10 +278,14 @@ pub fn unlock(
     slot: Option<u32>,
 ) -> Result<(u32, VolumeKey), LuksError> {
     let cipher = h.cipher();
+    // As cryptsetup's LUKS_open_key_with_hdr: a keyslot not in use is "no entry", a wrong
+    // passphrase is reported only when some keyslot was tried, other errors stop at once.
+    let mut tried = false;
     for (i, k) in h.keyslots.iter().enumerate() {
-        if !k.active || slot.is_some_and(|s| s as usize != i) {
+        if slot.is_some_and(|s| s as usize != i) || !k.active {
             continue;
         }
+        tried = true;
         let mut key = Zeroizing::new(vec![0u8; h.key_bytes as usize]);
         pbkdf2(&h.hash_spec, passphrase, &k.salt, k.iterations, &mut key)?;
         let mut material = Zeroizing::new(vec![0u8; h.material_len(k) as usize]);
@@ -288,11 +296,16 @@ pub fn unlock(
             return Ok((i as u32, vk));
         }
     }
-    if let Some(s) = slot.filter(|&s| s as usize >= NUM_KEYSLOTS || !h.keyslots[s as usize].active)
-    {
-        return Err(LuksError::Invalid(format!("keyslot {s} is not active")));
+    if let Some(s) = slot.filter(|&s| s as usize >= NUM_KEYSLOTS) {
+        return Err(LuksError::Invalid(format!(
+            "keyslot {s} is out of range 0..7"
+        )));
     }
-    Err(LuksError::WrongPassphrase)
+    Err(if tried {
+        LuksError::WrongPassphrase
+    } else {
+        LuksError::NoUsableKeyslot
+    })
 }
 
 /// Sectors one keyslot's material takes, aligned to 4 KiB as cryptsetup lays them out.
@@ -449,6 +462,7 @@ pub fn format(
         mk_digest_iterations,
         uuid: uuid.into(),
         keyslots,
+        raw: Vec::new(),
     };
     h.encode()?;
     wipe(dev, 0, end as u64 * SECTOR)?;
@@ -464,18 +478,47 @@ pub fn format(
     Ok((h, vk))
 }
 
-/// The text of `cryptsetup luksDump` for a LUKS1 header.
-pub fn dump_text(h: &Luks1Header, device: &str) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "LUKS header information for {device}\n");
-    let _ = writeln!(o, "Version:       \t1");
-    let _ = writeln!(o, "Cipher name:   \t{}", h.cipher_name);
-    let _ = writeln!(o, "Cipher mode:   \t{}", h.cipher_mode);
-    let _ = writeln!(o, "Hash spec:     \t{}", h.hash_spec);
-    let _ = writeln!(o, "Payload offset:\t{}", h.payload_offset);
-    let _ = writeln!(o, "MK bits:       \t{}", h.key_bytes * 8);
+/// A text field for the dump: from the header bytes as read (last byte forced to NUL, up to
+/// the first NUL), or the parsed value for a header made here.
+fn dump_field(h: &Luks1Header, range: std::ops::Range<usize>, parsed: &str) -> Vec<u8> {
+    if h.raw.len() < HEADER_SIZE {
+        return parsed.as_bytes().to_vec();
+    }
+    let f = &h.raw[range.start..range.end - 1];
+    f[..f.iter().position(|&c| c == 0).unwrap_or(f.len())].to_vec()
+}
+
+/// The text of `cryptsetup luksDump` for a LUKS1 header, as bytes (text fields are printed as
+/// they are on disk).
+pub fn dump_text(h: &Luks1Header, device: &str) -> Vec<u8> {
+    let mut o = Vec::new();
+    let line = |o: &mut Vec<u8>, label: &str, v: &[u8]| {
+        o.extend_from_slice(label.as_bytes());
+        o.extend_from_slice(v);
+        o.push(b'\n');
+    };
+    o.extend_from_slice(format!("LUKS header information for {device}\n\n").as_bytes());
+    o.extend_from_slice(b"Version:       \t1\n");
+    line(
+        &mut o,
+        "Cipher name:   \t",
+        &dump_field(h, 8..40, &h.cipher_name),
+    );
+    line(
+        &mut o,
+        "Cipher mode:   \t",
+        &dump_field(h, 40..72, &h.cipher_mode),
+    );
+    line(
+        &mut o,
+        "Hash spec:     \t",
+        &dump_field(h, 72..104, &h.hash_spec),
+    );
+    let mut s = String::new();
+    let _ = writeln!(s, "Payload offset:\t{}", h.payload_offset);
+    let _ = writeln!(s, "MK bits:       \t{}", h.key_bytes.wrapping_mul(8));
     let _ = writeln!(
-        o,
+        s,
         "MK digest:     \t{}",
         h.mk_digest
             .iter()
@@ -483,27 +526,32 @@ pub fn dump_text(h: &Luks1Header, device: &str) -> String {
             .collect::<String>()
     );
     let _ = writeln!(
-        o,
+        s,
         "MK salt:       \t{}",
         hex_lines(&h.mk_digest_salt, "               \t")
     );
-    let _ = writeln!(o, "MK iterations: \t{}", h.mk_digest_iterations);
-    let _ = writeln!(o, "UUID:          \t{}\n", h.uuid);
+    let _ = writeln!(s, "MK iterations: \t{}", h.mk_digest_iterations);
+    o.extend_from_slice(s.as_bytes());
+    let uuid = dump_field(h, 168..208, &h.uuid);
+    line(&mut o, "UUID:          \t", &uuid);
+    o.push(b'\n');
+    let mut s = String::new();
     for (i, k) in h.keyslots.iter().enumerate() {
         if !k.active {
-            let _ = writeln!(o, "Key Slot {i}: DISABLED");
+            let _ = writeln!(s, "Key Slot {i}: DISABLED");
             continue;
         }
-        let _ = writeln!(o, "Key Slot {i}: ENABLED");
-        let _ = writeln!(o, "\tIterations:         \t{}", k.iterations);
+        let _ = writeln!(s, "Key Slot {i}: ENABLED");
+        let _ = writeln!(s, "\tIterations:         \t{}", k.iterations);
         let _ = writeln!(
-            o,
+            s,
             "\tSalt:               \t{}",
             hex_lines(&k.salt, "\t                      \t")
         );
-        let _ = writeln!(o, "\tKey material offset:\t{}", k.key_material_offset);
-        let _ = writeln!(o, "\tAF stripes:            \t{}", k.stripes);
+        let _ = writeln!(s, "\tKey material offset:\t{}", k.key_material_offset);
+        let _ = writeln!(s, "\tAF stripes:            \t{}", k.stripes);
     }
+    o.extend_from_slice(s.as_bytes());
     o
 }
 

@@ -421,3 +421,122 @@ pub fn mutation(base: &[u8], seed: u64, n: u64, values: &[&str]) -> (Vec<u8>, St
     };
     (img, format!("{what}; {secondary}"))
 }
+
+/// The `n`th mutation of a LUKS1 image's 592-byte header (one field of the binary header or
+/// of a keyslot set to an awkward value; KDF costs stay small) and what it did. Cipher names
+/// and modes are drawn from what dmkit implements (AES with xts/cbc and plain, plain64 or
+/// essiv:sha1/sha256 IVs): other keyslot ciphers are cipher support, not header rules.
+pub fn luks1_mutation(base: &[u8], seed: u64, n: u64) -> (Vec<u8>, String) {
+    let mut r = SplitMix64(seed ^ n.wrapping_mul(0xd1b5_4a32_d192_ed03));
+    let mut h = base[..4096].to_vec();
+    let text = |r: &mut SplitMix64, h: &mut [u8], off: usize, len: usize, opts: &[&str]| {
+        let v: Vec<u8> = match r.below(opts.len() as u64 + 1) as usize {
+            i if i < opts.len() => opts[i].as_bytes().to_vec(),
+            // The whole field, no NUL.
+            _ => (0..len).map(|_| b'a' + r.below(26) as u8).collect(),
+        };
+        h[off..off + len].fill(0);
+        let n = v.len().min(len);
+        h[off..off + n].copy_from_slice(&v[..n]);
+        String::from_utf8_lossy(&v).into_owned()
+    };
+    let be32 = |h: &mut [u8], off: usize, v: u32| h[off..off + 4].copy_from_slice(&v.to_be_bytes());
+    let what = match r.below(9) {
+        0 => {
+            let v = text(
+                &mut r,
+                &mut h,
+                8,
+                32,
+                &["aes", "AES", "Aes", "cipher_null", ""],
+            );
+            format!("cipher name {v:?}")
+        }
+        1 => {
+            let modes = [
+                "xts-plain64",
+                "cbc-plain",
+                "cbc-plain64",
+                "cbc-essiv:sha1",
+                "",
+                "cbc-essiv:sha256",
+            ];
+            let v = text(&mut r, &mut h, 40, 32, &modes);
+            format!("cipher mode {v:?}")
+        }
+        2 => {
+            let hashes = [
+                "sha1",
+                "SHA256",
+                "sha512",
+                "ripemd160",
+                "md5",
+                "",
+                "x",
+                "sha256",
+            ];
+            let v = text(&mut r, &mut h, 72, 32, &hashes);
+            format!("hash spec {v:?}")
+        }
+        3 => {
+            let v = *pick(
+                &mut r,
+                &[0u32, 1, 8, 135, 136, 1031, 1032, 2048, 20000, u32::MAX],
+            );
+            be32(&mut h, 104, v);
+            format!("payload offset {v}")
+        }
+        4 => {
+            let v = *pick(&mut r, &[0u32, 1, 15, 16, 24, 32, 64, 512, 513, u32::MAX]);
+            be32(&mut h, 108, v);
+            format!("key bytes {v}")
+        }
+        5 => {
+            let v = *pick(&mut r, &[0u32, 1, 999, 1000, 1001]);
+            be32(&mut h, 164, v);
+            format!("MK iterations {v}")
+        }
+        6 => {
+            let v = text(
+                &mut r,
+                &mut h,
+                168,
+                40,
+                &["", "28632274-8c8a-493f-835b-da802e1c576b"],
+            );
+            format!("uuid {v:?}")
+        }
+        7 => {
+            let i = r.below(112) as usize;
+            h[i] ^= 1 << r.below(8);
+            format!("bit flip in byte {i}")
+        }
+        _ => {
+            let slot = r.below(8) as usize;
+            let o = 208 + 48 * slot;
+            match r.below(4) {
+                0 => {
+                    let v = *pick(&mut r, &[0x00AC_71F3u32, 0x0000_DEAD, 0, 1]);
+                    be32(&mut h, o, v);
+                    format!("keyslot {slot} state {v:#x}")
+                }
+                1 => {
+                    let v = *pick(&mut r, &[0u32, 1, 999, 1000]);
+                    be32(&mut h, o + 4, v);
+                    format!("keyslot {slot} iterations {v}")
+                }
+                2 => {
+                    let v = *pick(&mut r, &[0u32, 1, 7, 8, 64, 136, 264, 1000, 1032, 20000]);
+                    be32(&mut h, o + 40, v);
+                    format!("keyslot {slot} key material offset {v}")
+                }
+                _ => {
+                    let v = *pick(&mut r, &[0u32, 1, 3999, 4000, 4001]);
+                    be32(&mut h, o + 44, v);
+                    format!("keyslot {slot} stripes {v}")
+                }
+            }
+        }
+    };
+    (h, what)
+}
