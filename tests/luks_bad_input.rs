@@ -158,7 +158,7 @@ fn corrupt_primary_falls_back_to_the_secondary_and_says_so() {
     assert!(o.status.success(), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(
-        err.contains("primary LUKS2 header is corrupt") && err.contains("secondary"),
+        err.contains("primary LUKS2 header needs repair") && err.contains("secondary"),
         "{err}"
     );
     assert!(fs::read(&img).unwrap() == before);
@@ -209,7 +209,8 @@ fn json_bombs_are_refused() {
     let deep = format!("{{\"keyslots\":{}", "[".repeat(8000));
     write_headers(&img, deep.as_bytes(), 16384);
     e.refuses(&img, &["luks", "dump", &img], 1, "nested deeper");
-    // Two million values in a 4 MiB JSON area.
+    // Two million values in a 4 MiB JSON area: parsed in one pass (json-c takes them too),
+    // then refused for what the document lacks.
     let img2 = e.s("wide.img");
     fs::File::create(&img2).unwrap().set_len(16 << 20).unwrap();
     let mut wide =
@@ -217,13 +218,9 @@ fn json_bombs_are_refused() {
     while wide.len() < (4 << 20) - 4096 - 16 {
         wide.push_str("0,");
     }
+    wide.push_str("0]}}}");
     write_headers(&img2, wide.as_bytes(), 4 << 20);
-    e.refuses(
-        &img2,
-        &["luks", "dump", &img2],
-        1,
-        "more than 100000 values",
-    );
+    e.refuses(&img2, &["luks", "dump", &img2], 1, "\"config\" is missing");
 }
 
 /// An edit of the JSON metadata.
@@ -241,7 +238,7 @@ fn absurd_sizes_and_offsets_are_refused() {
         ),
         (
             Box::new(|v| v["keyslots"]["0"]["area"]["size"] = "99999999999".into()),
-            "outside the keyslots area",
+            "beyond the keyslots area",
             false,
         ),
         (
@@ -329,7 +326,7 @@ fn truncated_devices_are_refused() {
         &img,
         &["luks", "open", "--key-file", &pass, &img, "t"],
         1,
-        "no data after the data offset",
+        "smaller than the LUKS2 headers and keyslots",
     );
     fs::OpenOptions::new()
         .write(true)
@@ -349,7 +346,12 @@ fn truncated_devices_are_refused() {
         .unwrap()
         .set_len(20 << 10)
         .unwrap();
-    e.refuses(&img, &["luks", "dump", &img], 1, "does not fit");
+    e.refuses(
+        &img,
+        &["luks", "dump", &img],
+        1,
+        "smaller than the LUKS2 headers and keyslots",
+    );
 }
 
 #[test]
@@ -413,13 +415,12 @@ fn corrupt_luks1_headers_are_refused() {
         2,
         "No key available",
     );
+    // A keyslot state that is neither "enabled" nor "disabled" makes that keyslot invalid,
+    // not the header: cryptsetup dumps it as disabled and no passphrase opens it.
     flip(&img, 208 + 48 * 3 + 1);
-    e.refuses(
-        &img,
-        &["luks", "dump", &img],
-        1,
-        "neither enabled nor disabled",
-    );
+    let o = e.dmkit(&["luks", "dump", &img]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("Key Slot 3: DISABLED"));
     flip(&img, 208 + 48 * 3 + 1);
     {
         use std::os::unix::fs::FileExt;
@@ -431,7 +432,7 @@ fn corrupt_luks1_headers_are_refused() {
         &img,
         &["luks", "test-passphrase", "--key-file", &e.s("pass"), &img],
         1,
-        "outside the device",
+        "LUKS keyslot 0 is invalid",
     );
 }
 

@@ -51,6 +51,14 @@ pub enum LuksCommand {
     /// Write a saved header back (like `cryptsetup luksHeaderRestore`).
     #[command(alias = "luksHeaderRestore")]
     HeaderRestore(luks_slots::BackupArgs),
+    /// Tear down an open device (the same as `dmkit close`; like `cryptsetup close`).
+    #[command(alias = "luksClose")]
+    Close(super::device::CloseArgs),
+    /// Show an open device (the same as `dmkit status`; exit 4 when inactive).
+    Status(super::device::StatusArgs),
+    /// Exit 0 when DEVICE holds a LUKS header, 1 otherwise (like `cryptsetup isLuks`).
+    #[command(name = "is-luks", alias = "isLuks")]
+    IsLuks(luks_slots::IsLuksArgs),
 }
 
 /// cryptsetup's top-level command names (`dmkit luksFormat ...`), flattened into `dmkit`.
@@ -88,6 +96,12 @@ pub enum LuksAlias {
     /// Same as `dmkit luks header-restore`.
     #[command(name = "luksHeaderRestore", hide = true)]
     LuksHeaderRestore(luks_slots::BackupArgs),
+    /// Same as `dmkit close`.
+    #[command(name = "luksClose", hide = true)]
+    LuksClose(super::device::CloseArgs),
+    /// Same as `dmkit luks is-luks`.
+    #[command(name = "isLuks", hide = true)]
+    IsLuks(luks_slots::IsLuksArgs),
 }
 
 /// KDF options of commands that make keyslots.
@@ -224,6 +238,9 @@ pub struct OpenArgs {
     /// Check the passphrase and stop.
     #[arg(long)]
     test_passphrase: bool,
+    /// With --test-passphrase: keys of keyslots bound to no data segment count too.
+    #[arg(long, requires = "test_passphrase", conflicts_with = "key_slot")]
+    unbound: bool,
     /// luks, luks1 or luks2 (checked against the header).
     #[arg(long = "type", short = 'M')]
     luks_type: Option<String>,
@@ -276,6 +293,9 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Uuid(a) => luks_slots::uuid(a),
         LuksCommand::HeaderBackup(a) => luks_slots::header_backup(a),
         LuksCommand::HeaderRestore(a) => luks_slots::header_restore(a),
+        LuksCommand::Close(a) => super::device::close(a),
+        LuksCommand::Status(a) => super::device::status(a),
+        LuksCommand::IsLuks(a) => luks_slots::is_luks(a),
     }
 }
 
@@ -292,6 +312,8 @@ pub fn run_alias(c: LuksAlias) -> CliResult {
         LuksAlias::LuksUuid(a) => LuksCommand::Uuid(a),
         LuksAlias::LuksHeaderBackup(a) => LuksCommand::HeaderBackup(a),
         LuksAlias::LuksHeaderRestore(a) => LuksCommand::HeaderRestore(a),
+        LuksAlias::LuksClose(a) => LuksCommand::Close(a),
+        LuksAlias::IsLuks(a) => LuksCommand::IsLuks(a),
     })
 }
 
@@ -339,6 +361,8 @@ pub(super) struct Target {
     pub header: Header,
     /// Whether the header is detached.
     pub detached: bool,
+    /// Held while the header may be written (see [`load`]).
+    pub _claim: Option<crate::block::Claim>,
 }
 
 /// Read the header of `device` (or of `header`, when detached). One line on stderr when a
@@ -348,6 +372,19 @@ pub(super) fn load(
     header: Option<&Path>,
     writable: bool,
 ) -> Result<Target, CliError> {
+    let (t, warning) = load_quietly(device, header, writable)?;
+    if let Some(w) = warning {
+        eprintln!("dmkit: {w}");
+    }
+    Ok(t)
+}
+
+/// [`load`] that hands back the warning about a skipped header copy instead of printing it.
+pub(super) fn load_quietly(
+    device: &Path,
+    header: Option<&Path>,
+    writable: bool,
+) -> Result<(Target, Option<String>), CliError> {
     let path = header.unwrap_or(device);
     if header.is_some() && !device.exists() {
         return Err(CliError::no_device(format!(
@@ -356,37 +393,74 @@ pub(super) fn load(
         )));
     }
     let dev = open_file(path, !writable)?;
+    // A change to the header waits for nobody: refused while another command changes it or
+    // a device maps it. The data segment of an open LUKS device is not the header, so keyslots
+    // change while it is open, as with cryptsetup. The first 4 KiB hold both copies' start
+    // (LUKS2) or the whole binary header (LUKS1): every header writer claims them.
+    let claim = if writable {
+        Some(super::files::claim(dev.file(), path, 0, 4096, true)?)
+    } else {
+        None
+    };
     let mut first = [0u8; 8];
     if dev.size() >= 8 {
         dev.read_at(&mut first, 0)
             .map_err(|e| CliError::invalid(e.to_string()))?;
     }
     let detached = header.is_some();
+    let mut warning = None;
     let header = if luks_version(&first) == Some(1) {
-        Header::V1(Box::new(luks1::read(&dev, detached).map_err(luks_err)?))
+        Header::V1(Box::new(luks1::read(&dev).map_err(luks_err)?))
     } else {
         let loaded = header::read(&dev).map_err(luks_err)?;
-        if let Some(w) = loaded.warning {
-            eprintln!("dmkit: {w}");
-        }
+        warning = loaded.warning;
         Header::V2(Box::new(loaded.header))
     };
-    Ok(Target {
-        dev,
-        header,
-        detached,
-    })
+    Ok((
+        Target {
+            dev,
+            header,
+            detached,
+            _claim: claim,
+        },
+        warning,
+    ))
 }
 
 impl Target {
-    /// Unlock with `pass` (keyslot `slot` only when given).
+    /// Unlock the key of the data segment with `pass` (keyslot `slot` only when given).
     pub(super) fn unlock(
         &self,
         pass: &[u8],
         slot: Option<u32>,
     ) -> Result<(u32, VolumeKey), CliError> {
+        self.unlock_for(pass, slot, keyslot::Segment::Default)
+    }
+
+    /// Check a passphrase the way `open --test-passphrase` does: with `-S N` (or `--unbound`)
+    /// any key a keyslot holds counts, bound to the data segment or not (cryptsetup's unbound
+    /// keys).
+    pub(super) fn test_passphrase(
+        &self,
+        pass: &[u8],
+        slot: Option<u32>,
+        unbound: bool,
+    ) -> Result<(u32, VolumeKey), CliError> {
+        let segment = match (slot, unbound) {
+            (Some(_), _) | (None, true) => keyslot::Segment::Any,
+            (None, false) => keyslot::Segment::Default,
+        };
+        self.unlock_for(pass, slot, segment)
+    }
+
+    fn unlock_for(
+        &self,
+        pass: &[u8],
+        slot: Option<u32>,
+        segment: keyslot::Segment,
+    ) -> Result<(u32, VolumeKey), CliError> {
         match &self.header {
-            Header::V2(h) => keyslot::unlock(&self.dev, h, pass, slot),
+            Header::V2(h) => keyslot::unlock(&self.dev, h, pass, slot, segment),
             Header::V1(h) => luks1::unlock(&self.dev, h, pass, slot),
         }
         .map_err(luks_err)
@@ -443,7 +517,10 @@ fn format(a: FormatArgs) -> CliResult {
             a.device.display()
         )));
     }
-    let data = open_file(&a.device, a.header.is_some())?;
+    // A device in use is not formatted (cryptsetup: "Cannot format device ... in use"): the
+    // claim covers the whole device, for as long as this command runs.
+    let data = super::files::open_backing(&a.device, a.header.is_some(), false)?;
+    let _claim = super::files::claim(data.file(), &a.device, 0, 0, a.header.is_none())?;
     let hdr_path = a.header.as_deref().unwrap_or(&a.device);
     if !a.batch_mode && hdr_path.exists() {
         let d = open_file(hdr_path, true)?;
@@ -484,10 +561,8 @@ fn format(a: FormatArgs) -> CliResult {
                 u32::try_from(o).map_err(|_| CliError::invalid("--offset is too large for LUKS1"))
             })
             .transpose()?;
-        drop(data);
-        let dev = open_file(&a.device, false)?;
         luks1::format(
-            &dev,
+            &data,
             &a.cipher,
             key_bits / 8,
             &pbkdf.hash,
@@ -515,7 +590,7 @@ fn format(a: FormatArgs) -> CliResult {
         volume_key,
     };
     let data_size = data.size();
-    let hdr_dev = match &a.header {
+    let (hdr_dev, _header_claim) = match &a.header {
         Some(h) => {
             // A detached header file is created, and grown to hold headers and keyslots.
             let need = 2 * p.metadata_size
@@ -530,17 +605,15 @@ fn format(a: FormatArgs) -> CliResult {
                 .map_err(|e| {
                     CliError::no_device(format!("{}: cannot create header file: {e}", h.display()))
                 })?;
+            let claim = super::files::claim(&f, h, 0, 0, true)?;
             let meta = f.metadata().map_err(|e| CliError::invalid(e.to_string()))?;
             if meta.is_file() && meta.len() < need {
                 f.set_len(need)
                     .map_err(|e| CliError::invalid(format!("{}: {e}", h.display())))?;
             }
-            open_file(h, false)?
+            (open_file(h, false)?, Some(claim))
         }
-        None => {
-            drop(data);
-            open_file(&a.device, false)?
-        }
+        None => (data, None),
     };
     luks2::format(&hdr_dev, data_size, &p, &pass).map_err(luks_err)?;
     Ok(())
@@ -587,7 +660,11 @@ fn open(a: OpenArgs) -> CliResult {
         &format!("Enter passphrase for {}: ", a.device.display()),
         false,
     )?;
-    let (slot, vk) = t.unlock(&pass, a.key_slot)?;
+    let (slot, vk) = if a.test_passphrase {
+        t.test_passphrase(&pass, a.key_slot, a.unbound)?
+    } else {
+        t.unlock(&pass, a.key_slot)?
+    };
     drop(pass);
     let Some(name) = name else {
         println!("Key slot {slot} unlocked.");
@@ -686,25 +763,38 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
             false,
         )?;
         let (_, vk) = t.unlock(&pass, a.key_slot)?;
-        let (cipher, offset) = t.cipher_and_offset();
+        let head = match &t.header {
+            Header::V2(h) => dump::luks2_volume_key_header(h),
+            Header::V1(h) => dump::VolumeKeyHeader {
+                cipher: Some(h.cipher_name.clone()),
+                mode: Some(h.cipher_mode.clone()),
+                payload_sectors: h.payload_offset as u64,
+            },
+        };
         print!(
             "{}",
-            dump::volume_key_text(
-                &a.device.display().to_string(),
-                &cipher,
-                offset / 512,
-                t.uuid(),
-                &vk
-            )
+            dump::volume_key_text(&a.device.display().to_string(), &head, t.uuid(), &vk)
         );
         return Ok(());
     }
     match (&t.header, a.json) {
         (Header::V2(h), true) => println!("{:#}", h.metadata.to_value()),
-        (Header::V2(h), false) => print!("{}", dump::text(h)),
+        (Header::V2(h), false) => {
+            use std::io::Write;
+            // Bytes, not text: cryptsetup prints metadata strings as they are.
+            let mut out = std::io::stdout().lock();
+            out.write_all(&dump::text(h))
+                .and_then(|_| out.flush())
+                .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))?;
+        }
         (Header::V1(h), true) => println!("{:#}", luks1::dump_json(h)),
         (Header::V1(h), false) => {
-            print!("{}", luks1::dump_text(h, &a.device.display().to_string()))
+            use std::io::Write;
+            let text = luks1::dump_text(h, &a.device.display().to_string());
+            let mut out = std::io::stdout().lock();
+            out.write_all(&text)
+                .and_then(|_| out.flush())
+                .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))?;
         }
     }
     Ok(())

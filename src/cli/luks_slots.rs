@@ -1,7 +1,7 @@
 //! `dmkit luks add-key|remove-key|change-key|kill-slot|test-passphrase|uuid|header-backup|
 //! header-restore`: keyslot management and header maintenance, LUKS2 and LUKS1.
 
-use super::luks::{load, luks_err, open_file, Header, PbkdfArgs, Target};
+use super::luks::{load, load_quietly, luks_err, open_file, Header, PbkdfArgs, Target};
 use super::luks_keys::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
 use crate::block::{BlockDevice, MemoryDevice};
@@ -109,6 +109,9 @@ pub struct TestArgs {
     /// Only this keyslot.
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
+    /// Keys of keyslots bound to no data segment count too.
+    #[arg(long, conflicts_with = "key_slot")]
+    unbound: bool,
     /// Detached header file.
     #[arg(long)]
     header: Option<PathBuf>,
@@ -125,6 +128,19 @@ pub struct UuidArgs {
     /// Detached header file.
     #[arg(long)]
     header: Option<PathBuf>,
+}
+
+/// Arguments of `luks is-luks`.
+#[derive(clap::Args)]
+pub struct IsLuksArgs {
+    /// Device or image.
+    device: PathBuf,
+    /// Only this version: luks, luks1 or luks2.
+    #[arg(long = "type", short = 'M')]
+    luks_type: Option<String>,
+    /// Say the outcome, in cryptsetup's words.
+    #[arg(long, short = 'v')]
+    verbose: bool,
 }
 
 /// Arguments of `luks header-backup` and `header-restore`.
@@ -284,7 +300,7 @@ pub fn kill_slot(a: KillSlotArgs) -> CliResult {
 pub fn test_passphrase(a: TestArgs) -> CliResult {
     let t = load(&a.device, a.header.as_deref(), false)?;
     let pass = passphrase(&a.key, &prompt(&a.device), false)?;
-    let (slot, _vk) = t.unlock(&pass, a.key_slot)?;
+    let (slot, _vk) = t.test_passphrase(&pass, a.key_slot, a.unbound)?;
     println!("Key slot {slot} unlocked.");
     Ok(())
 }
@@ -371,16 +387,20 @@ pub fn header_restore(a: BackupArgs) -> CliResult {
                 .map_err(|e| CliError::invalid(e.to_string()))?;
         }
         match luks2::header::luks_version(&first) {
-            Some(1) => Header::V1(Box::new(luks1::read(&mem, true).map_err(luks_err)?)),
+            Some(1) => Header::V1(Box::new(luks1::read(&mem).map_err(luks_err)?)),
             _ => Header::V2(Box::new(
                 luks2::header::read(&mem).map_err(luks_err)?.header,
             )),
         }
     };
+    let dev = open_file(&a.device, false)?;
+    // The bytes to be overwritten, claimed first: refused while a device maps any of them.
+    let claim = super::files::claim(dev.file(), &a.device, 0, bytes.len().max(1) as u64, true)?;
     let backup = Target {
-        dev: open_file(&a.device, false)?,
+        dev,
         header: backup,
         detached: false,
+        _claim: Some(claim),
     };
     let (_, data_offset) = backup.cipher_and_offset();
     let dev_size = backup.dev.size();
@@ -411,4 +431,63 @@ pub fn header_restore(a: BackupArgs) -> CliResult {
         .dev
         .flush()
         .map_err(|e| CliError::invalid(e.to_string()))
+}
+
+/// Run `luks is-luks`: quiet like cryptsetup, exit 0 for a LUKS header (of `--type`), 1 when
+/// there is none or it is corrupt, 4 when DEVICE is missing. `-v` prints cryptsetup's lines.
+pub fn is_luks(a: IsLuksArgs) -> CliResult {
+    let want = match a.luks_type.as_deref() {
+        None | Some("luks") => None,
+        Some("luks1") => Some(1),
+        Some("luks2") => Some(2),
+        Some(o) => {
+            return Err(CliError::invalid(format!(
+                "--type: {o:?} is not luks, luks1 or luks2"
+            )))
+        }
+    };
+    let result = match load_quietly(&a.device, None, false) {
+        Ok((t, _)) => {
+            let version = match t.header {
+                Header::V1(_) => 1,
+                Header::V2(_) => 2,
+            };
+            if want.is_some_and(|w| w != version) {
+                Err(1)
+            } else {
+                Ok(())
+            }
+        }
+        Err(e) if e.code == 4 => {
+            eprintln!(
+                "Device {} does not exist or access denied.",
+                a.device.display()
+            );
+            Err(4)
+        }
+        Err(_) => Err(1),
+    };
+    match result {
+        Ok(()) => {
+            if a.verbose {
+                println!("Command successful.");
+            }
+            Ok(())
+        }
+        Err(code) => {
+            if a.verbose {
+                let what = if code == 4 {
+                    "-4 (wrong device or file specified)"
+                } else {
+                    "-1 (wrong or missing parameters)"
+                };
+                // cryptsetup says this on stdout too.
+                println!("Command failed with code {what}.");
+            }
+            Err(CliError {
+                code,
+                message: String::new(),
+            })
+        }
+    }
 }

@@ -11,6 +11,7 @@ mod linear;
 mod luks;
 mod luks_keys;
 mod luks_slots;
+mod open;
 mod plain;
 mod verity;
 
@@ -89,6 +90,8 @@ enum Command {
     /// dm-crypt plain mode: open a device with a raw key (like `cryptsetup open --type plain`).
     #[command(subcommand)]
     Plain(plain::PlainCommand),
+    /// Open a device the way `cryptsetup open --type luks|luks1|luks2|plain` does.
+    Open(open::OpenArgs),
     /// Tear down an open device.
     Close(device::CloseArgs),
     /// Show open devices.
@@ -104,27 +107,40 @@ pub fn main() -> i32 {
     // (Servers ignore it again: a client hanging up must not kill a device.)
     // SAFETY: signal(2) with a plain integer disposition, before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
-    let cli = match Cli::try_parse() {
+    match run_argv(std::env::args_os().collect()) {
+        Ok(()) => 0,
+        Err(e) => {
+            // An empty message: the command has said what it had to (isLuks stays quiet).
+            if !e.message.is_empty() {
+                eprintln!("dmkit: {}", e.message);
+            }
+            e.code
+        }
+    }
+}
+
+/// Parse `argv` (program name first) and run the command.
+fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
+    let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
-        Err(e) => return usage_error(e),
+        Err(e) => {
+            return Err(CliError {
+                code: usage_error(e),
+                message: String::new(),
+            })
+        }
     };
-    let result = match cli.command {
+    match cli.command {
         Command::Verity(c) => verity::run(c),
         Command::Linear(c) => linear::run(c),
         Command::Fsverity(c) => fsverity::run(c),
         Command::Luks(c) => luks::run(c),
         Command::LuksAlias(c) => luks::run_alias(c),
         Command::Plain(c) => plain::run(c),
+        Command::Open(a) => open::run(a),
         Command::Close(a) => device::close(a),
         Command::Status(a) => device::status(a),
         Command::Bench(a) => bench::run(a),
-    };
-    match result {
-        Ok(()) => 0,
-        Err(e) => {
-            eprintln!("dmkit: {}", e.message);
-            e.code
-        }
     }
 }
 

@@ -51,7 +51,7 @@ fn luks1_base() -> (Vec<u8>, luks1::Luks1Header, VolumeKey) {
 /// The LUKS1 invariant in one crash state.
 fn luks1_opens(what: &str, img: &[u8], vk: &[u8]) {
     let d = MemoryDevice::from_vec("crashed", img.to_vec());
-    let h = luks1::read(&d, false).unwrap_or_else(|e| panic!("{what}: header: {e}"));
+    let h = luks1::read(&d).unwrap_or_else(|e| panic!("{what}: header: {e}"));
     let (_, got) = luks1::unlock(&d, &h, OLD, None)
         .unwrap_or_else(|e| panic!("{what}: the old passphrase: {e}"));
     assert_eq!(&got[..], vk, "{what}");
@@ -83,7 +83,7 @@ fn luks1_add_key_and_kill_slot_survive_a_power_cut_anywhere() {
     let log = logged(&with_new, |d| luks1::kill_slot(d, &mut h2, 1).unwrap());
     for_each_crash_state(&with_new, &log, |what, img| {
         let d = MemoryDevice::from_vec("crashed", img.to_vec());
-        let h = luks1::read(&d, false).unwrap_or_else(|e| panic!("{what}: header: {e}"));
+        let h = luks1::read(&d).unwrap_or_else(|e| panic!("{what}: header: {e}"));
         assert!(luks1::unlock(&d, &h, OLD, None).is_ok(), "{what}");
     });
 }
@@ -107,13 +107,14 @@ fn luks2_opens(what: &str, img: &[u8], vk: &[u8], new_slot: u32) {
     let h = header::read(&d)
         .unwrap_or_else(|e| panic!("{what}: header: {e}"))
         .header;
-    let (_, got) = keyslot::unlock(&d, &h, OLD, None)
+    let (_, got) = keyslot::unlock(&d, &h, OLD, None, keyslot::Segment::Default)
         .unwrap_or_else(|e| panic!("{what}: the old passphrase: {e}"));
     assert_eq!(&got[..], vk, "{what}");
     if h.metadata.keyslots.contains_key(&new_slot) {
-        let (_, got) = keyslot::unlock(&d, &h, NEW, Some(new_slot)).unwrap_or_else(|e| {
-            panic!("{what}: keyslot {new_slot} is listed but does not open: {e}")
-        });
+        let (_, got) = keyslot::unlock(&d, &h, NEW, Some(new_slot), keyslot::Segment::Default)
+            .unwrap_or_else(|e| {
+                panic!("{what}: keyslot {new_slot} is listed but does not open: {e}")
+            });
         assert_eq!(&got[..], vk, "{what}");
     }
 }
@@ -136,6 +137,9 @@ fn luks2_add_key_and_kill_survive_a_power_cut_anywhere() {
         let h = header::read(&d)
             .unwrap_or_else(|e| panic!("{what}: header: {e}"))
             .header;
-        assert!(keyslot::unlock(&d, &h, OLD, None).is_ok(), "{what}");
+        assert!(
+            keyslot::unlock(&d, &h, OLD, None, keyslot::Segment::Default).is_ok(),
+            "{what}"
+        );
     });
 }

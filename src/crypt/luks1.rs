@@ -60,14 +60,16 @@ pub struct Luks1Header {
     pub uuid: String,
     /// The eight keyslots.
     pub keyslots: [Luks1Keyslot; NUM_KEYSLOTS],
+    /// The 592 header bytes as read (empty for a header made here): the dump prints the text
+    /// fields from them byte for byte, as cryptsetup does.
+    pub raw: Vec<u8>,
 }
 
-fn text(b: &[u8], what: &str) -> Result<String, String> {
-    let end = b
-        .iter()
-        .position(|&c| c == 0)
-        .ok_or_else(|| format!("{what} is not NUL-terminated"))?;
-    String::from_utf8(b[..end].to_vec()).map_err(|_| format!("{what} is not text"))
+/// A text field as cryptsetup reads it: its last byte forced to NUL, then up to the first NUL.
+fn text(b: &[u8]) -> String {
+    let b = &b[..b.len() - 1];
+    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
+    String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
 fn be32(b: &[u8], off: usize) -> u32 {
@@ -83,7 +85,9 @@ fn put(dst: &mut [u8], s: &str, what: &str) -> Result<(), LuksError> {
 }
 
 impl Luks1Header {
-    /// Parse the first 592 bytes of a device, checking the fields that need no device.
+    /// Parse the first 592 bytes of a device with cryptsetup's rules
+    /// (`_check_and_convert_hdr`): version 1, a hash usable for PBKDF2, and every keyslot
+    /// (in use or not) within the header area and apart from the others.
     pub fn parse(b: &[u8]) -> Result<Luks1Header, String> {
         if b.len() < HEADER_SIZE || &b[..6] != super::luks2::header::MAGIC_PRIMARY {
             return Err("no LUKS header magic".into());
@@ -92,53 +96,104 @@ impl Luks1Header {
         if version != 1 {
             return Err(format!("LUKS version {version}, not 1"));
         }
-        let mut keyslots = Vec::with_capacity(NUM_KEYSLOTS);
-        for i in 0..NUM_KEYSLOTS {
-            let o = 208 + 48 * i;
-            let active = match be32(b, o) {
-                KEY_ENABLED => true,
-                KEY_DISABLED => false,
-                other => {
-                    return Err(format!(
-                        "keyslot {i}: state {other:#x} is neither enabled nor disabled"
-                    ))
-                }
-            };
-            keyslots.push(Luks1Keyslot {
-                active,
-                iterations: be32(b, o + 4),
-                salt: b[o + 8..o + 40].try_into().expect("32 bytes"),
-                key_material_offset: be32(b, o + 40),
-                stripes: be32(b, o + 44),
-            });
+        let hash_spec = text(&b[72..104]);
+        let usable = af::message_digest(&hash_spec).is_ok_and(|md| md.size() >= DIGEST_SIZE);
+        if !usable {
+            return Err(format!("hash {hash_spec:?} is not supported"));
         }
+        let keyslots: Vec<Luks1Keyslot> = (0..NUM_KEYSLOTS)
+            .map(|i| {
+                let o = 208 + 48 * i;
+                Luks1Keyslot {
+                    // Any other state is an invalid keyslot, which no passphrase opens.
+                    active: be32(b, o) == KEY_ENABLED,
+                    iterations: be32(b, o + 4),
+                    salt: b[o + 8..o + 40].try_into().expect("32 bytes"),
+                    key_material_offset: be32(b, o + 40),
+                    stripes: be32(b, o + 44),
+                }
+            })
+            .collect();
         let h = Luks1Header {
-            cipher_name: text(&b[8..40], "cipher name")?,
-            cipher_mode: text(&b[40..72], "cipher mode")?,
-            hash_spec: text(&b[72..104], "hash spec")?,
+            cipher_name: text(&b[8..40]),
+            cipher_mode: text(&b[40..72]),
+            hash_spec,
             payload_offset: be32(b, 104),
             key_bytes: be32(b, 108),
             mk_digest: b[112..132].try_into().expect("20 bytes"),
             mk_digest_salt: b[132..164].try_into().expect("32 bytes"),
             mk_digest_iterations: be32(b, 164),
-            uuid: text(&b[168..208], "uuid")?,
+            uuid: text(&b[168..208]),
             keyslots: keyslots.try_into().expect("8 keyslots"),
+            raw: b[..HEADER_SIZE].to_vec(),
         };
-        if h.key_bytes == 0 || h.key_bytes > 512 {
-            return Err(format!("key size {} bytes is not in 1..=512", h.key_bytes));
-        }
-        if h.mk_digest_iterations == 0 {
-            return Err("master key digest iterations is 0".into());
-        }
-        for (i, k) in h.keyslots.iter().enumerate().filter(|(_, k)| k.active) {
-            if k.iterations == 0 || k.stripes == 0 || k.stripes > 65536 {
-                return Err(format!(
-                    "keyslot {i}: iterations {} / stripes {} are invalid",
-                    k.iterations, k.stripes
-                ));
+        h.check_keyslots()?;
+        Ok(h)
+    }
+
+    /// Sectors of one keyslot's key material (cryptsetup's `AF_split_sectors`).
+    fn slot_sectors(&self) -> u64 {
+        (self.key_bytes as u64 * STRIPES as u64).div_ceil(SECTOR)
+    }
+
+    /// Keyslot ids by key material offset.
+    fn by_offset(&self) -> [usize; NUM_KEYSLOTS] {
+        let mut ids: [usize; NUM_KEYSLOTS] = std::array::from_fn(|i| i);
+        // Stable, as cryptsetup's insertion sort.
+        ids.sort_by_key(|&i| self.keyslots[i].key_material_offset);
+        ids
+    }
+
+    /// `LUKS_check_keyslots`: every keyslot has 4000 stripes, starts after the header, ends
+    /// before the data (unless the data offset is 0: a detached header), and no two overlap.
+    fn check_keyslots(&self) -> Result<(), String> {
+        let per = self.slot_sectors();
+        let payload = self.payload_offset as u64;
+        let invalid = |i: usize, why: String| Err(format!("LUKS keyslot {i} is invalid: {why}"));
+        for (i, k) in self.keyslots.iter().enumerate() {
+            let off = k.key_material_offset as u64;
+            if k.stripes != STRIPES {
+                return invalid(i, format!("{} stripes, not {STRIPES}", k.stripes));
+            }
+            if off * SECTOR < HEADER_SIZE as u64 {
+                return invalid(
+                    i,
+                    format!("key material at sector {off} overlaps the header"),
+                );
+            }
+            if payload == 0 {
+                continue;
+            }
+            if payload <= off || payload < off + per {
+                return invalid(
+                    i,
+                    format!("key material at sector {off} (+{per}) reaches the data at sector {payload}"),
+                );
             }
         }
-        Ok(h)
+        let ids = self.by_offset();
+        for w in ids.windows(2) {
+            let (prev, next) = (&self.keyslots[w[0]], &self.keyslots[w[1]]);
+            if (next.key_material_offset as u64) < prev.key_material_offset as u64 + per {
+                return invalid(w[0], format!("its key material overlaps keyslot {}", w[1]));
+            }
+        }
+        Ok(())
+    }
+
+    /// `LUKS_check_device_size`: the header device holds every keyslot's key material.
+    pub fn check_device(&self, size: u64) -> Result<(), String> {
+        if self.key_bytes == 0 {
+            return Err("key size is 0".into());
+        }
+        let last = self.keyslots[self.by_offset()[NUM_KEYSLOTS - 1]].key_material_offset as u64;
+        let need = (last + self.slot_sectors()) * SECTOR;
+        if need > size {
+            return Err(format!(
+                "the device ({size} bytes) is too small: LUKS1 requires at least {need} bytes (truncated?)"
+            ));
+        }
+        Ok(())
     }
 
     /// The 592 header bytes.
@@ -177,26 +232,6 @@ impl Luks1Header {
         af::split_sectors_bytes(self.key_bytes as u64, k.stripes)
     }
 
-    /// Check every offset against a device of `size` bytes (`detached`: the data is elsewhere).
-    pub fn check_device(&self, size: u64, detached: bool) -> Result<(), String> {
-        for (i, k) in self.keyslots.iter().enumerate().filter(|(_, k)| k.active) {
-            let start = k.key_material_offset as u64 * SECTOR;
-            let end = start + self.material_len(k);
-            if start < HEADER_SIZE as u64 || end > size {
-                return Err(format!(
-                    "keyslot {i}: key material at bytes {start}..{end} lies outside the device ({size} bytes, truncated?)"
-                ));
-            }
-            if !detached && end > self.payload_offset as u64 * SECTOR {
-                return Err(format!(
-                    "keyslot {i}: key material overlaps the data at sector {}",
-                    self.payload_offset
-                ));
-            }
-        }
-        Ok(())
-    }
-
     /// Whether `vk` is the volume key (constant-time compare).
     pub fn check_volume_key(&self, vk: &[u8]) -> Result<bool, LuksError> {
         let mut d = [0u8; DIGEST_SIZE];
@@ -211,8 +246,8 @@ impl Luks1Header {
     }
 }
 
-/// Read and check the LUKS1 header of `dev`.
-pub fn read(dev: &dyn BlockDevice, detached: bool) -> Result<Luks1Header, LuksError> {
+/// Read and check the LUKS1 header of `dev` (the device itself, or a detached header file).
+pub fn read(dev: &dyn BlockDevice) -> Result<Luks1Header, LuksError> {
     let corrupt = |what: String| LuksError::Corrupt {
         device: dev.name().to_string(),
         what,
@@ -230,7 +265,7 @@ pub fn read(dev: &dyn BlockDevice, detached: bool) -> Result<Luks1Header, LuksEr
         });
     }
     let h = Luks1Header::parse(&b).map_err(|e| corrupt(format!("LUKS1 header: {e}")))?;
-    h.check_device(dev.size(), detached)
+    h.check_device(dev.size())
         .map_err(|e| corrupt(format!("LUKS1 header: {e}")))?;
     Ok(h)
 }
@@ -255,10 +290,14 @@ fn unlock_slots(
     slot: Option<u32>,
 ) -> Result<(u32, VolumeKey), LuksError> {
     let cipher = h.cipher();
+    // As cryptsetup's LUKS_open_key_with_hdr: a keyslot not in use is "no entry", a wrong
+    // passphrase is reported only when some keyslot was tried, other errors stop at once.
+    let mut tried = false;
     for (i, k) in h.keyslots.iter().enumerate() {
-        if !k.active || slot.is_some_and(|s| s as usize != i) {
+        if slot.is_some_and(|s| s as usize != i) || !k.active {
             continue;
         }
+        tried = true;
         let mut key = SecretBytes::zeroed(h.key_bytes as usize);
         pbkdf2(&h.hash_spec, passphrase, &k.salt, k.iterations, &mut key)?;
         let mut material = SecretBytes::zeroed(h.material_len(k) as usize);
@@ -269,11 +308,16 @@ fn unlock_slots(
             return Ok((i as u32, vk));
         }
     }
-    if let Some(s) = slot.filter(|&s| s as usize >= NUM_KEYSLOTS || !h.keyslots[s as usize].active)
-    {
-        return Err(LuksError::Invalid(format!("keyslot {s} is not active")));
+    if let Some(s) = slot.filter(|&s| s as usize >= NUM_KEYSLOTS) {
+        return Err(LuksError::Invalid(format!(
+            "keyslot {s} is out of range 0..7"
+        )));
     }
-    Err(LuksError::WrongPassphrase)
+    Err(if tried {
+        LuksError::WrongPassphrase
+    } else {
+        LuksError::NoUsableKeyslot
+    })
 }
 
 /// Sectors one keyslot's material takes, aligned to 4 KiB as cryptsetup lays them out.
@@ -434,6 +478,7 @@ pub fn format(
         mk_digest_iterations,
         uuid: uuid.into(),
         keyslots,
+        raw: Vec::new(),
     };
     h.encode()?;
     wipe(dev, 0, end as u64 * SECTOR)?;
@@ -449,18 +494,47 @@ pub fn format(
     Ok((h, vk))
 }
 
-/// The text of `cryptsetup luksDump` for a LUKS1 header.
-pub fn dump_text(h: &Luks1Header, device: &str) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "LUKS header information for {device}\n");
-    let _ = writeln!(o, "Version:       \t1");
-    let _ = writeln!(o, "Cipher name:   \t{}", h.cipher_name);
-    let _ = writeln!(o, "Cipher mode:   \t{}", h.cipher_mode);
-    let _ = writeln!(o, "Hash spec:     \t{}", h.hash_spec);
-    let _ = writeln!(o, "Payload offset:\t{}", h.payload_offset);
-    let _ = writeln!(o, "MK bits:       \t{}", h.key_bytes * 8);
+/// A text field for the dump: from the header bytes as read (last byte forced to NUL, up to
+/// the first NUL), or the parsed value for a header made here.
+fn dump_field(h: &Luks1Header, range: std::ops::Range<usize>, parsed: &str) -> Vec<u8> {
+    if h.raw.len() < HEADER_SIZE {
+        return parsed.as_bytes().to_vec();
+    }
+    let f = &h.raw[range.start..range.end - 1];
+    f[..f.iter().position(|&c| c == 0).unwrap_or(f.len())].to_vec()
+}
+
+/// The text of `cryptsetup luksDump` for a LUKS1 header, as bytes (text fields are printed as
+/// they are on disk).
+pub fn dump_text(h: &Luks1Header, device: &str) -> Vec<u8> {
+    let mut o = Vec::new();
+    let line = |o: &mut Vec<u8>, label: &str, v: &[u8]| {
+        o.extend_from_slice(label.as_bytes());
+        o.extend_from_slice(v);
+        o.push(b'\n');
+    };
+    o.extend_from_slice(format!("LUKS header information for {device}\n\n").as_bytes());
+    o.extend_from_slice(b"Version:       \t1\n");
+    line(
+        &mut o,
+        "Cipher name:   \t",
+        &dump_field(h, 8..40, &h.cipher_name),
+    );
+    line(
+        &mut o,
+        "Cipher mode:   \t",
+        &dump_field(h, 40..72, &h.cipher_mode),
+    );
+    line(
+        &mut o,
+        "Hash spec:     \t",
+        &dump_field(h, 72..104, &h.hash_spec),
+    );
+    let mut s = String::new();
+    let _ = writeln!(s, "Payload offset:\t{}", h.payload_offset);
+    let _ = writeln!(s, "MK bits:       \t{}", h.key_bytes.wrapping_mul(8));
     let _ = writeln!(
-        o,
+        s,
         "MK digest:     \t{}",
         h.mk_digest
             .iter()
@@ -468,27 +542,32 @@ pub fn dump_text(h: &Luks1Header, device: &str) -> String {
             .collect::<String>()
     );
     let _ = writeln!(
-        o,
+        s,
         "MK salt:       \t{}",
         hex_lines(&h.mk_digest_salt, "               \t")
     );
-    let _ = writeln!(o, "MK iterations: \t{}", h.mk_digest_iterations);
-    let _ = writeln!(o, "UUID:          \t{}\n", h.uuid);
+    let _ = writeln!(s, "MK iterations: \t{}", h.mk_digest_iterations);
+    o.extend_from_slice(s.as_bytes());
+    let uuid = dump_field(h, 168..208, &h.uuid);
+    line(&mut o, "UUID:          \t", &uuid);
+    o.push(b'\n');
+    let mut s = String::new();
     for (i, k) in h.keyslots.iter().enumerate() {
         if !k.active {
-            let _ = writeln!(o, "Key Slot {i}: DISABLED");
+            let _ = writeln!(s, "Key Slot {i}: DISABLED");
             continue;
         }
-        let _ = writeln!(o, "Key Slot {i}: ENABLED");
-        let _ = writeln!(o, "\tIterations:         \t{}", k.iterations);
+        let _ = writeln!(s, "Key Slot {i}: ENABLED");
+        let _ = writeln!(s, "\tIterations:         \t{}", k.iterations);
         let _ = writeln!(
-            o,
+            s,
             "\tSalt:               \t{}",
             hex_lines(&k.salt, "\t                      \t")
         );
-        let _ = writeln!(o, "\tKey material offset:\t{}", k.key_material_offset);
-        let _ = writeln!(o, "\tAF stripes:            \t{}", k.stripes);
+        let _ = writeln!(s, "\tKey material offset:\t{}", k.key_material_offset);
+        let _ = writeln!(s, "\tAF stripes:            \t{}", k.stripes);
     }
+    o.extend_from_slice(s.as_bytes());
     o
 }
 

@@ -10,6 +10,7 @@
 //! - [`rng`]: deterministic pseudo-random test data and replayable seeds.
 //! - [`verity_case`]: one veritysetup/`dmkit verity` parameter set and its command-line options.
 //! - [`sys`]: mounts, processes, loop devices and aligned buffers as tests see them.
+//! - [`cryptsetup_material`]: cryptsetup 2.6.1's `tests/` material, fetched and checked once.
 //! - [`pki`]: keys and self-signed certificates made with the openssl CLI.
 //! - [`xor_byte`]: corrupting one byte of an image in place.
 //! - [`status_field`]: one value of `dmkit status` text.
@@ -17,6 +18,7 @@
 // Not every test file uses every helper.
 #![allow(dead_code)]
 
+pub mod cryptsetup_material;
 pub mod env;
 pub mod gcrypt;
 pub mod pki;

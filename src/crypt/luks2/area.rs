@@ -8,7 +8,9 @@ use crate::crypt::cipher::{new_sector_cipher, CipherSpec, SectorCipher};
 const SECTOR: usize = 512;
 
 fn cipher(encryption: &str, key: &[u8]) -> Result<Box<dyn SectorCipher>, LuksError> {
-    let spec = CipherSpec::parse(encryption).map_err(|e| LuksError::Unsupported(e.to_string()))?;
+    // cryptsetup decrypts keyslot areas with OpenSSL, whose names ignore case ("AES").
+    let spec = CipherSpec::parse(&encryption.to_ascii_lowercase())
+        .map_err(|e| LuksError::Unsupported(e.to_string()))?;
     new_sector_cipher(&spec, key).map_err(|e| LuksError::Unsupported(e.to_string()))
 }
 

@@ -7,8 +7,12 @@ use super::{LuksError, SALT_SIZE};
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
-/// Whether `key` is the volume key `d` checks; compared in constant time.
+/// Whether `key` is the volume key `d` checks; compared in constant time. A digest that cannot
+/// check anything is an error, never a match.
 pub fn verify(d: &Digest, key: &[u8]) -> Result<bool, LuksError> {
+    if let Some(p) = &d.problem {
+        return Err(LuksError::Unsupported(format!("volume key digest: {p}")));
+    }
     let mut out = Zeroizing::new(vec![0u8; d.digest.len()]);
     pbkdf2(&d.hash, key, &d.salt, d.iterations, &mut out)?;
     Ok(bool::from(out.ct_eq(&d.digest)))
@@ -38,5 +42,6 @@ pub fn create(key: &[u8], hash: &str, benchmark: bool) -> Result<Digest, LuksErr
         salt,
         digest,
         raw: Default::default(),
+        problem: None,
     })
 }

@@ -213,6 +213,7 @@ pub fn format(
         sector_size,
         flags: Vec::new(),
         raw: Default::default(),
+        problem: None,
     };
     let mut h = Luks2Header {
         hdr_size: p.metadata_size,
@@ -235,6 +236,7 @@ pub fn format(
             },
             extra: Default::default(),
         },
+        raw: None,
     };
     // Check label and subsystem lengths before anything is written.
     h.encode()?;

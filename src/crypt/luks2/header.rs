@@ -26,20 +26,20 @@ pub const HEADER_SIZES: [u64; 9] = [
     4 << 20,
 ];
 
-const OFF_VERSION: usize = 6;
-const OFF_HDR_SIZE: usize = 8;
-const OFF_SEQID: usize = 16;
-const OFF_LABEL: usize = 24;
-const OFF_CSUM_ALG: usize = 72;
-const OFF_SALT: usize = 104;
-const OFF_UUID: usize = 168;
-const OFF_SUBSYSTEM: usize = 208;
-const OFF_HDR_OFFSET: usize = 256;
-const OFF_CSUM: usize = 448;
-const LABEL_LEN: usize = 48;
-const CSUM_ALG_LEN: usize = 32;
-const UUID_LEN: usize = 40;
-const CSUM_LEN: usize = 64;
+pub(super) const OFF_VERSION: usize = 6;
+pub(super) const OFF_HDR_SIZE: usize = 8;
+pub(super) const OFF_SEQID: usize = 16;
+pub(super) const OFF_LABEL: usize = 24;
+pub(super) const OFF_CSUM_ALG: usize = 72;
+pub(super) const OFF_SALT: usize = 104;
+pub(super) const OFF_UUID: usize = 168;
+pub(super) const OFF_SUBSYSTEM: usize = 208;
+pub(super) const OFF_HDR_OFFSET: usize = 256;
+pub(super) const OFF_CSUM: usize = 448;
+pub(super) const LABEL_LEN: usize = 48;
+pub(super) const CSUM_ALG_LEN: usize = 32;
+pub(super) const UUID_LEN: usize = 40;
+pub(super) const CSUM_LEN: usize = 64;
 
 /// A LUKS2 header: the fields of the binary header both copies share, and the metadata.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +58,21 @@ pub struct Luks2Header {
     pub checksum_alg: String,
     /// The JSON metadata.
     pub metadata: Metadata,
+    /// The copy as read from disk (`None` for a header made here): what `dump` prints.
+    pub raw: Option<RawCopy>,
+}
+
+/// What a header copy held on disk, byte for byte where cryptsetup prints it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawCopy {
+    /// The metadata as json-c parsed it (after cryptsetup's in-memory repair).
+    pub json: super::jsonc::Value,
+    /// Label field up to its NUL (or its last byte, which cryptsetup forces to NUL).
+    pub label: Vec<u8>,
+    /// Subsystem field, the same way.
+    pub subsystem: Vec<u8>,
+    /// UUID field, the same way.
+    pub uuid: Vec<u8>,
 }
 
 /// A header as read from a device, and what the reader had to say about it.
@@ -67,14 +82,6 @@ pub struct LoadedHeader {
     pub header: Luks2Header,
     /// Set when one copy was corrupt or out of date and the other one was used.
     pub warning: Option<String>,
-}
-
-fn text_field(b: &[u8], what: &str) -> Result<String, String> {
-    let end = b
-        .iter()
-        .position(|&c| c == 0)
-        .ok_or_else(|| format!("{what} is not NUL-terminated"))?;
-    String::from_utf8(b[..end].to_vec()).map_err(|_| format!("{what} is not UTF-8"))
 }
 
 fn put_text(dst: &mut [u8], s: &str, what: &str) -> Result<(), LuksError> {
@@ -88,17 +95,20 @@ fn put_text(dst: &mut [u8], s: &str, what: &str) -> Result<(), LuksError> {
     Ok(())
 }
 
-fn checksum_md(alg: &str) -> Result<MessageDigest, String> {
-    match alg {
-        "sha256" => Ok(MessageDigest::sha256()),
-        "sha1" => Ok(MessageDigest::sha1()),
-        "sha512" => Ok(MessageDigest::sha512()),
-        other => Err(format!("unsupported checksum algorithm {other:?}")),
-    }
+/// The digest of a header checksum algorithm, as cryptsetup's OpenSSL backend finds it by
+/// name.
+pub(super) fn checksum_md(alg: &str) -> Result<MessageDigest, String> {
+    MessageDigest::from_name(alg)
+        .filter(|_| !alg.is_empty())
+        .ok_or_else(|| format!("unsupported checksum algorithm {alg:?}"))
 }
 
 /// Checksum of a header copy: `binary` with the checksum field zeroed, then the JSON area.
-fn checksum(md: MessageDigest, binary: &[u8], json_area: &[u8]) -> Result<Vec<u8>, LuksError> {
+pub(super) fn checksum(
+    md: MessageDigest,
+    binary: &[u8],
+    json_area: &[u8],
+) -> Result<Vec<u8>, LuksError> {
     let e = |e: openssl::error::ErrorStack| LuksError::Crypto(e.to_string());
     let mut zeroed = binary.to_vec();
     zeroed[OFF_CSUM..OFF_CSUM + CSUM_LEN].fill(0);
@@ -108,7 +118,7 @@ fn checksum(md: MessageDigest, binary: &[u8], json_area: &[u8]) -> Result<Vec<u8
     Ok(h.finish().map_err(e)?.to_vec())
 }
 
-fn be64(b: &[u8], off: usize) -> u64 {
+pub(super) fn be64(b: &[u8], off: usize) -> u64 {
     u64::from_be_bytes(b[off..off + 8].try_into().expect("8 bytes"))
 }
 
@@ -120,139 +130,9 @@ pub fn luks_version(first: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes([first[6], first[7]]))
 }
 
-/// Read and check one header copy at `offset`.
-fn read_copy(dev: &dyn BlockDevice, offset: u64, primary: bool) -> Result<Luks2Header, String> {
-    let size = dev.size();
-    if offset + BINARY_SIZE as u64 > size {
-        return Err(format!(
-            "the device ({size} bytes) ends before the header at {offset}"
-        ));
-    }
-    let mut bin = vec![0u8; BINARY_SIZE];
-    dev.read_at(&mut bin, offset).map_err(|e| e.to_string())?;
-    let magic = if primary {
-        MAGIC_PRIMARY
-    } else {
-        MAGIC_SECONDARY
-    };
-    if &bin[..6] != magic {
-        return Err(format!("no LUKS2 header magic at offset {offset}"));
-    }
-    let version = u16::from_be_bytes([bin[OFF_VERSION], bin[OFF_VERSION + 1]]);
-    if version != 2 {
-        return Err(format!("header at {offset} has version {version}, not 2"));
-    }
-    let hdr_size = be64(&bin, OFF_HDR_SIZE);
-    if !HEADER_SIZES.contains(&hdr_size) {
-        return Err(format!(
-            "header size {hdr_size} is not one LUKS2 allows (16 KiB..4 MiB)"
-        ));
-    }
-    let hdr_offset = be64(&bin, OFF_HDR_OFFSET);
-    if hdr_offset != offset || (!primary && offset != hdr_size) {
-        return Err(format!(
-            "header at {offset} says it is at offset {hdr_offset}"
-        ));
-    }
-    if offset + 2 * hdr_size > size {
-        return Err(format!(
-            "header pair of 2 x {hdr_size} bytes does not fit in the device ({size} bytes)"
-        ));
-    }
-    let checksum_alg = text_field(
-        &bin[OFF_CSUM_ALG..OFF_CSUM_ALG + CSUM_ALG_LEN],
-        "checksum algorithm",
-    )?;
-    let md = checksum_md(&checksum_alg)?;
-    // hdr_size is one of the sizes above, so this allocation is at most 4 MiB.
-    let mut json = vec![0u8; hdr_size as usize - BINARY_SIZE];
-    dev.read_at(&mut json, offset + BINARY_SIZE as u64)
-        .map_err(|e| e.to_string())?;
-    let want = checksum(md, &bin, &json).map_err(|e| e.to_string())?;
-    let stored = &bin[OFF_CSUM..OFF_CSUM + want.len()];
-    if !bool::from(subtle::ConstantTimeEq::ct_eq(stored, &want[..])) {
-        return Err(format!(
-            "checksum mismatch in the header at offset {offset}"
-        ));
-    }
-    let text_len = json.iter().position(|&c| c == 0).unwrap_or(json.len());
-    let metadata = Metadata::parse(&json[..text_len], hdr_size)?;
-    Ok(Luks2Header {
-        hdr_size,
-        seqid: be64(&bin, OFF_SEQID),
-        label: text_field(&bin[OFF_LABEL..OFF_LABEL + LABEL_LEN], "label")?,
-        subsystem: text_field(&bin[OFF_SUBSYSTEM..OFF_SUBSYSTEM + LABEL_LEN], "subsystem")?,
-        uuid: text_field(&bin[OFF_UUID..OFF_UUID + UUID_LEN], "uuid")?,
-        checksum_alg,
-        metadata,
-    })
-}
-
-/// Read the header pair of `dev`: the newer valid copy wins; a corrupt primary falls back to
-/// the secondary (found at any offset LUKS2 allows) with a warning.
+/// Read the header pair of `dev` with cryptsetup's rules (see [`super::copies`]).
 pub fn read(dev: &dyn BlockDevice) -> Result<LoadedHeader, LuksError> {
-    let device = dev.name().to_string();
-    let primary = read_copy(dev, 0, true);
-    let secondary = match &primary {
-        Ok(h) => read_copy(dev, h.hdr_size, false),
-        Err(_) => {
-            let mut last = Err("no secondary LUKS2 header found".to_string());
-            for &off in &HEADER_SIZES {
-                let r = read_copy(dev, off, false);
-                let found = r.is_ok();
-                if found
-                    || !matches!(&r, Err(e) if e.starts_with("no LUKS2 header magic") || e.contains("ends before"))
-                {
-                    last = r;
-                }
-                if found {
-                    break;
-                }
-            }
-            last
-        }
-    };
-    let corrupt = |what: String| LuksError::Corrupt {
-        device: device.clone(),
-        what,
-    };
-    let header = match (primary, secondary) {
-        (Ok(p), Ok(s)) if s.seqid > p.seqid => LoadedHeader {
-            header: s,
-            warning: Some(format!("{device}: the primary LUKS2 header is older than the secondary copy; using the secondary")),
-        },
-        (Ok(p), Ok(_)) => LoadedHeader { header: p, warning: None },
-        (Ok(p), Err(e)) => LoadedHeader {
-            header: p,
-            warning: Some(format!("{device}: secondary LUKS2 header is corrupt ({e}); using the primary")),
-        },
-        (Err(pe), Ok(s)) => LoadedHeader {
-            warning: Some(format!(
-                "{device}: primary LUKS2 header is corrupt ({pe}); using the secondary copy at offset {}",
-                s.hdr_size
-            )),
-            header: s,
-        },
-        (Err(pe), Err(se)) => {
-            let mut first = [0u8; 8];
-            let looks_luks = dev.size() >= 8 && dev.read_at(&mut first, 0).is_ok() && luks_version(&first).is_some();
-            if !looks_luks && se.starts_with("no ") {
-                return Err(LuksError::NotLuks { device });
-            }
-            return Err(LuksError::BothCorrupt { device, primary: pe, secondary: se });
-        }
-    };
-    let h = &header.header;
-    for (id, k) in &h.metadata.keyslots {
-        if k.area.offset + k.area.size > dev.size() {
-            return Err(corrupt(format!(
-                "keyslot {id} area ends at byte {}, beyond the end of the device ({} bytes, truncated?)",
-                k.area.offset + k.area.size,
-                dev.size()
-            )));
-        }
-    }
-    Ok(header)
+    super::copies::read(dev)
 }
 
 impl Luks2Header {

@@ -55,6 +55,10 @@ pub struct Keyslot {
     pub kdf: Option<Kdf>,
     /// The object as read, for unknown fields.
     pub raw: Map<String, Value>,
+    /// Why this keyslot cannot be used although cryptsetup's rules accept the header (an
+    /// unknown KDF, a parameter out of range): it is carried along unchanged and refused
+    /// only when someone tries to open it.
+    pub problem: Option<String>,
 }
 
 /// Where a keyslot's material lives and how it is encrypted.
@@ -100,6 +104,8 @@ pub struct Segment {
     pub flags: Vec<String>,
     /// The object as read.
     pub raw: Map<String, Value>,
+    /// Why the segment cannot be activated although the header is valid (kept unchanged).
+    pub problem: Option<String>,
 }
 
 /// A volume key digest.
@@ -121,6 +127,8 @@ pub struct Digest {
     pub digest: Vec<u8>,
     /// The object as read.
     pub raw: Map<String, Value>,
+    /// Why the digest cannot check keys although the header is valid (kept unchanged).
+    pub problem: Option<String>,
 }
 
 /// The config section.
@@ -246,15 +254,29 @@ fn parse_id(s: &str) -> Option<u32> {
         .map(|n| n as u32)
 }
 
-fn section<'a>(root: &'a Map<String, Value>, name: &str) -> R<BTreeMap<u32, &'a Value>> {
-    let o = obj(field(root, name, "metadata")?, name)?;
-    let mut out = BTreeMap::new();
-    for (k, v) in o {
-        let id = parse_id(k)
-            .ok_or_else(|| format!("{name}: key {k:?} is not an id below {MAX_KEYSLOTS}"))?;
-        out.insert(id, v);
+/// An id as cryptsetup looks it up ("%d" of 0..31): other keys are invisible to it.
+fn canonical_id(s: &str) -> Option<u32> {
+    parse_id(s)
+}
+
+/// The json-c view as serde values: strings that are not UTF-8 get U+FFFD, NaN and
+/// infinities become null (serde has no such numbers).
+pub fn to_serde(v: &super::jsonc::Value) -> Value {
+    use super::jsonc::Value as J;
+    match v {
+        J::Null => Value::Null,
+        J::Bool(b) => Value::Bool(*b),
+        J::Int(n) => Value::from(*n),
+        J::UInt(n) => Value::from(*n),
+        J::Double(d, _) => serde_json::Number::from_f64(*d).map_or(Value::Null, Value::Number),
+        J::Str(s) => Value::String(String::from_utf8_lossy(s).into_owned()),
+        J::Array(a) => Value::Array(a.iter().map(to_serde).collect()),
+        J::Object(o) => Value::Object(
+            o.iter()
+                .map(|(k, v)| (String::from_utf8_lossy(k).into_owned(), to_serde(v)))
+                .collect(),
+        ),
     }
-    Ok(out)
 }
 
 fn b64_text(b: &[u8]) -> Value {
@@ -262,32 +284,78 @@ fn b64_text(b: &[u8]) -> Value {
 }
 
 impl Metadata {
-    /// Parse and validate the metadata text of a header of `hdr_size` bytes.
+    /// Parse and validate the metadata text of a header of `hdr_size` bytes with cryptsetup's
+    /// rules ([`super::validate`]), then build the typed view.
     pub fn parse(text: &[u8], hdr_size: u64) -> R<Metadata> {
         screen(text)?;
-        let v: Value = serde_json::from_slice(text).map_err(|e| format!("JSON metadata: {e}"))?;
-        let root = obj(&v, "JSON metadata")?;
-        let mut keyslots = BTreeMap::new();
-        for (id, v) in section(root, "keyslots")? {
-            keyslots.insert(id, Keyslot::parse(v, &format!("keyslot {id}"))?);
+        let json_size = hdr_size.saturating_sub(4096) as usize;
+        if text.len() >= json_size {
+            return Err(format!(
+                "JSON metadata of {} bytes does not fit in the {json_size}-byte JSON area",
+                text.len()
+            ));
         }
-        let mut tokens = BTreeMap::new();
-        for (id, v) in section(root, "tokens")? {
-            let what = format!("token {id}");
-            let o = obj(v, &what)?;
-            string(o, "type", &what)?;
-            ids(field(o, "keyslots", &what)?, &format!("{what}.keyslots"))?;
-            tokens.insert(id, v.clone());
-        }
-        let mut segments = BTreeMap::new();
-        for (id, v) in section(root, "segments")? {
-            segments.insert(id, Segment::parse(v, &format!("segment {id}"))?);
-        }
-        let mut digests = BTreeMap::new();
-        for (id, v) in section(root, "digests")? {
-            digests.insert(id, Digest::parse(v, &format!("digest {id}"))?);
-        }
-        let config = Config::parse(field(root, "config", "metadata")?)?;
+        let mut area = text.to_vec();
+        area.resize(json_size, 0);
+        let tree = super::copies::parse_and_validate(&area)?;
+        Ok(Metadata::from_tree(&tree))
+    }
+
+    /// The typed view of metadata that passed validation. Parts cryptsetup accepts but dmkit
+    /// cannot use (an unknown KDF, a digest type it does not know, ...) are kept verbatim and
+    /// marked with the reason, which is reported only when they are used.
+    pub fn from_tree(tree: &super::jsonc::Value) -> Metadata {
+        let v = to_serde(tree);
+        let empty = Map::new();
+        let root = v.as_object().unwrap_or(&empty);
+        let sec = |name: &str| -> Vec<(u32, &Value)> {
+            root.get(name)
+                .and_then(Value::as_object)
+                .map(|o| {
+                    o.iter()
+                        .filter_map(|(k, v)| canonical_id(k).map(|id| (id, v)))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let keyslots = sec("keyslots")
+            .into_iter()
+            .map(|(id, v)| {
+                let what = format!("keyslot {id}");
+                (
+                    id,
+                    Keyslot::parse(v, &what).unwrap_or_else(|e| Keyslot::opaque(v, e)),
+                )
+            })
+            .collect();
+        let tokens = sec("tokens")
+            .into_iter()
+            .map(|(id, v)| (id, v.clone()))
+            .collect();
+        let segments = sec("segments")
+            .into_iter()
+            .map(|(id, v)| {
+                let what = format!("segment {id}");
+                (
+                    id,
+                    Segment::parse(v, &what).unwrap_or_else(|e| Segment::opaque(v, e)),
+                )
+            })
+            .collect();
+        let digests = sec("digests")
+            .into_iter()
+            .map(|(id, v)| {
+                let what = format!("digest {id}");
+                (
+                    id,
+                    Digest::parse(v, &what).unwrap_or_else(|e| Digest::opaque(v, e)),
+                )
+            })
+            .collect();
+        let config = root
+            .get("config")
+            .map(|c| Config::parse(c).unwrap_or_else(|_| Config::opaque(c)))
+            .unwrap_or_else(|| Config::opaque(&Value::Null));
         let extra = root
             .iter()
             .filter(|(k, _)| {
@@ -298,75 +366,30 @@ impl Metadata {
             })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        let m = Metadata {
+        Metadata {
             keyslots,
             tokens,
             segments,
             digests,
             config,
             extra,
-        };
-        m.validate(hdr_size)?;
-        Ok(m)
+        }
     }
 
-    /// Cross-field checks: sizes, areas inside the keyslots area and apart, references.
+    /// Check the metadata as it would be written with cryptsetup's rules, for a header of
+    /// `hdr_size` bytes.
     pub fn validate(&self, hdr_size: u64) -> R<()> {
-        let c = &self.config;
-        if c.json_size != hdr_size - 4096 {
+        let json_size = hdr_size.saturating_sub(4096) as usize;
+        let text = self.to_text();
+        if text.len() >= json_size {
             return Err(format!(
-                "config.json_size {} does not match the header size {hdr_size}",
-                c.json_size
+                "JSON metadata of {} bytes does not fit in the {json_size}-byte JSON area",
+                text.len()
             ));
         }
-        if !c.keyslots_size.is_multiple_of(4096) || c.keyslots_size > MAX_KEYSLOTS_SIZE {
-            return Err(format!(
-                "config.keyslots_size {} is not a multiple of 4096 up to 128 MiB",
-                c.keyslots_size
-            ));
-        }
-        let (start, end) = (2 * hdr_size, 2 * hdr_size + c.keyslots_size);
-        let mut areas: Vec<(u64, u64, u32)> = Vec::new();
-        for (&id, k) in &self.keyslots {
-            let a = &k.area;
-            let a_end = a
-                .offset
-                .checked_add(a.size)
-                .ok_or_else(|| format!("keyslot {id}: area size overflows"))?;
-            if a.offset < start || a_end > end {
-                return Err(format!(
-                    "keyslot {id}: area {}..{a_end} lies outside the keyslots area {start}..{end}",
-                    a.offset
-                ));
-            }
-            if let Some(&(_, _, other)) = areas.iter().find(|(s, e, _)| a.offset < *e && *s < a_end)
-            {
-                return Err(format!("keyslot {id}: area overlaps keyslot {other}"));
-            }
-            areas.push((a.offset, a_end, id));
-            if let Some(af) = &k.af {
-                let need = k.key_size as u64 * af.stripes as u64;
-                if need > a.size {
-                    return Err(format!(
-                        "keyslot {id}: area of {} bytes cannot hold {} stripes of {} bytes",
-                        a.size, af.stripes, k.key_size
-                    ));
-                }
-            }
-        }
-        for (&id, d) in &self.digests {
-            if let Some(s) = d.keyslots.iter().find(|s| !self.keyslots.contains_key(s)) {
-                return Err(format!(
-                    "digest {id} names keyslot {s}, which does not exist"
-                ));
-            }
-            if let Some(s) = d.segments.iter().find(|s| !self.segments.contains_key(s)) {
-                return Err(format!(
-                    "digest {id} names segment {s}, which does not exist"
-                ));
-            }
-        }
-        Ok(())
+        let mut area = text.into_bytes();
+        area.resize(json_size, 0);
+        super::copies::parse_and_validate(&area).map(|_| ())
     }
 
     /// The compact JSON text cryptsetup writes, sections in its order.
@@ -417,7 +440,70 @@ impl Metadata {
     }
 }
 
+/// `json_object_get_string` of a value as C sees it: a string up to its NUL, others as their
+/// JSON text.
+fn c_string(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.split('\0').next().unwrap_or_default().to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// `json_object_get_int64` on a value: numbers saturated, strings read like `strtoll`,
+/// booleans as 0/1, anything else 0.
+fn int64_like(v: &Value) -> i64 {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .or_else(|| n.as_u64().map(|_| i64::MAX))
+            .or_else(|| n.as_f64().map(|f| f as i64))
+            .unwrap_or(0),
+        Value::Bool(b) => *b as i64,
+        Value::String(s) => super::jsonc::Value::Str(s.clone().into_bytes()).get_int64(),
+        _ => 0,
+    }
+}
+
+/// The unsigned number in `o[key]` ("123" or 123), 0 when there is none.
+fn loose_u64(o: &Map<String, Value>, key: &str) -> u64 {
+    match o.get(key) {
+        Some(Value::String(s)) => parse_u64(s).unwrap_or(0),
+        Some(v) => v.as_u64().unwrap_or(0),
+        None => 0,
+    }
+}
+
+fn loose_str(o: &Map<String, Value>, key: &str) -> String {
+    o.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
 impl Keyslot {
+    /// A keyslot dmkit cannot use, kept as it is, with the reason.
+    fn opaque(v: &Value, problem: String) -> Keyslot {
+        let empty = Map::new();
+        let o = v.as_object().unwrap_or(&empty);
+        let a = o.get("area").and_then(Value::as_object).unwrap_or(&empty);
+        Keyslot {
+            kind: loose_str(o, "type"),
+            key_size: loose_u64(o, "key_size").min(u32::MAX as u64) as u32,
+            priority: None,
+            area: Area {
+                kind: loose_str(a, "type"),
+                offset: loose_u64(a, "offset"),
+                size: loose_u64(a, "size"),
+                encryption: loose_str(a, "encryption"),
+                key_size: loose_u64(a, "key_size").min(u32::MAX as u64) as u32,
+            },
+            af: None,
+            kdf: None,
+            raw: o.clone(),
+            problem: Some(problem),
+        }
+    }
+
     fn parse(v: &Value, what: &str) -> R<Keyslot> {
         let o = obj(v, what)?;
         let kind = string(o, "type", what)?;
@@ -484,13 +570,14 @@ impl Keyslot {
             af,
             kdf,
             raw: o.clone(),
+            problem: None,
         })
     }
 
     /// The keyslot as cryptsetup writes it.
     pub fn to_value(&self) -> Value {
         let mut o = self.raw.clone();
-        if self.kind != "luks2" {
+        if self.kind != "luks2" || self.problem.is_some() {
             return Value::Object(o);
         }
         o.insert("type".into(), self.kind.clone().into());
@@ -590,6 +677,27 @@ fn kdf_value(k: &Kdf) -> Value {
 }
 
 impl Segment {
+    /// A segment dmkit cannot activate, kept as it is, with the reason.
+    fn opaque(v: &Value, problem: String) -> Segment {
+        let empty = Map::new();
+        let o = v.as_object().unwrap_or(&empty);
+        let size = match o.get("size").and_then(Value::as_str) {
+            Some("dynamic") => None,
+            _ => Some(loose_u64(o, "size")),
+        };
+        Segment {
+            kind: loose_str(o, "type"),
+            offset: loose_u64(o, "offset"),
+            size,
+            iv_tweak: loose_u64(o, "iv_tweak"),
+            encryption: loose_str(o, "encryption"),
+            sector_size: 512,
+            flags: Vec::new(),
+            raw: o.clone(),
+            problem: Some(problem),
+        }
+    }
+
     fn parse(v: &Value, what: &str) -> R<Segment> {
         let o = obj(v, what)?;
         let kind = string(o, "type", what)?;
@@ -633,12 +741,16 @@ impl Segment {
             sector_size,
             flags,
             raw: o.clone(),
+            problem: None,
         })
     }
 
     /// The segment as cryptsetup writes it.
     pub fn to_value(&self) -> Value {
         let mut o = self.raw.clone();
+        if self.problem.is_some() {
+            return Value::Object(o);
+        }
         o.insert("type".into(), self.kind.clone().into());
         o.insert("offset".into(), self.offset.to_string().into());
         o.insert(
@@ -657,17 +769,60 @@ impl Segment {
 }
 
 impl Digest {
+    /// A digest dmkit cannot check keys with, kept as it is, with the reason.
+    fn opaque(v: &Value, problem: String) -> Digest {
+        let empty = Map::new();
+        let o = v.as_object().unwrap_or(&empty);
+        let list = |k: &str| -> Vec<u32> {
+            o.get(k)
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(|x| x.as_str().and_then(canonical_id))
+                .collect()
+        };
+        Digest {
+            kind: loose_str(o, "type"),
+            keyslots: list("keyslots"),
+            segments: list("segments"),
+            hash: loose_str(o, "hash"),
+            iterations: 0,
+            salt: Vec::new(),
+            digest: Vec::new(),
+            raw: o.clone(),
+            problem: Some(problem),
+        }
+    }
+
+    /// A pbkdf2 digest read as cryptsetup's `PBKDF2_digest_verify` reads it: iterations as
+    /// json-c converts any value to an integer, salt and digest through cryptsetup's base64
+    /// decoder. A salt that is not 32 bytes or a digest of the wrong length make the digest
+    /// unusable (`problem`): cryptsetup 2.6.1 then "verifies" any key, dmkit refuses.
     fn parse(v: &Value, what: &str) -> R<Digest> {
         let o = obj(v, what)?;
         let kind = string(o, "type", what)?;
         if kind != "pbkdf2" {
             return Err(format!("{what}: unknown type {kind:?}"));
         }
-        let iterations = u32_num(o, "iterations", what)?;
-        let digest = b64(o, "digest", what, 64)?;
-        if iterations == 0 || digest.is_empty() || digest.len() > 64 {
+        let hash = o.get("hash").map(c_string).unwrap_or_default();
+        // json_object_get_int64, then cut to the unsigned int cryptsetup keeps.
+        let iterations = o.get("iterations").map_or(0, int64_like) as u32;
+        let decode = |key: &str| {
+            let text = o.get(key).and_then(Value::as_str).unwrap_or_default();
+            super::base64::decode(text.as_bytes())
+        };
+        let salt = decode("salt").ok_or_else(|| format!("{what}.salt is not base64"))?;
+        if salt.len() != super::SALT_SIZE {
+            return Err(format!("{what}.salt is {} bytes, not 32", salt.len()));
+        }
+        let digest = decode("digest").ok_or_else(|| format!("{what}.digest is not base64"))?;
+        let hash_len = super::af::message_digest(&hash).map(|m| m.size()).ok();
+        if digest.len() < 20
+            || digest.len() > 64
+            || (digest.len() != 20 && Some(digest.len()) != hash_len)
+        {
             return Err(format!(
-                "{what}: iterations {iterations} or digest of {} bytes is invalid",
+                "{what}.digest is {} bytes, not a {hash:?} digest",
                 digest.len()
             ));
         }
@@ -675,17 +830,21 @@ impl Digest {
             kind,
             keyslots: ids(field(o, "keyslots", what)?, &format!("{what}.keyslots"))?,
             segments: ids(field(o, "segments", what)?, &format!("{what}.segments"))?,
-            hash: string(o, "hash", what)?,
+            hash,
             iterations,
-            salt: b64(o, "salt", what, 1024)?,
+            salt,
             digest,
             raw: o.clone(),
+            problem: None,
         })
     }
 
     /// The digest as cryptsetup writes it.
     pub fn to_value(&self) -> Value {
         let mut o = self.raw.clone();
+        if self.problem.is_some() {
+            return Value::Object(o);
+        }
         let list =
             |v: &[u32]| Value::Array(v.iter().map(|i| Value::String(i.to_string())).collect());
         o.insert("type".into(), self.kind.clone().into());
@@ -700,6 +859,19 @@ impl Digest {
 }
 
 impl Config {
+    /// The config section read loosely (the validated fields only).
+    fn opaque(v: &Value) -> Config {
+        let empty = Map::new();
+        let o = v.as_object().unwrap_or(&empty);
+        Config {
+            json_size: loose_u64(o, "json_size"),
+            keyslots_size: loose_u64(o, "keyslots_size"),
+            flags: Vec::new(),
+            requirements: Vec::new(),
+            raw: o.clone(),
+        }
+    }
+
     fn parse(v: &Value) -> R<Config> {
         let what = "config";
         let o = obj(v, what)?;

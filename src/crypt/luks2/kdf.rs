@@ -170,6 +170,12 @@ pub fn pbkdf2(
     if iterations == 0 {
         return Err(LuksError::Invalid("PBKDF2 with 0 iterations".into()));
     }
+    // OpenSSL takes an int; metadata can ask for more (hours of work in any case).
+    if iterations > i32::MAX as u32 {
+        return Err(LuksError::Invalid(format!(
+            "PBKDF2 with {iterations} iterations (more than 2^31 - 1)"
+        )));
+    }
     message_digest(hash)?
         .pbkdf2(passphrase, salt, iterations, out)
         .map_err(|e| LuksError::Crypto(format!("pbkdf2-{hash}: {e}")))

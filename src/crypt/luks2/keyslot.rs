@@ -109,6 +109,9 @@ impl PbkdfParams {
     }
 }
 
+/// Most key material one keyslot may hold (a 512-byte key split 65536 ways is 32 MiB).
+const MAX_MATERIAL: u64 = 256 << 20;
+
 /// Bytes the split volume key takes, rounded up to whole sectors.
 fn material_len(key_size: u32, stripes: u32) -> u64 {
     af::split_sectors_bytes(key_size as u64, stripes)
@@ -126,6 +129,10 @@ fn try_slot(
         device: dev.name().to_string(),
         what,
     };
+    if let Some(p) = &k.problem {
+        // cryptsetup stops at a keyslot it cannot use instead of trying the next one.
+        return Err(LuksError::Unsupported(format!("keyslot {id}: {p}")));
+    }
     let (Some(af_p), Some(kdf)) = (&k.af, &k.kdf) else {
         return Ok(None);
     };
@@ -133,10 +140,11 @@ fn try_slot(
         return Ok(None);
     };
     let len = material_len(k.key_size, af_p.stripes);
-    if len > k.area.size || k.area.offset.saturating_add(len) > dev.size() {
+    // cryptsetup reads the key material from the area's offset whatever the area's stated
+    // size; it must lie on the device, and dmkit bounds what one keyslot may make it read.
+    if k.area.offset.saturating_add(len) > dev.size() || len > MAX_MATERIAL {
         return Err(corrupt(format!(
-            "keyslot {id}: {len} bytes of key material do not fit in its area ({} bytes at {}) or the device ({} bytes)",
-            k.area.size,
+            "keyslot {id}: {len} bytes of key material at {} do not fit in the device ({} bytes) or in {MAX_MATERIAL} bytes",
             k.area.offset,
             dev.size()
         )));
@@ -153,15 +161,82 @@ fn try_slot(
     Ok(digest::verify(d, &vk)?.then_some(vk))
 }
 
-/// Unlock the volume key of segment 0 with `passphrase`, trying `slot` only or every keyslot
-/// (preferred ones first, "ignore" ones skipped). Returns the keyslot that opened.
+/// Which keys [`unlock`] may return.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Segment {
+    /// Only a key that opens the default segment (activation, `--dump-volume-key`).
+    Default,
+    /// Any key a keyslot holds, bound or not (`test-passphrase -S N`, like cryptsetup's
+    /// `CRYPT_ACTIVATE_ALLOW_UNBOUND_KEY`).
+    Any,
+}
+
+/// Why one keyslot did not open (cryptsetup's -EPERM and -ENOENT).
+enum Miss {
+    /// Wrong passphrase.
+    Wrong,
+    /// The keyslot cannot give the wanted key (unbound, or not a passphrase keyslot).
+    Unusable,
+}
+
+/// Try keyslot `id` for `segment`.
+fn open_one(
+    dev: &dyn BlockDevice,
+    h: &Luks2Header,
+    id: u32,
+    k: &Keyslot,
+    passphrase: &[u8],
+    segment: Segment,
+) -> Result<Result<VolumeKey, Miss>, LuksError> {
+    let m = &h.metadata;
+    if k.kind != "luks2" {
+        return Ok(Err(Miss::Unusable));
+    }
+    let Some((kd, _)) = m.keyslot_digest(id) else {
+        return Ok(Err(Miss::Unusable));
+    };
+    if segment == Segment::Default && m.segment_digest(0).map(|(i, _)| i) != Some(kd) {
+        return Ok(Err(Miss::Unusable));
+    }
+    Ok(try_slot(dev, h, id, k, passphrase)?.ok_or(Miss::Wrong))
+}
+
+/// Keyslot ids in the order cryptsetup tries them (the order of the JSON object as read, ids
+/// as `atoi` reads them) with their priority as json-c reads it (absent: normal).
+fn try_order(h: &Luks2Header) -> Vec<(u32, i32)> {
+    let from_disk = h
+        .raw
+        .as_ref()
+        .and_then(|r| r.json.get("keyslots")?.as_object().cloned());
+    match from_disk {
+        Some(o) => o
+            .iter()
+            .map(|(k, v)| {
+                let p = v.get("priority").map_or(1, super::jsonc::Value::get_int);
+                (super::validate::atoi(k) as u32, p)
+            })
+            .collect(),
+        None => h
+            .metadata
+            .keyslots
+            .iter()
+            .map(|(&id, k)| (id, k.priority.map_or(1, |p| p as i32)))
+            .collect(),
+    }
+}
+
+/// Unlock a volume key with `passphrase`, trying keyslot `slot` only, or every keyslot the
+/// way cryptsetup does: the preferred ones first, then the normal ones, ignored ones never.
+/// Returns the keyslot that opened. When none does, the last keyslot tried decides the
+/// error: a wrong passphrase ([`LuksError::WrongPassphrase`]) or no usable keyslot.
 pub fn unlock(
     dev: &dyn BlockDevice,
     h: &Luks2Header,
     passphrase: &[u8],
     slot: Option<u32>,
+    segment: Segment,
 ) -> Result<(u32, VolumeKey), LuksError> {
-    let r = unlock_slots(dev, h, passphrase, slot);
+    let r = unlock_slots(dev, h, passphrase, slot, segment);
     // The KDF and the AF merge ran in frames below this one.
     crate::crypt::secret::burn_stack();
     r
@@ -172,34 +247,50 @@ fn unlock_slots(
     h: &Luks2Header,
     passphrase: &[u8],
     slot: Option<u32>,
+    segment: Segment,
 ) -> Result<(u32, VolumeKey), LuksError> {
     let m = &h.metadata;
-    let mut order: Vec<(u32, &Keyslot)> = match slot {
-        Some(s) => {
-            let k = m
-                .keyslots
-                .get(&s)
-                .ok_or_else(|| LuksError::Invalid(format!("keyslot {s} is not active")))?;
-            vec![(s, k)]
-        }
-        None => m
-            .keyslots
-            .iter()
-            .map(|(&i, k)| (i, k))
-            .filter(|(_, k)| k.priority != Some(0))
-            .collect(),
+    let miss = |r: Miss| match r {
+        Miss::Wrong => LuksError::WrongPassphrase,
+        Miss::Unusable => LuksError::NoUsableKeyslot,
     };
-    order.sort_by_key(|(id, k)| (k.priority != Some(2), *id));
-    let seg_digest = m.segment_digest(0).map(|(i, _)| i);
-    for (id, k) in order {
-        if k.kind != "luks2" || m.keyslot_digest(id).map(|(i, _)| i) != seg_digest {
-            continue;
+    if let Some(s) = slot {
+        let k = m
+            .keyslots
+            .get(&s)
+            .ok_or_else(|| LuksError::Invalid(format!("keyslot {s} is not active")))?;
+        return open_one(dev, h, s, k, passphrase, segment)?
+            .map(|vk| (s, vk))
+            .map_err(miss);
+    }
+    let order = try_order(h);
+    let mut prefer_wrong = false;
+    for priority in [2, 1] {
+        let mut last = Miss::Unusable;
+        for &(id, p) in &order {
+            if p != priority {
+                continue;
+            }
+            let Some(k) = m.keyslots.get(&id) else {
+                last = Miss::Unusable;
+                continue;
+            };
+            match open_one(dev, h, id, k, passphrase, segment)? {
+                Ok(vk) => return Ok((id, vk)),
+                Err(r) => last = r,
+            }
         }
-        if let Some(vk) = try_slot(dev, h, id, k, passphrase)? {
-            return Ok((id, vk));
+        if priority == 2 {
+            prefer_wrong = matches!(last, Miss::Wrong);
+        } else if prefer_wrong && matches!(last, Miss::Unusable) {
+            // cryptsetup prefers "wrong passphrase" from a preferred keyslot to "no entry".
+            last = Miss::Wrong;
+        }
+        if priority == 1 {
+            return Err(miss(last));
         }
     }
-    Err(LuksError::WrongPassphrase)
+    unreachable!("the loop returns on its last pass")
 }
 
 /// Whether `vk` is the volume key of segment 0.
@@ -299,6 +390,7 @@ pub fn add(
         }),
         kdf: Some(kdf),
         raw: Default::default(),
+        problem: None,
     };
     let m = &mut h.metadata;
     m.keyslots.insert(id, ks);

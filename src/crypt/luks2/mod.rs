@@ -10,13 +10,18 @@
 pub mod activate;
 pub mod af;
 pub mod area;
+pub mod base64;
+pub mod copies;
 pub mod digest;
 pub mod dump;
 pub mod format;
 pub mod hash;
 pub mod header;
 pub mod json;
+pub mod jsonc;
 pub mod keyslot;
+pub mod signatures;
+pub mod validate;
 
 pub use format::{format, FormatParams};
 pub use header::{LoadedHeader, Luks2Header};
@@ -61,6 +66,10 @@ pub enum LuksError {
     /// The passphrase opens no keyslot (cryptsetup's words).
     #[error("No key available with this passphrase.")]
     WrongPassphrase,
+    /// No keyslot can give the wanted key (all unbound, or of other types), as cryptsetup
+    /// says it.
+    #[error("No usable keyslot is available.")]
+    NoUsableKeyslot,
     /// The header needs a feature we do not implement.
     #[error("{device}: unsupported LUKS2 requirement {requirement:?}; refusing to activate")]
     Requirement {
