@@ -291,7 +291,7 @@ fn status_busy_and_close() {
         "{text}"
     );
     assert_eq!(
-        status_field(&text, "type").as_deref(),
+        status_field(&text, "target").as_deref(),
         Some("linear"),
         "{text}"
     );

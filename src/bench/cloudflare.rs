@@ -1,8 +1,8 @@
-//! `dmkit bench crypt`: SEEDS.md seed 003 (Cloudflare, "speeding up Linux disk encryption")
+//! `dmkit bench crypt`: Cloudflare's dm-crypt study ("Speeding up Linux disk encryption", 2020)
 //! reproduced on our layers, and `--peer qemu-storage-daemon`: our crypt export against
 //! QEMU's LUKS driver served through its own FUSE export, both under a loop device.
 //!
-//! Seed 003's method: the backing store in RAM (a file in /dev/shm here, a `brd` RAM disk
+//! The study's method: the backing store in RAM (a file in /dev/shm here, a `brd` RAM disk
 //! there), no filesystem, `fio --readwrite=readwrite --bs=4k --direct=1`, plain against
 //! crypt (aes-xts-plain64, 512-bit key), and the bound `(plain x cipher) / (plain + cipher)`
 //! for doing the I/O and then the crypto in series, from the plain speed and the cipher speed
@@ -23,7 +23,7 @@ use super::model::Stats;
 use super::table::{format_size, Align, TextTable};
 use super::BenchError;
 
-/// Seed 003's acceptance: crypt bandwidth / bound.
+/// The study's acceptance: crypt bandwidth / bound.
 pub const BOUND_TARGET: f64 = 0.80;
 /// Peer targets: ours / qemu-storage-daemon, 1 MiB sequential read and write.
 pub const PEER_SEQ_TARGET: f64 = 2.5;
@@ -260,7 +260,7 @@ fn workspace(dir: &Path) -> Result<Workspace, BenchError> {
     Workspace::create(dir)
 }
 
-/// Run seed 003's scenario.
+/// Run the study's scenario.
 pub fn run_seed(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<SeedReport, BenchError> {
     o.check()?;
     super::fio::check_installed()?;
@@ -350,7 +350,7 @@ fn verdict(x: f64, target: f64) -> &'static str {
     }
 }
 
-/// Seed 003's table, on our layers.
+/// The study's table, on our layers.
 pub fn render_seed(r: &SeedReport) -> String {
     let (pr, pw, cr, cw) = r.medians();
     let (br, bw) = r.bounds();
@@ -379,7 +379,7 @@ pub fn render_seed(r: &SeedReport) -> String {
     t.push(row("read", pr, cr, r.cipher.decrypt_bytes_per_s, br));
     t.push(row("write", pw, cw, r.cipher.encrypt_bytes_per_s, bw));
     let mut out = format!(
-        "Seed 003 (Cloudflare) on dmkit: {} random file in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
+        "Cloudflare's dm-crypt study on dmkit: {} random file in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
 plain = `dmkit linear open` (read-write), crypt = `dmkit plain open` aes-xts-plain64 512-bit, 4096-byte sectors\n\
 cipher = our in-process {} ({}), one call per 4 KiB sector, one thread\n\
 bound = plain x cipher / (plain + cipher)\n\n",
@@ -393,7 +393,7 @@ bound = plain x cipher / (plain + cipher)\n\n",
     out.push_str(&t.render());
     out.push_str(&format!("\nfio: {}\n", r.fio_command));
     out.push_str(
-        "seed 003 for reference: plain 1126 MB/s, dm-crypt 147 MB/s, bound 696 MB/s, fixed dm-crypt ~640 MB/s (0.92 of the bound)\n",
+        "the study for reference (a RAM disk, their machine): plain 1126 MB/s, dm-crypt 147 MB/s, bound 696 MB/s, fixed dm-crypt ~640 MB/s (0.92 of the bound)\n",
     );
     out
 }

@@ -1,4 +1,4 @@
-//! Text rendering: Markdown-style tables shaped like the source documents' tables (so they can
+//! Text rendering: Markdown-style tables shaped like the published studies' tables (so they can
 //! be pasted next to them), and the acceptance lines. Pure functions from the model to text.
 
 use super::model::{Comparison, FormatReport, Measurement, OverheadReport, Row, Stats};

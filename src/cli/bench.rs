@@ -27,7 +27,7 @@ enum BenchCommand {
     Format(FormatArgs),
     /// Our AES-XTS throughput (4 KiB sectors) next to `openssl speed -evp aes-256-xts`, then AES-CBC, serpent, twofish and AES-LRW.
     Cipher(CipherArgs),
-    /// Seed 003 (Cloudflare): plain vs crypt on a RAM-backed file against the cipher bound;
+    /// Cloudflare's dm-crypt study ("Speeding up Linux disk encryption", 2020): plain vs crypt on a RAM-backed file against the cipher bound;
     /// with `--peer qemu-storage-daemon`, our crypt export vs QEMU's LUKS FUSE export.
     Crypt(CryptArgs),
 }

@@ -92,19 +92,24 @@ pub fn status(a: StatusArgs) -> CliResult {
         Ok(l) => l,
         Err(e @ ExportError::NotOpen { .. }) => {
             // veritysetup's wording, and its exit code 4.
-            if !a.json {
-                let name = a.name.as_deref().unwrap_or_default();
-                println!("{} is inactive.", export::run_dir().join(name).display());
+            if a.json {
+                return Err(e.into());
             }
-            return Err(e.into());
+            // That line is the whole answer, as cryptsetup's; the exit code says the rest.
+            let name = a.name.as_deref().unwrap_or_default();
+            println!("{} is inactive.", export::run_dir().join(name).display());
+            return Err(CliError {
+                code: e.exit_code(),
+                message: String::new(),
+            });
         }
         Err(e) => return Err(e.into()),
     };
-    // A named device whose server died is not active: say so, and exit 4 as for any inactive
-    // device (the listing of everything stays a success).
-    let dead = match (&a.name, list.first()) {
-        (Some(n), Some(v)) if v["state"].as_str() != Some("active") => Some(n.clone()),
-        _ => None,
+    // A named device whose server died is not active: exit 4 as for any inactive device (the
+    // listing of everything stays a success).
+    let inactive = match (&a.name, list.first()) {
+        (Some(_), Some(v)) => v["state"].as_str() != Some("active"),
+        _ => false,
     };
     if a.json {
         let v = match (&a.name, list) {
@@ -119,10 +124,14 @@ pub fn status(a: StatusArgs) -> CliResult {
             print!("{}", human(v));
         }
     }
-    match dead {
-        Some(name) => Err(CliError::no_device(format!("device {name} is not active"))),
-        None => Ok(()),
+    if inactive {
+        // What was printed says it (a dead server, or its JSON state); the code says inactive.
+        return Err(CliError {
+            code: 4,
+            message: String::new(),
+        });
     }
+    Ok(())
 }
 
 fn scalar(v: &Value) -> String {
@@ -176,7 +185,8 @@ fn human(v: &Value) -> String {
     if let Some(e) = v["error"].as_str() {
         rows.add("error", e);
     }
-    rows.add("type", scalar(&v["kind"]));
+    // device-mapper's word for the layer; "type" is left to the layer's own details (LUKS2).
+    rows.add("target", scalar(&v["kind"]));
     rows.add("path", &path);
     if let Some(l) = v["loop_device"].as_str() {
         let dio = if v["loop_direct_io"].as_bool() == Some(true) {

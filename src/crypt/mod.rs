@@ -2,7 +2,7 @@
 //! and the LUKS2/LUKS1 on-disk formats.
 //!
 //! The crypto runs inline on the thread serving the request (the lesson of the Cloudflare
-//! study, SEEDS.md seed 003): no queues, no thread hops, the fastest synchronous primitive.
+//! study, "Speeding up Linux disk encryption", 2020): no queues, no thread hops, the fastest synchronous primitive.
 
 mod aes_x86;
 mod block_cipher;

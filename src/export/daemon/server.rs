@@ -335,8 +335,7 @@ impl Server {
             "close" => match self.users_after_patience() {
                 Some(why) => {
                     eprintln!("dmkit: close refused: {why}");
-                    answer(json!({"ok": false, "kind": "busy",
-                        "error": format!("device {} is still in use: {why}", self.state.name)}));
+                    answer(json!({"ok": false, "kind": "busy", "error": why}));
                 }
                 None => {
                     eprintln!("dmkit: close requested");
