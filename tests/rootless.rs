@@ -91,6 +91,15 @@ fn prerequisites_missing() -> bool {
              scripts/deps.sh does too): rootless FUSE needs it",
         );
     }
+    if fs::metadata("/")
+        .map(|m| m.mode() & 0o001 == 0)
+        .unwrap_or(true)
+    {
+        return missing(
+            "/ is not searchable by other users (a chroot unpacked into a private directory?): \
+             no other user can run a program; scripts/deps.sh makes it 0755 as on Debian",
+        );
+    }
     tool_missing("fusermount3", "fuse3")
         || tool_missing("useradd", "passwd")
         || tool_missing("setpriv", "util-linux")
