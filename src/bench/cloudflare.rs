@@ -266,18 +266,19 @@ pub fn run_seed(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<SeedRepo
     super::fio::check_installed()?;
     let dmkit = Dmkit::from_env()?;
     let ws = workspace(&o.dir)?;
-    let data = ws.path("data.img");
-    say(
-        o.progress,
-        format!(
-            "writing {} of random data to {}",
-            format_size(o.size),
-            data.display()
-        ),
-    );
-    harness::write_random_file(&data, o.size, interrupt)?;
     let mut exports: Vec<Export> = Vec::new();
     for c in [Config::Plain, Config::Crypt] {
+        // One file each: both are open read-write at once, and a file has one writer.
+        let data = ws.path(&format!("{}.img", c.name()));
+        say(
+            o.progress,
+            format!(
+                "writing {} of random data to {}",
+                format_size(o.size),
+                data.display()
+            ),
+        );
+        harness::write_random_file(&data, o.size, interrupt)?;
         let name = format!("bench{}-seed-{}", std::process::id(), c.name());
         let args = c.prepare_with(&dmkit, &data, &name, ws.dir(), interrupt, true)?;
         say(o.progress, format!("opening {} as {name}", c.name()));
@@ -379,7 +380,7 @@ pub fn render_seed(r: &SeedReport) -> String {
     t.push(row("read", pr, cr, r.cipher.decrypt_bytes_per_s, br));
     t.push(row("write", pw, cw, r.cipher.encrypt_bytes_per_s, bw));
     let mut out = format!(
-        "Cloudflare's dm-crypt study on dmkit: {} random file in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
+        "Cloudflare's dm-crypt study on dmkit: {} random file each for plain and crypt in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
 plain = `dmkit linear open` (read-write), crypt = `dmkit plain open` aes-xts-plain64 512-bit, 4096-byte sectors\n\
 cipher = our in-process {} ({}), one call per 4 KiB sector, one thread\n\
 bound = plain x cipher / (plain + cipher)\n\n",
