@@ -47,6 +47,9 @@ fi
 # Rootless serving goes through fusermount3, which opens /dev/fuse with the user's own rights:
 # Debian's udev makes it 0666 (50-udev-default.rules); machines without udev leave it 0600.
 [ -c /dev/fuse ] && chmod 0666 /dev/fuse 2>/dev/null || true
+# fusermount3 reads /etc/mtab before it unmounts a user's mount: every Debian system has it
+# (a symlink systemd-tmpfiles makes), a minbase chroot does not.
+[ -e /etc/mtab ] || ln -s ../proc/self/mounts /etc/mtab 2>/dev/null || true
 # The rootless test runs as a user of its own, who must be able to reach /usr and /tmp: a
 # Debian root directory is 0755, a chroot unpacked into a mktemp directory is 0700.
 [ "$(( $(stat -c '0%a' /) & 01 ))" = 1 ] || chmod o+rx / 2>/dev/null || true

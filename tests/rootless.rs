@@ -100,6 +100,12 @@ fn prerequisites_missing() -> bool {
              no other user can run a program; scripts/deps.sh makes it 0755 as on Debian",
         );
     }
+    if !Path::new("/etc/mtab").exists() {
+        return missing(
+            "/etc/mtab is missing: fusermount3 cannot unmount a user's mount without it \
+             (scripts/deps.sh links it to /proc/self/mounts, as Debian does)",
+        );
+    }
     tool_missing("fusermount3", "fuse3")
         || tool_missing("useradd", "passwd")
         || tool_missing("setpriv", "util-linux")

@@ -92,16 +92,12 @@ pub fn status(a: StatusArgs) -> CliResult {
         Ok(l) => l,
         Err(e @ ExportError::NotOpen { .. }) => {
             // veritysetup's wording, and its exit code 4.
-            if a.json {
-                return Err(e.into());
+            // veritysetup's line on stdout, and the error line every failure has on stderr.
+            if !a.json {
+                let name = a.name.as_deref().unwrap_or_default();
+                println!("{} is inactive.", export::run_dir().join(name).display());
             }
-            // That line is the whole answer, as cryptsetup's; the exit code says the rest.
-            let name = a.name.as_deref().unwrap_or_default();
-            println!("{} is inactive.", export::run_dir().join(name).display());
-            return Err(CliError {
-                code: e.exit_code(),
-                message: String::new(),
-            });
+            return Err(e.into());
         }
         Err(e) => return Err(e.into()),
     };
@@ -124,12 +120,8 @@ pub fn status(a: StatusArgs) -> CliResult {
             print!("{}", human(v));
         }
     }
-    if inactive {
-        // What was printed says it (a dead server, or its JSON state); the code says inactive.
-        return Err(CliError {
-            code: 4,
-            message: String::new(),
-        });
+    if let (true, Some(name)) = (inactive, &a.name) {
+        return Err(CliError::no_device(format!("device {name} is not active")));
     }
     Ok(())
 }
