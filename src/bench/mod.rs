@@ -22,6 +22,7 @@ pub mod config;
 pub mod fio;
 pub mod format;
 pub mod harness;
+pub mod integrity;
 pub mod model;
 pub mod overhead;
 pub mod table;

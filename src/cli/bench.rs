@@ -30,6 +30,32 @@ enum BenchCommand {
     /// Cloudflare's dm-crypt study ("Speeding up Linux disk encryption", 2020): plain vs crypt on a RAM-backed file against the cipher bound;
     /// with `--peer qemu-storage-daemon`, our crypt export vs QEMU's LUKS FUSE export.
     Crypt(CryptArgs),
+    /// The dm-integrity overhead table (4 KiB write, randwrite, read, randread, buffered and
+    /// direct): plain against integrity in J, B and D modes, each on its own file in RAM.
+    Integrity(IntegrityArgs),
+}
+
+/// Arguments of `dmkit bench integrity`.
+#[derive(clap::Args)]
+struct IntegrityArgs {
+    /// Runs per job and side [default: 3, --quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Data size each side serves [default: 1G, --quick: 256M].
+    #[arg(long)]
+    size: Option<String>,
+    /// Seconds per fio run [default: 5, --quick: 2].
+    #[arg(long)]
+    runtime: Option<f64>,
+    /// Directory for the scratch files (/dev/shm: RAM-backed; a disk directory for the disk case).
+    #[arg(long, default_value = "/dev/shm")]
+    dir: PathBuf,
+    /// Small and fast.
+    #[arg(long)]
+    quick: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -153,6 +179,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Format(f)) => run_format(f),
         Some(BenchCommand::Cipher(c)) => run_cipher(c),
         Some(BenchCommand::Crypt(c)) => run_crypt(c),
+        Some(BenchCommand::Integrity(i)) => run_integrity(i),
         None => run_overhead(a.overhead),
     }
 }
@@ -230,6 +257,26 @@ fn run_crypt(a: CryptArgs) -> CliResult {
             "bench crypt: --peer {p}: unknown peer (known: qemu-storage-daemon)"
         ))),
     }
+}
+
+fn run_integrity(a: IntegrityArgs) -> CliResult {
+    use crate::bench::integrity::{self, IntegrityBenchOptions};
+    use std::io::IsTerminal;
+    let mut o = IntegrityBenchOptions::defaults(a.quick);
+    o.progress = std::io::stderr().is_terminal();
+    if let Some(r) = a.runs {
+        o.runs = r;
+    }
+    if let Some(s) = &a.size {
+        o.size = bench::parse_size(s).map_err(cli_error)?;
+    }
+    if let Some(ms) = runtime_ms(a.runtime, "bench integrity")? {
+        o.runtime_ms = ms;
+    }
+    o.dir = a.dir;
+    let interrupt = Interrupt::install();
+    let r = integrity::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, integrity::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

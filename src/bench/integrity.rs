@@ -1,0 +1,547 @@
+//! `dmkit bench integrity`: the dm-integrity overhead table of the first source document
+//! (fio 4 KiB write, randwrite, read, randread; plain against integrity), on our layers, for
+//! each of the kernel's crash-consistency modes: J (journal), B (bitmap) and D (direct).
+//!
+//! Every side gets its own backing file (each is open read-write, and a file has one
+//! writer): `plain` is `dmkit linear open` of a random file, the integrity sides are files
+//! formatted with `dmkit integrity format` (crc32c, 4-byte tags, 512-byte sectors, as the
+//! document's defaults) and opened with the mode's flag. The jobs run buffered (through the
+//! page cache, with an fsync at the end of every writing job so the data reaches the layer)
+//! and with O_DIRECT, alternating the sides run by run. Writes run first, so reads read what
+//! was written.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::cloudflare::{parse_rw, RwResult};
+use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
+use super::model::Stats;
+use super::table::{format_size, Align, TextTable};
+use super::BenchError;
+
+/// The issue's acceptance: a mode's sequential-write bandwidth over plain's.
+pub fn write_target(mode: Mode) -> f64 {
+    match mode {
+        Mode::Journal => 0.60,
+        Mode::Bitmap => 0.85,
+        Mode::Direct => 0.90,
+    }
+}
+
+/// The issue's acceptance for reads, every mode.
+pub const READ_TARGET: f64 = 0.85;
+
+/// A dm-integrity crash-consistency mode (the kernel's mode letter).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Mode {
+    /// J: data and tags go through the journal.
+    Journal,
+    /// B: a bitmap of dirty regions, recalculated after a crash.
+    Bitmap,
+    /// D: direct, no crash consistency.
+    Direct,
+}
+
+impl Mode {
+    /// Every mode, in table order.
+    pub const ALL: [Mode; 3] = [Mode::Journal, Mode::Bitmap, Mode::Direct];
+
+    /// The kernel's letter.
+    pub fn letter(self) -> &'static str {
+        match self {
+            Mode::Journal => "J",
+            Mode::Bitmap => "B",
+            Mode::Direct => "D",
+        }
+    }
+
+    /// The `dmkit integrity format` / `open` flags selecting the mode.
+    fn flags(self) -> &'static [&'static str] {
+        match self {
+            Mode::Journal => &[],
+            Mode::Bitmap => &["--integrity-bitmap-mode"],
+            Mode::Direct => &["--integrity-no-journal"],
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct IntegrityBenchOptions {
+    /// Size fio works on (each side's file holds at least this much data), bytes.
+    pub size: u64,
+    /// Runs per job and side.
+    pub runs: u32,
+    /// Length of one fio run, ms.
+    pub runtime_ms: u64,
+    /// Where the scratch directory goes (/dev/shm: RAM-backed, the acceptance case).
+    pub dir: PathBuf,
+    /// Print progress on stderr.
+    pub progress: bool,
+}
+
+impl IntegrityBenchOptions {
+    /// Defaults (`--quick`: smaller and shorter).
+    pub fn defaults(quick: bool) -> IntegrityBenchOptions {
+        IntegrityBenchOptions {
+            size: if quick { 256 << 20 } else { 1 << 30 },
+            runs: if quick { 1 } else { 3 },
+            runtime_ms: if quick { 2000 } else { 5000 },
+            dir: PathBuf::from("/dev/shm"),
+            progress: false,
+        }
+    }
+
+    fn check(&self) -> Result<(), BenchError> {
+        if self.size == 0 || !self.size.is_multiple_of(1 << 20) {
+            return Err(BenchError::Invalid(format!(
+                "--size must be a non-zero multiple of 1 MiB, not {}",
+                self.size
+            )));
+        }
+        if self.runs == 0 {
+            return Err(BenchError::Invalid("--runs must be at least 1".into()));
+        }
+        Ok(())
+    }
+}
+
+/// One fio job of the table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// fio `--rw` and the row name.
+    pub rw: String,
+    /// O_DIRECT (else buffered, with an fsync at the end of a writing job).
+    pub direct: bool,
+}
+
+impl Job {
+    /// The table's rows: write, randwrite, read, randread, buffered then direct.
+    pub fn all() -> Vec<Job> {
+        let mut v = Vec::new();
+        for direct in [false, true] {
+            for rw in ["write", "randwrite", "read", "randread"] {
+                v.push(Job {
+                    rw: rw.into(),
+                    direct,
+                });
+            }
+        }
+        v
+    }
+
+    /// Whether the job writes.
+    pub fn writes(&self) -> bool {
+        self.rw.contains("write")
+    }
+
+    /// Its row label.
+    pub fn label(&self) -> String {
+        if self.direct {
+            format!("{} direct", self.rw)
+        } else {
+            self.rw.clone()
+        }
+    }
+
+    /// fio arguments on `file`.
+    pub fn args(&self, file: &Path, size: u64, runtime_ms: u64) -> Vec<String> {
+        let filename = file.to_string_lossy().replace(':', "\\:");
+        let mut v = vec![
+            format!("--name={}", self.rw),
+            format!("--filename={filename}"),
+            format!("--readwrite={}", self.rw),
+            "--bs=4096".to_string(),
+            format!("--direct={}", u8::from(self.direct)),
+            "--ioengine=libaio".to_string(),
+            "--iodepth=1".to_string(),
+            format!("--size={size}"),
+            "--time_based".to_string(),
+            format!("--runtime={runtime_ms}ms"),
+            "--numjobs=1".to_string(),
+            "--thread".to_string(),
+            "--output-format=json".to_string(),
+        ];
+        if self.writes() && !self.direct {
+            v.push("--end_fsync=1".into());
+        }
+        if !self.writes() && !self.direct {
+            // Drop what the write jobs left in the page cache, so reads reach the layer.
+            v.push("--invalidate=1".into());
+        }
+        v
+    }
+}
+
+/// One row: the median bandwidth of each side, bytes/s, in `IntegrityReport::sides` order.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    /// The job.
+    pub job: Job,
+    /// Every run's bandwidth per side, bytes/s.
+    pub runs: Vec<Vec<f64>>,
+}
+
+impl Row {
+    /// Median of one side.
+    pub fn median(&self, side: usize) -> f64 {
+        Stats::of(&self.runs[side]).map_or(0.0, |s| s.median)
+    }
+}
+
+/// The whole result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IntegrityReport {
+    /// fio's size, bytes.
+    pub size: u64,
+    /// Runs per job and side.
+    pub runs: u32,
+    /// Length of one run, ms.
+    pub runtime_ms: u64,
+    /// Where the files were.
+    pub dir: PathBuf,
+    /// The modes measured, after `plain`.
+    pub modes: Vec<Mode>,
+    /// The commands that prepared and opened each side.
+    pub commands: Vec<String>,
+    /// An example fio command line.
+    pub fio_command: String,
+    /// One row per job.
+    pub rows: Vec<Row>,
+}
+
+fn say(progress: bool, msg: String) {
+    if progress {
+        eprintln!("{msg}");
+    }
+}
+
+fn fio(
+    job: &Job,
+    file: &Path,
+    o: &IntegrityBenchOptions,
+    scratch: &Path,
+    interrupt: &Interrupt,
+) -> Result<f64, BenchError> {
+    let mut cmd = Command::new("fio");
+    cmd.args(job.args(file, o.size, o.runtime_ms));
+    let limit = Duration::from_millis(o.runtime_ms) + Duration::from_secs(120);
+    let out = harness::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
+    if !out.status.success() {
+        return Err(BenchError::Fio(format!(
+            "{} on {} failed ({}): {}",
+            job.label(),
+            file.display(),
+            out.status,
+            out.stderr.trim()
+        )));
+    }
+    let r: RwResult = parse_rw(&out.stdout)
+        .map_err(|e| BenchError::Fio(format!("{} on {}: {e}", job.label(), file.display())))?;
+    Ok(if job.writes() { r.write } else { r.read })
+}
+
+/// Size of an integrity image whose data area holds at least `size` bytes: the tags (4 per
+/// 512-byte sector: under 1%), the journal and padding fit in the margin.
+fn image_size(size: u64) -> u64 {
+    size + size / 32 + (80 << 20)
+}
+
+/// Prepare, open and return one integrity side.
+fn open_integrity(
+    dmkit: &Dmkit,
+    mode: Mode,
+    o: &IntegrityBenchOptions,
+    ws: &Workspace,
+    interrupt: &Interrupt,
+    commands: &mut Vec<String>,
+) -> Result<Export, BenchError> {
+    let img = ws.path(&format!("integrity-{}.img", mode.letter()));
+    let io = |source| BenchError::Io {
+        what: format!("creating {}", img.display()),
+        source,
+    };
+    std::fs::File::create(&img)
+        .and_then(|f| f.set_len(image_size(o.size)))
+        .map_err(io)?;
+    let img_s = img.to_string_lossy().into_owned();
+    let mut format: Vec<String> = vec!["integrity".into(), "format".into(), "-q".into()];
+    format.extend(mode.flags().iter().map(|s| s.to_string()));
+    format.push(img_s.clone());
+    let mut cmd = dmkit.command(&format);
+    commands.push(format!("dmkit {}", format.join(" ")));
+    run_ok(&mut cmd, ws.dir(), interrupt, None)?;
+    let name = format!("bench{}-integrity-{}", std::process::id(), mode.letter());
+    let mut open: Vec<String> = vec!["integrity".into(), "open".into()];
+    open.extend(mode.flags().iter().map(|s| s.to_string()));
+    open.push(img_s);
+    open.push(name.clone());
+    commands.push(format!("dmkit {}", open.join(" ")));
+    say(
+        o.progress,
+        format!("opening integrity ({}) as {name}", mode.letter()),
+    );
+    let e = dmkit.open(&name, &open, ws.dir(), interrupt)?;
+    let have = std::fs::metadata(e.path())
+        .map_err(|source| BenchError::Io {
+            what: format!("reading the size of {}", e.path().display()),
+            source,
+        })?
+        .len();
+    if have < o.size {
+        return Err(BenchError::Tool(format!(
+            "{} provides {have} bytes, fewer than --size {}",
+            e.path().display(),
+            o.size
+        )));
+    }
+    Ok(e)
+}
+
+/// Run the table.
+pub fn run(
+    o: &IntegrityBenchOptions,
+    interrupt: &Interrupt,
+) -> Result<IntegrityReport, BenchError> {
+    o.check()?;
+    super::fio::check_installed()?;
+    let dmkit = Dmkit::from_env()?;
+    let ws = Workspace::create(&o.dir)?;
+    let modes = Mode::ALL.to_vec();
+    let mut commands = Vec::new();
+    let mut exports: Vec<Export> = Vec::new();
+
+    let data = ws.path("plain.img");
+    say(
+        o.progress,
+        format!(
+            "writing {} of random data to {}",
+            format_size(o.size),
+            data.display()
+        ),
+    );
+    harness::write_random_file(&data, o.size, interrupt)?;
+    let name = format!("bench{}-integrity-plain", std::process::id());
+    let args: Vec<String> = vec![
+        "linear".into(),
+        "open".into(),
+        data.to_string_lossy().into_owned(),
+        name.clone(),
+    ];
+    commands.push(format!("dmkit {}", args.join(" ")));
+    exports.push(dmkit.open(&name, &args, ws.dir(), interrupt)?);
+    for &m in &modes {
+        say(o.progress, format!("formatting integrity ({})", m.letter()));
+        exports.push(open_integrity(&dmkit, m, o, &ws, interrupt, &mut commands)?);
+    }
+
+    let jobs = Job::all();
+    let fio_command = format!(
+        "fio {}",
+        jobs[0]
+            .args(exports[0].path(), o.size, o.runtime_ms)
+            .join(" ")
+    );
+    let n = exports.len();
+    let mut rows: Vec<Row> = jobs
+        .iter()
+        .map(|j| Row {
+            job: j.clone(),
+            runs: vec![Vec::new(); n],
+        })
+        .collect();
+    for run in 0..o.runs as usize {
+        for row in rows.iter_mut() {
+            for k in 0..n {
+                let side = (k + run) % n;
+                interrupt.check()?;
+                let bw = fio(&row.job, exports[side].path(), o, ws.dir(), interrupt)?;
+                say(
+                    o.progress,
+                    format!(
+                        "run {}/{} {:<16} {:<12} {:.1} MB/s",
+                        run + 1,
+                        o.runs,
+                        row.job.label(),
+                        side_name(&modes, side),
+                        bw / 1e6
+                    ),
+                );
+                row.runs[side].push(bw);
+            }
+        }
+    }
+    for e in exports.drain(..).rev() {
+        e.close()?;
+    }
+    Ok(IntegrityReport {
+        size: o.size,
+        runs: o.runs,
+        runtime_ms: o.runtime_ms,
+        dir: o.dir.clone(),
+        modes,
+        commands,
+        fio_command,
+        rows,
+    })
+}
+
+fn side_name(modes: &[Mode], side: usize) -> String {
+    if side == 0 {
+        "plain".into()
+    } else {
+        format!("integrity {}", modes[side - 1].letter())
+    }
+}
+
+fn mbs(v: f64) -> String {
+    format!("{:.1} MB/s", v / 1e6)
+}
+
+/// The target a cell is judged by, if any: sequential writes per mode, every read.
+pub fn target(job: &Job, mode: Mode) -> Option<f64> {
+    match job.rw.as_str() {
+        "write" => Some(write_target(mode)),
+        "read" | "randread" => Some(READ_TARGET),
+        _ => None,
+    }
+}
+
+/// The document's table, on our layers, one overhead column per mode.
+pub fn render(r: &IntegrityReport) -> String {
+    let mut header = vec![
+        ("fio 4k".to_string(), Align::Left),
+        ("plain".to_string(), Align::Right),
+    ];
+    for m in &r.modes {
+        header.push((format!("integrity {}", m.letter()), Align::Right));
+        header.push(("overhead".to_string(), Align::Right));
+    }
+    let mut t = TextTable::new(header);
+    let mut verdicts = Vec::new();
+    for row in &r.rows {
+        let plain = row.median(0);
+        let mut cells = vec![row.job.label(), mbs(plain)];
+        for (i, &m) in r.modes.iter().enumerate() {
+            let v = row.median(i + 1);
+            let ratio = if plain > 0.0 { v / plain } else { 0.0 };
+            let mark = match target(&row.job, m) {
+                Some(t) if ratio < t => {
+                    verdicts.push(format!(
+                        "{} {}: {:.2} of plain, target {:.2}: NOT MET",
+                        m.letter(),
+                        row.job.label(),
+                        ratio,
+                        t
+                    ));
+                    " !"
+                }
+                _ => "",
+            };
+            cells.push(mbs(v));
+            cells.push(format!("{:+.1}%{mark}", (ratio - 1.0) * 100.0));
+        }
+        t.push(cells);
+    }
+    let mut out = format!(
+        "dm-integrity overhead on dmkit: {} per side in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
+plain = `dmkit linear open`; integrity = crc32c, 4-byte tags, 512-byte sectors, modes J (journal), B (bitmap), D (direct)\n\
+fio 4 KiB, libaio, queue depth 1; buffered writes end with an fsync\n\n",
+        format_size(r.size),
+        r.dir.display(),
+        r.runs,
+        r.runtime_ms as f64 / 1000.0,
+    );
+    out.push_str(&t.render());
+    out.push_str(&format!(
+        "\ntargets (RAM-backed): sequential write J >= {:.2}, B >= {:.2}, D >= {:.2} of plain; reads >= {READ_TARGET:.2}: ",
+        write_target(Mode::Journal),
+        write_target(Mode::Bitmap),
+        write_target(Mode::Direct)
+    ));
+    if verdicts.is_empty() {
+        out.push_str("all met\n");
+    } else {
+        out.push_str(&format!("{} NOT MET (marked !)\n", verdicts.len()));
+        for v in verdicts {
+            out.push_str(&format!("  {v}\n"));
+        }
+    }
+    out.push_str(
+        "the document for reference (Raspberry Pi 4, USB stick, kernel J mode): write -43.3%, randwrite -52.5%, read -12.2%, randread -17.7%\n",
+    );
+    for c in &r.commands {
+        out.push_str(&format!("{c}\n"));
+    }
+    out.push_str(&format!("{}\n", r.fio_command));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_cover_the_documents_rows_buffered_and_direct() {
+        let jobs = Job::all();
+        assert_eq!(jobs.len(), 8);
+        assert_eq!(jobs[0].label(), "write");
+        assert_eq!(jobs[7].label(), "randread direct");
+        let a = jobs[0].args(Path::new("/x"), 1 << 20, 1000);
+        assert!(a.contains(&"--end_fsync=1".to_string()));
+        assert!(a.contains(&"--direct=0".to_string()));
+        let a = jobs[6].args(Path::new("/x"), 1 << 20, 1000);
+        assert!(a.contains(&"--direct=1".to_string()));
+        assert!(!a.iter().any(|s| s.starts_with("--end_fsync")));
+    }
+
+    #[test]
+    fn targets_follow_the_issue() {
+        let w = Job {
+            rw: "write".into(),
+            direct: false,
+        };
+        let rw = Job {
+            rw: "randwrite".into(),
+            direct: true,
+        };
+        let r = Job {
+            rw: "randread".into(),
+            direct: true,
+        };
+        assert_eq!(target(&w, Mode::Journal), Some(0.60));
+        assert_eq!(target(&w, Mode::Bitmap), Some(0.85));
+        assert_eq!(target(&w, Mode::Direct), Some(0.90));
+        assert_eq!(target(&rw, Mode::Direct), None);
+        assert_eq!(target(&r, Mode::Journal), Some(READ_TARGET));
+    }
+
+    #[test]
+    fn renders_marks_missed_targets() {
+        let r = IntegrityReport {
+            size: 1 << 20,
+            runs: 1,
+            runtime_ms: 1000,
+            dir: "/dev/shm".into(),
+            modes: vec![Mode::Journal],
+            commands: vec![],
+            fio_command: "fio".into(),
+            rows: vec![Row {
+                job: Job {
+                    rw: "write".into(),
+                    direct: false,
+                },
+                runs: vec![vec![100e6], vec![50e6]],
+            }],
+        };
+        let s = render(&r);
+        assert!(s.contains("-50.0% !"), "{s}");
+        assert!(
+            s.contains("J write: 0.50 of plain, target 0.60: NOT MET"),
+            "{s}"
+        );
+    }
+}
