@@ -20,6 +20,7 @@ use super::cipher::{self as cipher_bench, CipherSpeed};
 use super::config::Config;
 use super::harness::{self, command_line, Dmkit, Export, Interrupt, Workspace};
 use super::model::Stats;
+use super::rw::RwBenchOptions;
 use super::table::{format_size, Align, TextTable};
 use super::BenchError;
 
@@ -31,46 +32,14 @@ pub const PEER_SEQ_TARGET: f64 = 2.5;
 pub const PEER_RAND_TARGET: f64 = 1.3;
 
 /// Options of both scenarios.
-#[derive(Debug, Clone)]
-pub struct CryptBenchOptions {
-    /// Size of the data file / LUKS payload, bytes (a multiple of 1 MiB).
-    pub size: u64,
-    /// Runs per job and side (alternated).
-    pub runs: u32,
-    /// Length of one fio run, ms.
-    pub runtime_ms: u64,
-    /// Seconds of the cipher measurement (per direction).
-    pub cipher_seconds: f64,
-    /// Where the scratch directory goes (RAM: /dev/shm).
-    pub dir: PathBuf,
-    /// Print progress on stderr.
-    pub progress: bool,
-}
+pub type CryptBenchOptions = RwBenchOptions;
 
-impl CryptBenchOptions {
-    /// Defaults (`--quick`: smaller and shorter).
-    pub fn defaults(quick: bool) -> CryptBenchOptions {
-        CryptBenchOptions {
-            size: if quick { 256 << 20 } else { 1 << 30 },
-            runs: if quick { 1 } else { 3 },
-            runtime_ms: if quick { 2000 } else { 5000 },
-            cipher_seconds: if quick { 0.5 } else { 2.0 },
-            dir: PathBuf::from("/dev/shm"),
-            progress: false,
-        }
-    }
-
-    fn check(&self) -> Result<(), BenchError> {
-        if self.size == 0 || !self.size.is_multiple_of(1 << 20) {
-            return Err(BenchError::Invalid(format!(
-                "--size must be a non-zero multiple of 1 MiB, not {}",
-                self.size
-            )));
-        }
-        if self.runs == 0 {
-            return Err(BenchError::Invalid("--runs must be at least 1".into()));
-        }
-        Ok(())
+/// Seconds of the cipher measurement (per direction).
+fn cipher_seconds(o: &CryptBenchOptions) -> f64 {
+    if o.quick {
+        0.5
+    } else {
+        2.0
     }
 }
 
@@ -326,7 +295,7 @@ pub fn run_seed(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<SeedRepo
         o.progress,
         "measuring the cipher (aes-xts-plain64, 512-bit, 4 KiB sectors)".into(),
     );
-    let cipher = cipher_bench::xts_speed(64, Duration::from_secs_f64(o.cipher_seconds))?;
+    let cipher = cipher_bench::xts_speed(64, Duration::from_secs_f64(cipher_seconds(o)))?;
     Ok(SeedReport {
         size: o.size,
         runs: o.runs,

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 use super::cloudflare::{parse_rw, RwResult};
 use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
 use super::model::Stats;
+use super::rw::RwBenchOptions;
 use super::table::{format_size, Align, TextTable};
 use super::BenchError;
 
@@ -68,46 +69,9 @@ impl Mode {
     }
 }
 
-/// What to run.
-#[derive(Debug, Clone)]
-pub struct IntegrityBenchOptions {
-    /// Size fio works on (each side's file holds at least this much data), bytes.
-    pub size: u64,
-    /// Runs per job and side.
-    pub runs: u32,
-    /// Length of one fio run, ms.
-    pub runtime_ms: u64,
-    /// Where the scratch directory goes (/dev/shm: RAM-backed, the acceptance case).
-    pub dir: PathBuf,
-    /// Print progress on stderr.
-    pub progress: bool,
-}
-
-impl IntegrityBenchOptions {
-    /// Defaults (`--quick`: smaller and shorter).
-    pub fn defaults(quick: bool) -> IntegrityBenchOptions {
-        IntegrityBenchOptions {
-            size: if quick { 256 << 20 } else { 1 << 30 },
-            runs: if quick { 1 } else { 3 },
-            runtime_ms: if quick { 2000 } else { 5000 },
-            dir: PathBuf::from("/dev/shm"),
-            progress: false,
-        }
-    }
-
-    fn check(&self) -> Result<(), BenchError> {
-        if self.size == 0 || !self.size.is_multiple_of(1 << 20) {
-            return Err(BenchError::Invalid(format!(
-                "--size must be a non-zero multiple of 1 MiB, not {}",
-                self.size
-            )));
-        }
-        if self.runs == 0 {
-            return Err(BenchError::Invalid("--runs must be at least 1".into()));
-        }
-        Ok(())
-    }
-}
+/// What to run: the data size each side serves, runs, run length, the directory (/dev/shm is
+/// RAM-backed, the acceptance case).
+pub type IntegrityBenchOptions = RwBenchOptions;
 
 /// One fio job of the table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -25,6 +25,7 @@ pub mod harness;
 pub mod integrity;
 pub mod model;
 pub mod overhead;
+pub mod rw;
 pub mod table;
 pub mod verity;
 

@@ -8,6 +8,7 @@ use crate::bench::fio::Workload;
 use crate::bench::format::FormatOptions;
 use crate::bench::harness::Interrupt;
 use crate::bench::overhead::OverheadOptions;
+use crate::bench::rw::RwBenchOptions;
 use crate::bench::{self, table, BenchError};
 
 /// Arguments of `dmkit bench`.
@@ -32,30 +33,7 @@ enum BenchCommand {
     Crypt(CryptArgs),
     /// The dm-integrity overhead table (4 KiB write, randwrite, read, randread, buffered and
     /// direct): plain against integrity in J, B and D modes, each on its own file in RAM.
-    Integrity(IntegrityArgs),
-}
-
-/// Arguments of `dmkit bench integrity`.
-#[derive(clap::Args)]
-struct IntegrityArgs {
-    /// Runs per job and side [default: 3, --quick: 1].
-    #[arg(long)]
-    runs: Option<u32>,
-    /// Data size each side serves [default: 1G, --quick: 256M].
-    #[arg(long)]
-    size: Option<String>,
-    /// Seconds per fio run [default: 5, --quick: 2].
-    #[arg(long)]
-    runtime: Option<f64>,
-    /// Directory for the scratch files (/dev/shm: RAM-backed; a disk directory for the disk case).
-    #[arg(long, default_value = "/dev/shm")]
-    dir: PathBuf,
-    /// Small and fast.
-    #[arg(long)]
-    quick: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
+    Integrity(RwArgs),
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -69,22 +47,19 @@ struct CipherArgs {
     json: bool,
 }
 
-/// Arguments of `dmkit bench crypt`.
+/// Arguments shared by the read-write benchmarks (`bench crypt`, `bench integrity`).
 #[derive(clap::Args)]
-struct CryptArgs {
-    /// Compare against another implementation instead: `qemu-storage-daemon`.
-    #[arg(long)]
-    peer: Option<String>,
+struct RwArgs {
     /// Runs per job and side [default: 3, --quick: 1].
     #[arg(long)]
     runs: Option<u32>,
-    /// Size of the data file or LUKS payload [default: 1G, --quick: 256M].
+    /// Size of each side's data [default: 1G, --quick: 256M].
     #[arg(long)]
     size: Option<String>,
     /// Seconds per fio run [default: 5, --quick: 2].
     #[arg(long)]
     runtime: Option<f64>,
-    /// Directory for the scratch files, in RAM as in the seed.
+    /// Directory for the scratch files, in RAM as in the studies (a disk directory for the disk case).
     #[arg(long, default_value = "/dev/shm")]
     dir: PathBuf,
     /// Small and fast.
@@ -93,6 +68,35 @@ struct CryptArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+}
+
+impl RwArgs {
+    fn options(&self, command: &str) -> Result<RwBenchOptions, CliError> {
+        use std::io::IsTerminal;
+        let mut o = RwBenchOptions::defaults(self.quick);
+        o.progress = std::io::stderr().is_terminal();
+        if let Some(r) = self.runs {
+            o.runs = r;
+        }
+        if let Some(s) = &self.size {
+            o.size = bench::parse_size(s).map_err(cli_error)?;
+        }
+        if let Some(ms) = runtime_ms(self.runtime, command)? {
+            o.runtime_ms = ms;
+        }
+        o.dir = self.dir.clone();
+        Ok(o)
+    }
+}
+
+/// Arguments of `dmkit bench crypt`.
+#[derive(clap::Args)]
+struct CryptArgs {
+    /// Compare against another implementation instead: `qemu-storage-daemon`.
+    #[arg(long)]
+    peer: Option<String>,
+    #[command(flatten)]
+    rw: RwArgs,
 }
 
 /// fio through the exports of each configuration (the default `dmkit bench`).
@@ -229,29 +233,17 @@ fn run_cipher(a: CipherArgs) -> CliResult {
 }
 
 fn run_crypt(a: CryptArgs) -> CliResult {
-    use crate::bench::cloudflare::{self, CryptBenchOptions};
-    use std::io::IsTerminal;
-    let mut o = CryptBenchOptions::defaults(a.quick);
-    o.progress = std::io::stderr().is_terminal();
-    if let Some(r) = a.runs {
-        o.runs = r;
-    }
-    if let Some(s) = &a.size {
-        o.size = bench::parse_size(s).map_err(cli_error)?;
-    }
-    if let Some(ms) = runtime_ms(a.runtime, "bench crypt")? {
-        o.runtime_ms = ms;
-    }
-    o.dir = a.dir;
+    use crate::bench::cloudflare;
+    let o = a.rw.options("bench crypt")?;
     let interrupt = Interrupt::install();
     match a.peer.as_deref() {
         None => {
             let r = cloudflare::run_seed(&o, &interrupt).map_err(cli_error)?;
-            print_report(a.json, &r, cloudflare::render_seed)
+            print_report(a.rw.json, &r, cloudflare::render_seed)
         }
         Some("qemu-storage-daemon") => {
             let r = cloudflare::run_peer(&o, &interrupt).map_err(cli_error)?;
-            print_report(a.json, &r, cloudflare::render_peer)
+            print_report(a.rw.json, &r, cloudflare::render_peer)
         }
         Some(p) => Err(CliError::invalid(format!(
             "bench crypt: --peer {p}: unknown peer (known: qemu-storage-daemon)"
@@ -259,21 +251,9 @@ fn run_crypt(a: CryptArgs) -> CliResult {
     }
 }
 
-fn run_integrity(a: IntegrityArgs) -> CliResult {
-    use crate::bench::integrity::{self, IntegrityBenchOptions};
-    use std::io::IsTerminal;
-    let mut o = IntegrityBenchOptions::defaults(a.quick);
-    o.progress = std::io::stderr().is_terminal();
-    if let Some(r) = a.runs {
-        o.runs = r;
-    }
-    if let Some(s) = &a.size {
-        o.size = bench::parse_size(s).map_err(cli_error)?;
-    }
-    if let Some(ms) = runtime_ms(a.runtime, "bench integrity")? {
-        o.runtime_ms = ms;
-    }
-    o.dir = a.dir;
+fn run_integrity(a: RwArgs) -> CliResult {
+    use crate::bench::integrity;
+    let o = a.options("bench integrity")?;
     let interrupt = Interrupt::install();
     let r = integrity::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, integrity::render)
