@@ -46,6 +46,9 @@ pub const DEFAULT_MAX_JOURNAL_SECTORS: u64 = 131072;
 /// The default journal is the device size shifted right by this.
 pub const DEFAULT_JOURNAL_SIZE_FACTOR: u32 = 7;
 
+/// The largest device handled: byte offsets must fit in 64 bits.
+pub const MAX_DEVICE_SECTORS: u64 = u64::MAX >> 9;
+
 /// Options of the mapping that shape the layout beyond the superblock.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GeometryOptions {
@@ -285,6 +288,17 @@ impl Geometry {
     /// not fit the device, as the kernel refuses a table longer than what it computes.
     pub fn new(sb: &Superblock, device_sectors: u64, opts: &GeometryOptions) -> Result<Geometry> {
         sb.validate()?;
+        for (what, v) in [
+            ("data", Some(device_sectors)),
+            ("metadata", opts.meta_device_sectors),
+        ] {
+            if v.is_some_and(|v| v > MAX_DEVICE_SECTORS) {
+                return Err(IntegrityError::Geometry(format!(
+                    "{what} device of {} sectors is larger than 2^64 bytes",
+                    v.unwrap_or(0)
+                )));
+            }
+        }
         if sb.flags & SB_FLAG_INLINE != 0 {
             return Err(IntegrityError::field(
                 "flags",
@@ -404,6 +418,15 @@ impl Geometry {
             ));
         }
         let log2_spb = (ss / 512).trailing_zeros();
+        if device_sectors > MAX_DEVICE_SECTORS
+            || layout
+                .meta_device_sectors
+                .is_some_and(|v| v > MAX_DEVICE_SECTORS)
+        {
+            return Err(IntegrityError::Geometry(
+                "device is larger than 2^64 bytes".to_string(),
+            ));
+        }
         let journal_sectors = if layout.journal_sectors == 0 {
             DEFAULT_MAX_JOURNAL_SECTORS.min(device_sectors >> DEFAULT_JOURNAL_SIZE_FACTOR) as u32
         } else {

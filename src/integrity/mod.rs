@@ -6,11 +6,14 @@
 //! the kernel computes them), [`tags`] (internal-hash tags), [`journal_layout`] (journal
 //! sectors, entries, commit ids).
 
+pub mod dump;
 pub mod error;
+pub mod format;
 pub mod geometry;
 pub mod journal_layout;
 pub mod superblock;
 pub mod tags;
+pub mod verify;
 
 pub use error::{IntegrityError, Result};
 pub use geometry::{Area, FormatFields, FormatLayout, Geometry, GeometryOptions};
