@@ -21,7 +21,9 @@ use crate::block::BlockDevice;
 use zeroize::Zeroizing;
 
 /// Bytes written per chunk.
-pub const CHUNK_BYTES: usize = 32 << 20;
+pub const CHUNK_BYTES: usize = 8 << 20;
+/// Chunk writes in flight at once.
+pub const IN_FLIGHT: usize = 4;
 /// Alignment of chunk buffers and offsets (what `O_DIRECT` needs).
 pub const ALIGN: usize = 4096;
 
@@ -173,21 +175,36 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
     })
 }
 
-/// A heap buffer with a 4 KiB-aligned window (for `O_DIRECT`).
+/// A heap buffer with a 4 KiB-aligned window (for `O_DIRECT`), zero but for the `dirty`
+/// ranges: a chunk is mostly zeros, and clearing only what the last fill wrote saves a
+/// memset of the whole device.
 struct AlignedBuf {
     raw: Vec<u8>,
     off: usize,
     len: usize,
+    dirty: Vec<(usize, usize)>,
 }
 
 impl AlignedBuf {
     fn new(len: usize) -> AlignedBuf {
         let raw = vec![0u8; len + ALIGN];
         let off = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
-        AlignedBuf { raw, off, len }
+        AlignedBuf {
+            raw,
+            off,
+            len,
+            dirty: Vec::new(),
+        }
     }
     fn slice(&mut self, len: usize) -> &mut [u8] {
         &mut self.raw[self.off..self.off + len.min(self.len)]
+    }
+    /// Zero what the last fill wrote; the whole window is zero afterwards.
+    fn clear(&mut self) {
+        let (off, len) = (self.off, self.len);
+        for (a, b) in std::mem::take(&mut self.dirty) {
+            self.raw[off + a.min(len)..off + b.min(len)].fill(0);
+        }
     }
 }
 
@@ -228,19 +245,22 @@ fn zero_tags(
     });
 }
 
-/// Fill `buf` with the device bytes at `[start, start + buf.len())`: the journal where it
-/// lies, the tags of zero blocks where they lie, zero everywhere else (the superblock area
-/// too: it is written last).
+/// Fill the first `len` bytes of `chunk` with the device bytes at `[start, start + len)`: the
+/// journal where it lies, the tags of zero blocks where they lie, zero everywhere else (the
+/// superblock area too: it is written last).
 fn fill_chunk(
     plan: &FormatPlan,
     journal: &[u8],
     zeros: &[u8],
     start: u64,
-    buf: &mut [u8],
+    chunk: &mut AlignedBuf,
+    len: usize,
     threads: usize,
 ) {
     let g = &plan.geometry;
-    buf.fill(0);
+    chunk.clear();
+    let mut dirty = Vec::new();
+    let buf = chunk.slice(len);
     let end = start + buf.len() as u64;
     // Journal bytes.
     let js = g.journal_start_sector() * 512;
@@ -250,10 +270,26 @@ fn fill_chunk(
         let b = end.min(je);
         buf[(a - start) as usize..(b - start) as usize]
             .copy_from_slice(&journal[(a - js) as usize..(b - js) as usize]);
+        dirty.push(((a - start) as usize, (b - start) as usize));
     }
-    if !plan.wipe {
-        return;
+    if plan.wipe {
+        fill_tags(plan, zeros, start, buf, &mut dirty, threads);
     }
+    chunk.dirty = dirty;
+}
+
+/// The tags of zero blocks that lie in `buf` (device bytes from `start`); the ranges written
+/// go to `dirty`.
+fn fill_tags(
+    plan: &FormatPlan,
+    zeros: &[u8],
+    start: u64,
+    buf: &mut [u8],
+    dirty: &mut Vec<(usize, usize)>,
+    threads: usize,
+) {
+    let g = &plan.geometry;
+    let end = start + buf.len() as u64;
     // Tags: the areas whose tag bytes intersect the chunk hold consecutive logical blocks.
     let ts = u64::from(g.tag_size());
     let spb = u64::from(g.sectors_per_block());
@@ -295,6 +331,7 @@ fn fill_chunk(
         let b = (t0 + n * ts).min(end);
         buf[(a - start) as usize..(b - start) as usize]
             .copy_from_slice(&bytes[(a - t0) as usize..(b - t0) as usize]);
+        dirty.push(((a - start) as usize, (b - start) as usize));
     }
 }
 
@@ -317,30 +354,35 @@ pub fn write(
     let zeros = vec![0u8; ZERO_BUF];
     let threads = hashing_threads();
     let mut spare: Vec<AlignedBuf> = Vec::new();
-    let mut done = 0u64;
     std::thread::scope(|s| -> Result<()> {
-        let mut pending: Option<std::thread::ScopedJoinHandle<'_, Result<AlignedBuf>>> = None;
+        // Up to IN_FLIGHT chunk writes at once (each on its own scoped thread), while the
+        // next chunk is filled: a deeper queue keeps the device busy.
+        let mut pending: std::collections::VecDeque<
+            std::thread::ScopedJoinHandle<'_, Result<(AlignedBuf, u64)>>,
+        > = std::collections::VecDeque::new();
         let mut offset = 0u64;
         while offset < total {
             let len = (total - offset).min(CHUNK_BYTES as u64) as usize;
             let mut buf = spare.pop().unwrap_or_else(|| AlignedBuf::new(CHUNK_BYTES));
-            fill_chunk(plan, &journal, &zeros, offset, buf.slice(len), threads);
-            if let Some(h) = pending.take() {
-                spare.push(join(h)?);
-                progress(done, total);
+            fill_chunk(plan, &journal, &zeros, offset, &mut buf, len, threads);
+            if pending.len() >= IN_FLIGHT {
+                if let Some(h) = pending.pop_front() {
+                    let (b, end) = join(h)?;
+                    spare.push(b);
+                    progress(end, total);
+                }
             }
             let at = offset;
-            pending = Some(s.spawn(move || {
+            pending.push_back(s.spawn(move || {
                 dev.write_at(buf.slice(len), at)?;
-                Ok(buf)
+                Ok((buf, at + len as u64))
             }));
             offset += len as u64;
-            done = offset;
         }
-        if let Some(h) = pending.take() {
-            join(h)?;
+        while let Some(h) = pending.pop_front() {
+            let (_, end) = join(h)?;
+            progress(end, total);
         }
-        progress(done, total);
         Ok(())
     })?;
     dev.flush()?;
