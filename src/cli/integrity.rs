@@ -121,7 +121,8 @@ pub struct FormatArgs {
     /// Data sectors between metadata runs (default 32768).
     #[arg(long)]
     interleave_sectors: Option<u32>,
-    /// Journal size in bytes (default: 1/128 of the device, at most 64 MiB).
+    /// Journal size in bytes, rounded down to sectors (default: 1/128 of the device, at most
+    /// 64 MiB).
     #[arg(short = 'j', long)]
     journal_size: Option<u64>,
     /// Journal watermark in percent (an activation option: checked, not stored).
@@ -287,13 +288,9 @@ fn format_cmd(a: FormatArgs) -> CliResult {
             a.sector_size
         )));
     }
+    // integritysetup passes the size in whole sectors (rounded down; 0: the default).
     let journal_sectors = match a.journal_size {
         None => 0,
-        Some(b) if b % 512 != 0 => {
-            return Err(CliError::invalid(format!(
-                "--journal-size: {b} is not a multiple of 512 bytes"
-            )))
-        }
         Some(b) => u32::try_from(b / 512)
             .map_err(|_| CliError::invalid(format!("--journal-size: {b} bytes is too large")))?,
     };
