@@ -199,8 +199,12 @@ pub fn integrity_err(e: IntegrityError) -> CliError {
     CliError::invalid(e.to_string())
 }
 
+/// An error naming the file (I/O errors name it already).
 fn named(path: &Path, e: IntegrityError) -> CliError {
-    CliError::invalid(format!("{}: {e}", path.display()))
+    match e {
+        IntegrityError::Io(_) => CliError::invalid(e.to_string()),
+        e => CliError::invalid(format!("{}: {e}", path.display())),
+    }
 }
 
 /// Open `path` for a format: direct I/O where the filesystem takes it, claimed exclusively.
@@ -215,13 +219,7 @@ fn open_for_write(path: &Path) -> Result<FileDevice, CliError> {
 
 /// Read and parse the superblock of `dev`, with the error naming the file.
 fn read_superblock(dev: &FileDevice, path: &Path) -> Result<Superblock, CliError> {
-    let mut b = vec![0u8; 512];
-    if dev.size() < 512 {
-        return Err(named(path, IntegrityError::Truncated(dev.size() as usize)));
-    }
-    dev.read_at(&mut b, 0)
-        .map_err(|e| CliError::invalid(e.to_string()))?;
-    Superblock::parse(&b).map_err(|e| named(path, e))
+    crate::integrity::superblock::read_superblock(dev).map_err(|e| named(path, e))
 }
 
 fn progress_printer(what: &'static str) -> impl FnMut(u64, u64) {
@@ -368,7 +366,12 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
 }
 
 fn verify_cmd(a: VerifyArgs) -> CliResult {
-    let dev = super::files::open_device(&a.device, true, false)?;
+    // Direct reads where the filesystem takes them: a scrub reads everything once.
+    let dev = match super::files::open_device(&a.device, true, true) {
+        Ok(d) => d,
+        Err(e) if e.code == 1 => super::files::open_device(&a.device, true, false)?,
+        Err(e) => return Err(e),
+    };
     let _claim = super::files::claim(dev.file(), &a.device, 0, 0, false)?;
     let sb = read_superblock(&dev, &a.device)?;
     let g = Geometry::new(&sb, dev.size() / 512, &GeometryOptions::default())

@@ -273,8 +273,7 @@ fn journal_state(
 ) -> Result<(JournalState, Explains)> {
     let start = g.journal_start_sector() * 512;
     let len = g.journal_sectors() * 512;
-    let mut j = vec![0u8; len as usize];
-    meta.read_at(&mut j, start)?;
+    let j = super::superblock::read_aligned(meta, start, len as usize)?;
     if sb.flags & SB_FLAG_DIRTY_BITMAP != 0 {
         let shift = u32::from(sb.log2_blocks_per_bitmap_bit) + g.log2_sectors_per_block();
         let blocks = g.bitmap_blocks(sb.log2_blocks_per_bitmap_bit);
