@@ -320,7 +320,7 @@ fn bad_input_format_options_write_nothing() {
             "--integrity-key-file",
         ),
         (&["--integrity-key-file", &k16], "takes no key"),
-        (&["--data-device", &small], "--data-device"),
+        (&["--data-device", &img], "is the device itself"),
         (&["-B", "-D"], "exclude each other"),
         (
             &["--bitmap-sectors-per-bit", "64"],

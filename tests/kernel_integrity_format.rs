@@ -366,3 +366,224 @@ one() {
         }
     }
 }
+
+/// A separate data device (`--data-device`): the metadata device holds the superblock, the
+/// journal and all tags, the data device only data.
+struct MetaCase {
+    name: &'static str,
+    opts: &'static [&'static str],
+    key: Option<usize>,
+}
+
+const META_CASES: &[MetaCase] = &[
+    MetaCase {
+        name: "m-crc32c",
+        opts: &[],
+        key: None,
+    },
+    MetaCase {
+        name: "m-sha256",
+        opts: &[
+            "--integrity",
+            "sha256",
+            "--sector-size",
+            "4096",
+            "--journal-size",
+            "131072",
+        ],
+        key: None,
+    },
+    MetaCase {
+        name: "m-hmac",
+        opts: &[
+            "--integrity",
+            "hmac-sha256",
+            "--integrity-key-size",
+            "32",
+            "--tag-size",
+            "16",
+            "--buffer-sectors",
+            "8",
+        ],
+        key: Some(32),
+    },
+];
+
+const META_SIZE: u64 = 1 << 20;
+
+impl MetaCase {
+    fn as_case(&self) -> Case {
+        Case {
+            name: self.name,
+            opts: self.opts,
+            key: self.key,
+            mode: &[],
+        }
+    }
+}
+
+fn sized(path: &Path, size: u64) {
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(size).unwrap();
+}
+
+#[test]
+fn separate_data_device_matches_the_kernel() {
+    let Some(g) = guest("separate_data_device_matches_the_kernel") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let host_key = |c: &MetaCase| -> PathBuf {
+        let p = d.join(format!("key{}", c.key.unwrap_or(0)));
+        std::fs::write(&p, vec![b'K'; c.key.unwrap_or(0)]).unwrap();
+        p
+    };
+    let meta = |who: &str, c: &MetaCase| d.join(format!("{who}-{}-meta.img", c.name));
+    let data = |who: &str, c: &MetaCase| d.join(format!("{who}-{}-data.img", c.name));
+    let dmkit_args = |c: &MetaCase, m: &Path, dd: &Path, key: &Path| -> Vec<String> {
+        let mut v: Vec<String> = vec!["integrity".into(), "format".into(), s(m).into()];
+        v.extend(["--data-device".into(), s(dd).into()]);
+        v.extend(c.opts.iter().map(|o| o.to_string()));
+        if c.key.is_some() {
+            v.extend(["--integrity-key-file".into(), s(key).into()]);
+        }
+        v
+    };
+    let verify = |c: &MetaCase, m: &Path, dd: &Path, key: &Path| -> serde_json::Value {
+        let mut v: Vec<String> = vec!["integrity".into(), "verify".into(), s(m).into()];
+        v.extend(["--data-device".into(), s(dd).into()]);
+        v.extend(alg_opts(&c.as_case(), s(key)));
+        v.push("--json".into());
+        serde_json::from_str(&ok(DMKIT, &v)).unwrap()
+    };
+
+    // Boot 1: the guest formats metadata and data devices.
+    let mut disks = Vec::new();
+    let mut script = format!("set -u\nexport LC_ALL=C\n{KEYS}");
+    for c in META_CASES {
+        sized(&meta("g", c), META_SIZE);
+        sized(&data("g", c), SIZE);
+        disks.push(Disk::rw(&format!("{}-m", c.name), meta("g", c)));
+        disks.push(Disk::rw(&format!("{}-d", c.name), data("g", c)));
+        let mut opts: Vec<String> = c.opts.iter().map(|o| sh_quote(o)).collect();
+        if c.key.is_some() {
+            opts.push(format!(
+                "--integrity-key-file /tmp/key{}",
+                c.key.unwrap_or(0)
+            ));
+        }
+        writeln!(
+            script,
+            "integritysetup format -q --batch-mode {} --data-device /dev/disk/{n}-d \
+             /dev/disk/{n}-m >&2 || echo 'FAILED {n}'\n\
+             echo 'DUMP-BEGIN {n}'; integritysetup dump /dev/disk/{n}-m; echo 'DUMP-END {n}'",
+            opts.join(" "),
+            n = c.name
+        )
+        .unwrap();
+    }
+    let run = g.run(&script, &disks, Duration::from_secs(600));
+    run.assert_ok("guest format with --data-device");
+    let out = run.out();
+    assert!(!out.contains("FAILED"), "{out}\n{}", run.stderr);
+    for c in META_CASES {
+        let key = host_key(c);
+        let gm = std::fs::read(meta("g", c)).unwrap();
+        let salt = hex::encode(&gm[48..64]);
+        let (pm, pd) = (meta("p", c), data("p", c));
+        sized(&pm, META_SIZE);
+        sized(&pd, SIZE);
+        let mut args = dmkit_args(c, &pm, &pd, &key);
+        args.extend(["--salt".into(), salt]);
+        ok(DMKIT, &args);
+        for (ours, theirs, what) in [(&pm, meta("g", c), "metadata"), (&pd, data("g", c), "data")] {
+            let a = std::fs::read(ours).unwrap();
+            let b = std::fs::read(&theirs).unwrap();
+            if a != b {
+                let first = a.iter().zip(&b).position(|(x, y)| x != y).unwrap_or(0);
+                panic!(
+                    "{}: {what} device differs from the kernel's at byte {first}",
+                    c.name
+                );
+            }
+        }
+        let begin = format!("DUMP-BEGIN {}\n", c.name);
+        let end = format!("DUMP-END {}\n", c.name);
+        let guest_dump = out
+            .split_once(&begin)
+            .and_then(|(_, r)| r.split_once(&end))
+            .map(|(x, _)| x.to_string())
+            .unwrap_or_else(|| panic!("no dump of {}:\n{out}", c.name));
+        let ours = ok(DMKIT, &["integrity", "dump", s(&meta("g", c))]);
+        let body = |t: &str| t.lines().skip(1).collect::<Vec<_>>().join("\n");
+        assert_eq!(body(&ours), body(&guest_dump), "{}", c.name);
+        let v = verify(c, &meta("g", c), &data("g", c), &key);
+        assert_eq!(v["bad_sectors"], serde_json::json!([]), "{}: {v}", c.name);
+    }
+
+    // Boot 2: the guest opens what dmkit formatted (random salt), reads zeros, writes.
+    let mut disks = Vec::new();
+    let mut bundle = Bundle::default();
+    bundle.add_bytes("payload", &payload());
+    let bundle_path = d.join("payload.bundle");
+    let mut script = format!("set -u\nexport LC_ALL=C\n{KEYS}{}", bundle.prelude());
+    script.push_str("P=$(attach payload)\n");
+    for c in META_CASES {
+        let key = host_key(c);
+        sized(&meta("d", c), META_SIZE);
+        sized(&data("d", c), SIZE);
+        ok(DMKIT, &dmkit_args(c, &meta("d", c), &data("d", c), &key));
+        disks.push(Disk::rw(&format!("{}-m", c.name), meta("d", c)));
+        disks.push(Disk::rw(&format!("{}-d", c.name), data("d", c)));
+        let opts: Vec<String> = alg_opts(&c.as_case(), &guest_key(&c.as_case()))
+            .iter()
+            .map(|o| sh_quote(o))
+            .collect();
+        writeln!(
+            script,
+            "n={n}\n\
+             integritysetup open {} --data-device /dev/disk/$n-d /dev/disk/$n-m m >&2 || echo \"FAILED open $n\"\n\
+             size=$(blockdev --getsize64 /dev/mapper/m); echo \"SIZE $n $size\"\n\
+             if cmp -n \"$size\" /dev/mapper/m /dev/zero >&2; then echo \"ZEROS $n ok\"; fi\n\
+             dd if=$P of=/dev/mapper/m bs=64k count=1 oflag=direct conv=fsync status=none || echo \"FAILED write $n\"\n\
+             dd if=$P of=/dev/mapper/m bs=64k count=1 seek=$((size / 65536 - 1)) oflag=direct conv=fsync status=none || echo \"FAILED write-end $n\"\n\
+             integritysetup close m || echo \"FAILED close $n\"",
+            opts.join(" "),
+            n = c.name
+        )
+        .unwrap();
+    }
+    disks.push(bundle.write(&bundle_path));
+    let run = g.run(&script, &disks, Duration::from_secs(600));
+    run.assert_ok("guest open with --data-device");
+    let out = run.out();
+    assert!(!out.contains("FAILED"), "{out}\n{}", run.stderr);
+    let p = payload();
+    for c in META_CASES {
+        let key = host_key(c);
+        assert!(
+            out.lines().any(|l| l == format!("ZEROS {} ok", c.name)),
+            "{}: the kernel did not read zeros:\n{out}\n{}",
+            c.name,
+            run.stderr
+        );
+        let size: u64 = out
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("SIZE {} ", c.name)))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no size for {}:\n{out}", c.name));
+        let v = verify(c, &meta("d", c), &data("d", c), &key);
+        assert_eq!(v["bad_sectors"], serde_json::json!([]), "{}: {v}", c.name);
+        assert_eq!(v["journal"]["state"], "clean", "{}: {v}", c.name);
+        // Logical sectors are physical ones on a separate data device.
+        let bytes = std::fs::read(data("d", c)).unwrap();
+        assert!(bytes[..PAYLOAD] == p[..], "{}: payload at 0", c.name);
+        let end = ((size / 65536 - 1) * 65536) as usize;
+        assert!(
+            bytes[end..end + PAYLOAD] == p[..],
+            "{}: payload at the end",
+            c.name
+        );
+    }
+}

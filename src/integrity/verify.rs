@@ -427,7 +427,7 @@ mod tests {
             p.sector_size = ss;
             p.interleave_sectors = il;
             let plan = plan(&p, size as u64).unwrap();
-            write(&dev, &plan, &mut |_, _| {}).unwrap();
+            write(&dev, None, &plan, &mut |_, _| {}).unwrap();
             let g = &plan.geometry;
             let spb = u64::from(g.sectors_per_block());
             let r = verify(
@@ -467,5 +467,44 @@ mod tests {
             .unwrap();
             assert_eq!(r.bad_sectors, vec![0, mid, last], "{alg}");
         }
+    }
+
+    #[test]
+    fn separate_data_device() {
+        let meta = MemoryDevice::new("meta", 1 << 20);
+        let data = MemoryDevice::new("data", 4 << 20);
+        let mut p = FormatParams::new(TagAlgorithm::Sha256);
+        p.sector_size = 4096;
+        p.data_device_bytes = Some(4 << 20);
+        let plan = plan(&p, 1 << 20).unwrap();
+        assert!(plan.geometry.has_meta_device());
+        assert_eq!(plan.superblock.log2_interleave_sectors, 0);
+        assert_eq!(plan.superblock.provided_data_sectors, 8192);
+        write(&meta, Some(&data), &plan, &mut |_, _| {}).unwrap();
+        let g = &plan.geometry;
+        let r = verify(
+            &data,
+            &meta,
+            &plan.superblock,
+            g,
+            &plan.hasher,
+            2,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(r.clean(), "{r:?}");
+        assert_eq!(r.blocks_checked, 1024);
+        data.write_at(&[1], 4096 * 7 + 9).unwrap();
+        let r = verify(
+            &data,
+            &meta,
+            &plan.superblock,
+            g,
+            &plan.hasher,
+            2,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(r.bad_sectors, vec![56]);
     }
 }
