@@ -507,4 +507,69 @@ mod tests {
         .unwrap();
         assert_eq!(r.bad_sectors, vec![56]);
     }
+
+    /// A block whose new data waits in a committed journal section is stale, not corrupt;
+    /// the same mismatch without the entry is corrupt.
+    #[test]
+    fn pending_journal_entries_explain_mismatches() {
+        use crate::integrity::journal_layout::{
+            encode_entry, init_section, section_bytes, EntryState, JournalEntry,
+        };
+        let size = 4 << 20;
+        let dev = MemoryDevice::new("mem", size);
+        let p = FormatParams::new(TagAlgorithm::Crc32c);
+        let plan = plan(&p, size as u64).unwrap();
+        write(&dev, None, &plan, &mut |_, _| {}).unwrap();
+        let g = &plan.geometry;
+        // New data at sectors 40 and 41 (not in place yet), the journal holds sector 40.
+        dev.write_at(&[0xaa; 1024], g.data_physical_sector(40) * 512)
+            .unwrap();
+        let mut sec = vec![0u8; section_bytes(g)];
+        init_section(g, &mut sec, 0, 1);
+        let e = JournalEntry {
+            state: EntryState::Sector(40),
+            last_bytes: vec![[0xaa; 8]],
+            tag: vec![0; 4],
+        };
+        encode_entry(g, &mut sec, 0, &e);
+        dev.write_at(&sec, g.journal_section_start(0) * 512)
+            .unwrap();
+        let r = verify(
+            &dev,
+            &dev,
+            &plan.superblock,
+            g,
+            &plan.hasher,
+            2,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(r.stale_sectors, vec![40]);
+        assert_eq!(r.bad_sectors, vec![41]);
+        assert_eq!(
+            r.journal,
+            JournalState::Pending {
+                entries: 1,
+                sectors: vec![40]
+            }
+        );
+        // Garbage commit ids: the journal is unreadable, the mismatches are all corrupt.
+        dev.write_at(&[0x55; 8], g.journal_section_start(0) * 512 + 504)
+            .unwrap();
+        let r = verify(
+            &dev,
+            &dev,
+            &plan.superblock,
+            g,
+            &plan.hasher,
+            2,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(
+            matches!(r.journal, JournalState::Unreadable { .. }),
+            "{r:?}"
+        );
+        assert_eq!(r.bad_sectors, vec![40, 41]);
+    }
 }
