@@ -139,9 +139,9 @@ impl JournalEntry {
         })
     }
 
-    /// Encode into the start of `bytes` (the entry's bytes, padding untouched). An unused or
-    /// in-progress entry writes only the sector's high half, as the kernel does, when
-    /// `only_marker`; otherwise the whole entry.
+    /// Encode into the start of `bytes` (the entry's bytes; the padding after the tag is left
+    /// untouched). An unused or in-progress entry stores its marker in the sector's high half
+    /// and zero in the low half, as `init_journal()` leaves it.
     pub fn encode(&self, bytes: &mut [u8]) {
         let spb = self.last_bytes.len();
         match self.state {
