@@ -425,3 +425,24 @@ fn verify_names_corrupt_sectors() {
         j["blocks_checked"].as_u64().unwrap()
     );
 }
+
+#[test]
+fn verify_refuses_a_journal_with_garbage_commit_ids() {
+    let ws = Workspace::new();
+    let img = ws.sparse("a.img", 8 * MIB);
+    ok(common::DMKIT, &["integrity", "format", &img]);
+    // The commit id of the journal's first sector (right after the 8-sector superblock area).
+    xor_byte(&ws.path("a.img"), 8 * 512 + 508, 0x5a);
+    let out = output(common::DMKIT, &["integrity", "verify", &img]);
+    assert_eq!(out.status.code(), Some(2));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("journal is corrupt") && stdout.contains("section 0 sector 0"),
+        "{stdout}"
+    );
+    let out = output(common::DMKIT, &["integrity", "verify", &img, "--json"]);
+    assert_eq!(out.status.code(), Some(2));
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(j["journal"]["state"], "unreadable");
+    assert_eq!(j["bad_sectors"], serde_json::json!([]));
+}

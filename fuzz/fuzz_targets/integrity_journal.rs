@@ -7,7 +7,8 @@
 #![no_main]
 
 use dmkit::integrity::journal_layout::{
-    decode_entry, empty_journal, entry_block, section_bytes, section_commit_seq, summarize, JournalEntry,
+    decode_entry, empty_journal, entry_block, section_bytes, section_commit_seq, summarize,
+    JournalEntry,
 };
 use dmkit::integrity::superblock::{SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING};
 use dmkit::integrity::{Geometry, GeometryOptions, Superblock};

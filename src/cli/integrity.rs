@@ -443,9 +443,9 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
                 "{name}: bitmap mode, dirty: {dirty_bits} regions may have stale tags \
                  (the kernel recalculates them on open)"
             ),
-            JournalState::Unreadable { reason } => {
-                println!("{name}: the journal area does not parse: {reason}")
-            }
+            JournalState::Unreadable { reason } => println!(
+                "{name}: the journal is corrupt ({reason}): the kernel fails the device on open"
+            ),
         }
         if let Some(s) = r.unchecked_from {
             println!("{name}: recalculation in progress: sectors from {s} on not checked");
@@ -458,7 +458,7 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
                 ranges(&r.stale_sectors, u64::from(g.sectors_per_block()))
             );
         }
-        if r.clean() {
+        if r.bad_sectors.is_empty() {
             println!(
                 "{name}: {} blocks of {} bytes verified, no corruption",
                 r.blocks_checked,
@@ -475,6 +475,11 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
     }
     if r.clean() {
         Ok(())
+    } else if r.bad_sectors.is_empty() {
+        Err(CliError::verification(format!(
+            "{}: corrupt journal",
+            a.device.display()
+        )))
     } else {
         Err(CliError::verification(format!(
             "{}: {} corrupt blocks",

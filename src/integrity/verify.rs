@@ -63,9 +63,10 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    /// Whether nothing is corrupt.
+    /// Whether nothing is corrupt: no bad block, and a journal the kernel can replay (with a
+    /// garbage commit id the kernel fails the device on open).
     pub fn clean(&self) -> bool {
-        self.bad_sectors.is_empty()
+        self.bad_sectors.is_empty() && !matches!(self.journal, JournalState::Unreadable { .. })
     }
 }
 
