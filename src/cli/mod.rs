@@ -7,6 +7,7 @@ mod bench;
 mod device;
 mod files;
 mod fsverity;
+mod integrity;
 mod linear;
 mod luks;
 mod luks_keys;
@@ -76,6 +77,9 @@ enum Command {
     /// dm-verity: format, verify, dump, open, sign.
     #[command(subcommand)]
     Verity(verity::VerityCommand),
+    /// dm-integrity: format, dump, verify (like integritysetup).
+    #[command(subcommand)]
+    Integrity(integrity::IntegrityCommand),
     /// fs-verity: file digests and built-in signatures (like fsverity-utils).
     #[command(subcommand)]
     Fsverity(fsverity::FsVerityCommand),
@@ -133,6 +137,7 @@ fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
     match cli.command {
         Command::Verity(c) => verity::run(c),
         Command::Linear(c) => linear::run(c),
+        Command::Integrity(c) => integrity::run(c),
         Command::Fsverity(c) => fsverity::run(c),
         Command::Luks(c) => luks::run(c),
         Command::LuksAlias(c) => luks::run_alias(c),
