@@ -69,6 +69,19 @@ impl BlockDevice for MemoryDevice {
     fn flush(&self) -> Result<()> {
         Ok(())
     }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        if self.read_only {
+            return Err(BlockError::ReadOnly {
+                device: self.name.clone(),
+            });
+        }
+        let mut data = self.data.write().unwrap_or_else(|e| e.into_inner());
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        check_range(&self.name, offset, len, data.len() as u64)?;
+        let start = offset as usize;
+        data[start..start + len].fill(0);
+        Ok(())
+    }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         let len = usize::try_from(len).map_err(|_| BlockError::OutOfRange {
             device: self.name.clone(),

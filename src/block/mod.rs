@@ -118,6 +118,16 @@ pub trait BlockDevice: Send + Sync {
             op: "discard",
         })
     }
+    /// Make `[offset, offset + len)` read back as zeros without transferring them, where the
+    /// storage can (the kernel's REQ_OP_WRITE_ZEROES): the allocation stays, unlike a discard.
+    /// `Unsupported` when it cannot; the caller then writes zeros itself.
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        let _ = (offset, len);
+        Err(BlockError::Unsupported {
+            device: self.name().to_string(),
+            op: "write zeroes",
+        })
+    }
 }
 
 /// Check that `[offset, offset + len)` lies inside a device of `size` bytes.
@@ -158,5 +168,8 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         (**self).discard(offset, len)
+    }
+    fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
+        (**self).write_zeroes(offset, len)
     }
 }

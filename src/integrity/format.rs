@@ -8,6 +8,10 @@
 //! last, after a flush: a format cut short leaves a zeroed superblock, never a valid one over
 //! half-written tags.
 //!
+//! Where the storage can zero a range without a transfer (fallocate `ZERO_RANGE` on a file,
+//! `BLKZEROOUT` on a block device), the stream is zeroed that way first and only the journal
+//! and the tag runs are written: the same bytes on disk, a fraction of the writes.
+//!
 //! Without wipe only the superblock area and the journal are written, as the kernel does.
 
 use super::error::{IntegrityError, Result};
@@ -416,6 +420,12 @@ pub fn write(
             )));
         }
     }
+    // With wipe the stream is almost all zeros. Where the storage zeroes a range without a
+    // transfer (fallocate ZERO_RANGE on a file, BLKZEROOUT on a block device) the whole stream
+    // is zeroed first and only the journal and the tag runs are written: the bytes on disk
+    // are the same, the device does not carry gigabytes of zeros. Elsewhere every byte is
+    // written.
+    let zeroed = plan.wipe && dev.write_zeroes(0, stream).is_ok();
     let journal = empty_journal(&plan.geometry);
     let zeros = vec![0u8; ZERO_BUF];
     let threads = hashing_threads();
@@ -440,7 +450,15 @@ pub fn write(
             }
             let at = offset;
             pending.push_back(s.spawn(move || {
-                dev.write_at(buf.slice(len), at)?;
+                if zeroed {
+                    let ranges = aligned_ranges(&buf.dirty, len);
+                    let data = buf.slice(len);
+                    for (a, b) in ranges {
+                        dev.write_at(&data[a..b], at + a as u64)?;
+                    }
+                } else {
+                    dev.write_at(buf.slice(len), at)?;
+                }
                 Ok((buf, at + len as u64))
             }));
             offset += len as u64;
@@ -452,7 +470,10 @@ pub fn write(
         Ok(())
     })?;
     if let Some(d) = data {
-        // The data device: zeros only, in chunks, the writes in flight as above.
+        // The data device: zeros only, without a transfer where it can, else in chunks with
+        // the writes in flight as above.
+        let zeroed = d.write_zeroes(0, zero_bytes).is_ok();
+        let zero_bytes = if zeroed { 0 } else { zero_bytes };
         let mut zero = AlignedBuf::new(CHUNK_BYTES);
         let zero = &*zero.slice(CHUNK_BYTES);
         std::thread::scope(|s| -> Result<()> {
@@ -490,6 +511,31 @@ pub fn write(
     Ok(())
 }
 
+/// The `dirty` ranges of a chunk of `len` bytes, sorted, widened to [`ALIGN`] (the chunk is
+/// zero around them, so the wider range writes the same bytes; `O_DIRECT` needs the
+/// alignment) and merged where they touch.
+fn aligned_ranges(dirty: &[(usize, usize)], len: usize) -> Vec<(usize, usize)> {
+    let mut v: Vec<(usize, usize)> = dirty
+        .iter()
+        .filter(|(a, b)| a < b)
+        .map(|&(a, b)| {
+            (
+                a / ALIGN * ALIGN,
+                b.div_ceil(ALIGN).saturating_mul(ALIGN).min(len),
+            )
+        })
+        .collect();
+    v.sort_unstable();
+    let mut out: Vec<(usize, usize)> = Vec::with_capacity(v.len());
+    for (a, b) in v {
+        match out.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => out.push((a, b)),
+        }
+    }
+    out
+}
+
 fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
     match h.join() {
         Ok(r) => r,
@@ -499,6 +545,20 @@ fn join<T>(h: std::thread::ScopedJoinHandle<'_, Result<T>>) -> Result<T> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn aligned_ranges_widen_sort_and_merge() {
+        assert_eq!(
+            aligned_ranges(&[(9000, 9100), (10, 20), (4096, 5000), (0, 0)], 10000),
+            vec![(0, 10000)]
+        );
+        assert_eq!(
+            aligned_ranges(&[(20000, 20010), (10, 20)], 1 << 20),
+            vec![(0, 4096), (16384, 20480)]
+        );
+        assert!(aligned_ranges(&[], 4096).is_empty());
+    }
+
     use super::*;
     use crate::block::MemoryDevice;
 
