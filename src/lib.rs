@@ -13,5 +13,6 @@ pub mod crypt;
 pub mod export;
 pub mod fsverity;
 pub mod hash;
+pub mod integrity;
 pub mod logcap;
 pub mod verity;
