@@ -99,7 +99,8 @@ pub fn op(bits: &mut [u8], shift: u32, sector: u64, n: u64, what: Op) -> bool {
 impl Bitmap {
     /// A bitmap for `l` with `log2_bpbb`, all clear.
     pub fn new(l: &Layout, log2_bpbb: u32) -> Bitmap {
-        let n_bits = ((l.provided_data_sectors >> l.log2_spb) + (1u64 << log2_bpbb) - 1) >> log2_bpbb;
+        let n_bits =
+            ((l.provided_data_sectors >> l.log2_spb) + (1u64 << log2_bpbb) - 1) >> log2_bpbb;
         let n_blocks = n_bits.div_ceil(BITMAP_BLOCK_SIZE as u64 * 8) as usize;
         let bytes = n_blocks * BITMAP_BLOCK_SIZE;
         Bitmap {
@@ -131,9 +132,10 @@ impl Bitmap {
         let b0 = ((sector >> self.shift) / (BITMAP_BLOCK_SIZE as u64 * 8)) as usize;
         let b1 = (((sector + n - 1) >> self.shift) / (BITMAP_BLOCK_SIZE as u64 * 8)) as usize;
         let bytes = &st.disk[b0 * BITMAP_BLOCK_SIZE..(b1 + 1) * BITMAP_BLOCK_SIZE];
-        inner
-            .lower
-            .write_at(bytes, inner.layout.journal_offset() + (b0 * BITMAP_BLOCK_SIZE) as u64)?;
+        inner.lower.write_at(
+            bytes,
+            inner.layout.journal_offset() + (b0 * BITMAP_BLOCK_SIZE) as u64,
+        )?;
         inner.lower.flush()?;
         op(&mut st.may_write, self.shift, sector, n, Op::Set);
         if st.dirty_since.is_none() {
@@ -144,7 +146,9 @@ impl Bitmap {
 
     /// Write the whole on-disk bitmap, then flush.
     pub fn write_all(&self, inner: &Inner, st: &BState) -> Result<()> {
-        inner.lower.write_at(&st.disk, inner.layout.journal_offset())?;
+        inner
+            .lower
+            .write_at(&st.disk, inner.layout.journal_offset())?;
         inner.lower.flush()
     }
 

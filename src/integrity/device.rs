@@ -266,7 +266,10 @@ impl Inner {
                 for (k, slot) in from_disk.iter_mut().enumerate() {
                     let block = (sector >> l.log2_spb) + k as u64;
                     if let Some(&pos) = st.newest.get(&block) {
-                        let (i, e) = (pos / l.journal_section_entries, pos % l.journal_section_entries);
+                        let (i, e) = (
+                            pos / l.journal_section_entries,
+                            pos % l.journal_section_entries,
+                        );
                         journal::read_entry_data(l, &st.mem, i, e, &mut buf[k * bs..(k + 1) * bs]);
                         *slot = false;
                     }
@@ -324,7 +327,13 @@ impl Inner {
                         s += l.spb();
                         cnt -= l.spb();
                     }
-                    while bitmap::op(&mut st.recalc, b.shift, s + cnt - l.spb(), l.spb(), Op::TestAllClear) {
+                    while bitmap::op(
+                        &mut st.recalc,
+                        b.shift,
+                        s + cnt - l.spb(),
+                        l.spb(),
+                        Op::TestAllClear,
+                    ) {
                         cnt -= l.spb();
                     }
                 }
@@ -405,10 +414,13 @@ impl Inner {
         }
         match self.mode {
             Mode::Journal => {
-                let j = self.journal.as_ref().ok_or_else(|| BlockError::Unsupported {
-                    device: self.name.clone(),
-                    op: "journal",
-                })?;
+                let j = self
+                    .journal
+                    .as_ref()
+                    .ok_or_else(|| BlockError::Unsupported {
+                        device: self.name.clone(),
+                        op: "journal",
+                    })?;
                 journal::commit(self, j)?;
                 journal::writeback(self, j)?;
                 self.lower.flush()?;
@@ -463,7 +475,9 @@ impl IntegrityDevice {
         let inv = |m: String| OpenError::Invalid(format!("{}: {m}", lower.name()));
         let size = lower.size();
         if size < SB_SECTORS * 512 {
-            return Err(inv(format!("too small ({size} bytes) for a dm-integrity superblock")));
+            return Err(inv(format!(
+                "too small ({size} bytes) for a dm-integrity superblock"
+            )));
         }
         let mut raw = vec![0u8; (SB_SECTORS * 512) as usize];
         lower.read_at(&mut raw, 0)?;
@@ -535,7 +549,13 @@ impl IntegrityDevice {
                         st.disk = disk.clone();
                         st.recalc = disk.clone();
                         st.may_write = disk.clone();
-                        if !bitmap::op(&mut st.disk, b.shift, 0, l.provided_data_sectors, Op::TestAllClear) {
+                        if !bitmap::op(
+                            &mut st.disk,
+                            b.shift,
+                            0,
+                            l.provided_data_sectors,
+                            Op::TestAllClear,
+                        ) {
                             sb.set_flags(sb.flags() | SB_FLAG_RECALCULATING);
                             sb.set_recalc_sector(0);
                         }
@@ -550,7 +570,15 @@ impl IntegrityDevice {
                     }
                 } else {
                     let shift = l.log2_spb + u32::from(sb.log2_blocks_per_bitmap_bit());
-                    if !(same && bitmap::op(&mut disk, shift, 0, l.provided_data_sectors, Op::TestAllClear)) {
+                    if !(same
+                        && bitmap::op(
+                            &mut disk,
+                            shift,
+                            0,
+                            l.provided_data_sectors,
+                            Op::TestAllClear,
+                        ))
+                    {
                         sb.set_flags(sb.flags() | SB_FLAG_RECALCULATING);
                         sb.set_recalc_sector(0);
                     }
@@ -645,6 +673,20 @@ impl IntegrityDevice {
     /// What the journal replay at open did (`None` in mode R or when the bitmap was dirty).
     pub fn replay_report(&self) -> Option<&ReplayReport> {
         self.replay.as_ref()
+    }
+
+    /// Mode B: flush, then clear the dirty bitmap on disk now, as the kernel does every
+    /// `bitmap_flush_interval` (a no-op in other modes).
+    pub fn clean_bitmap(&self) -> Result<()> {
+        self.inner.check_failed(0)?;
+        if let Some(b) = &self.inner.bitmap {
+            b.clean(&self.inner, self.inner.layout.provided_data_sectors)?;
+            self.inner
+                .stats
+                .bitmap_cleanings
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
     }
 
     /// Stop as the kernel's suspend does: commit and write back the journal, or clean the

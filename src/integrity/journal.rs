@@ -104,7 +104,8 @@ pub fn init_sections(l: &Layout, mem: &mut [u8], start: u32, n: u32, seq: u8) {
         for j in 0..l.journal_section_sectors {
             let o = m.sector(i, j);
             mem[o..o + JOURNAL_SECTOR_DATA].fill(0);
-            mem[o + JOURNAL_SECTOR_DATA..o + 512].copy_from_slice(&commit_id(i, j, seq).to_le_bytes());
+            mem[o + JOURNAL_SECTOR_DATA..o + 512]
+                .copy_from_slice(&commit_id(i, j, seq).to_le_bytes());
         }
         for e in 0..l.journal_section_entries {
             set_entry_unused(mem, m.entry(i, e));
@@ -119,9 +120,10 @@ pub fn write_sections(inner: &Inner, mem: &[u8], start: u32, n: u32) -> Result<(
     let ss = l.journal_section_sectors as usize * 512;
     let to_end = (l.journal_sections - start).min(n);
     let a = start as usize * ss;
-    inner
-        .lower
-        .write_at(&mem[a..a + to_end as usize * ss], l.journal_offset() + a as u64)?;
+    inner.lower.write_at(
+        &mem[a..a + to_end as usize * ss],
+        l.journal_offset() + a as u64,
+    )?;
     if n > to_end {
         inner
             .lower
@@ -217,7 +219,13 @@ impl Journal {
 }
 
 /// A write of `data` (whole blocks, `tags` computed) at logical `sector` into the journal.
-pub fn journal_write(inner: &Inner, j: &Journal, mut sector: u64, data: &[u8], tags: &[u8]) -> Result<()> {
+pub fn journal_write(
+    inner: &Inner,
+    j: &Journal,
+    mut sector: u64,
+    data: &[u8],
+    tags: &[u8],
+) -> Result<()> {
     let l = &inner.layout;
     let bs = l.block_size();
     let ts = l.tag_size as usize;
@@ -319,10 +327,15 @@ pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
     let to_end = (l.journal_sections - start).min(n) as usize;
     let res = inner
         .lower
-        .write_at(&bytes[..to_end * ss], l.journal_offset() + (start as usize * ss) as u64)
+        .write_at(
+            &bytes[..to_end * ss],
+            l.journal_offset() + (start as usize * ss) as u64,
+        )
         .and_then(|()| {
             if (n as usize) > to_end {
-                inner.lower.write_at(&bytes[to_end * ss..], l.journal_offset())
+                inner
+                    .lower
+                    .write_at(&bytes[to_end * ss..], l.journal_offset())
             } else {
                 Ok(())
             }
@@ -384,7 +397,10 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
     };
     for &pos in &skip {
         let m = JournalMap(l);
-        let off = m.entry(pos / l.journal_section_entries, pos % l.journal_section_entries);
+        let off = m.entry(
+            pos / l.journal_section_entries,
+            pos % l.journal_section_entries,
+        );
         set_entry_unused(&mut snap, off);
     }
     if let Err(e) = copy_in_place(inner, &snap, start, n, false) {
@@ -414,7 +430,10 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
         st.free_sectors += n * l.journal_section_entries;
     }
     j.room.notify_all();
-    inner.stats.journal_writebacks.fetch_add(1, Ordering::Relaxed);
+    inner
+        .stats
+        .journal_writebacks
+        .fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
@@ -429,7 +448,13 @@ fn is_committed(l: &Layout, st: &JState, pos: u32) -> bool {
 /// of one interleave area, then flush. With `from_replay`, entries are checked as the kernel
 /// checks them on replay (sector alignment, range, tag); a mismatch is an error after the
 /// copy, as the kernel marks the device failed.
-pub fn copy_in_place(inner: &Inner, mem: &[u8], start: u32, n: u32, from_replay: bool) -> Result<()> {
+pub fn copy_in_place(
+    inner: &Inner,
+    mem: &[u8],
+    start: u32,
+    n: u32,
+    from_replay: bool,
+) -> Result<()> {
     let l = &inner.layout;
     let m = JournalMap(l);
     let bs = l.block_size();

@@ -10,3 +10,5 @@ pub mod rw_meta;
 
 pub use device::{IntegrityDevice, IntegrityOptions, IntegrityStats, OpenError};
 pub use rw_meta::{Layout, Mode, TagAlg};
+#[cfg(test)]
+mod tests;

@@ -54,7 +54,8 @@ pub fn replay(inner: &Inner, mode: Mode) -> Result<(JState, ReplayReport)> {
             max_sections[k as usize] = i;
         }
         if journal_empty {
-            journal_empty = (0..l.journal_section_entries).all(|e| entry_unused(&mem, m.entry(i, e)));
+            journal_empty =
+                (0..l.journal_section_entries).all(|e| entry_unused(&mem, m.entry(i, e)));
         }
     }
     let unused: u8 = if !used[N_COMMIT_IDS as usize - 1] {

@@ -197,10 +197,7 @@ pub struct LayoutError(pub String);
 impl Layout {
     /// Compute the geometry from a superblock on a device of `device_sectors` sectors,
     /// refusing what the kernel's constructor refuses.
-    pub fn from_superblock(
-        sb: &RawSuperblock,
-        device_sectors: u64,
-    ) -> Result<Layout, LayoutError> {
+    pub fn from_superblock(sb: &RawSuperblock, device_sectors: u64) -> Result<Layout, LayoutError> {
         let bad = |m: String| Err(LayoutError(m));
         if !sb.has_magic() {
             return bad("not a dm-integrity device (no superblock magic \"integrt\")".into());
@@ -240,7 +237,8 @@ impl Layout {
         let journal_section_entries = journal_entries_per_sector * JOURNAL_BLOCK_SECTORS as u32;
         let journal_section_sectors =
             (journal_section_entries << log2_spb) + JOURNAL_BLOCK_SECTORS as u32;
-        let initial_sectors = SB_SECTORS + u64::from(journal_section_sectors) * u64::from(journal_sections);
+        let initial_sectors =
+            SB_SECTORS + u64::from(journal_section_sectors) * u64::from(journal_sections);
         if initial_sectors + METADATA_PADDING_SECTORS >= device_sectors
             || initial_sectors > u64::from(u32::MAX)
         {
@@ -254,7 +252,8 @@ impl Layout {
             512u64 << METADATA_PADDING_SECTORS
         };
         let metadata_run =
-            (u64::from(tag_size) << (log2_interleave - log2_spb)).div_ceil(padding) * padding >> 9;
+            ((u64::from(tag_size) << (log2_interleave - log2_spb)).div_ceil(padding) * padding)
+                >> 9;
         let provided = sb.provided_data_sectors();
         if provided == 0 || provided & (u64::from(spb) - 1) != 0 {
             return bad(format!("invalid provided_data_sectors {provided}"));
@@ -311,7 +310,10 @@ impl Layout {
     /// Device sector of a logical sector (`get_data_sector`).
     pub fn data_sector(&self, sector: u64) -> u64 {
         let (area, offset) = self.area_offset(sector);
-        (area << self.log2_interleave) + (area + 1) * self.metadata_run + self.initial_sectors + offset
+        (area << self.log2_interleave)
+            + (area + 1) * self.metadata_run
+            + self.initial_sectors
+            + offset
     }
     /// Device byte offset of the tag of the block at a logical sector.
     pub fn tag_offset(&self, sector: u64) -> u64 {
@@ -461,7 +463,11 @@ impl Tagger {
             }
             TagAlg::HmacSha256 => {
                 use sha2::Digest;
-                let pads = self.hmac_pads.as_ref().map(|p| &p[..]).unwrap_or(&[0u8; 128]);
+                let pads = self
+                    .hmac_pads
+                    .as_ref()
+                    .map(|p| &p[..])
+                    .unwrap_or(&[0u8; 128]);
                 let mut h = sha2::Sha256::new();
                 h.update(&pads[..64]);
                 h.update(salt);
@@ -561,7 +567,10 @@ mod tests {
     fn crc_check_values() {
         // The standard check values of "123456789".
         assert_eq!(!crc32c_update(!0, b"123456789"), 0xE306_9283);
-        assert_eq!(crc_table(&CRC32C_TABLE, !0, b"123456789"), crc32c_update(!0, b"123456789"));
+        assert_eq!(
+            crc_table(&CRC32C_TABLE, !0, b"123456789"),
+            crc32c_update(!0, b"123456789")
+        );
         assert_eq!(!crc32_update(!0, b"123456789"), 0xCBF4_3926);
     }
 
@@ -577,7 +586,8 @@ mod tests {
         let mut msg = 0x20796e6120726f66u64.to_le_bytes().to_vec();
         msg.extend_from_slice(b"nothing?");
         let key = openssl::pkey::PKey::hmac(b"Jefe").unwrap();
-        let mut s = openssl::sign::Signer::new(openssl::hash::MessageDigest::sha256(), &key).unwrap();
+        let mut s =
+            openssl::sign::Signer::new(openssl::hash::MessageDigest::sha256(), &key).unwrap();
         s.update(&msg).unwrap();
         assert_eq!(out.to_vec(), s.sign_to_vec().unwrap());
     }
