@@ -7,6 +7,8 @@ mod bench;
 mod device;
 mod files;
 mod fsverity;
+mod integrity;
+mod integrity_open;
 mod linear;
 mod luks;
 mod luks_keys;
@@ -79,6 +81,9 @@ enum Command {
     /// fs-verity: file digests and built-in signatures (like fsverity-utils).
     #[command(subcommand)]
     Fsverity(fsverity::FsVerityCommand),
+    /// dm-integrity: open, close and status of read-write devices (like integritysetup).
+    #[command(subcommand)]
+    Integrity(integrity::IntegrityCommand),
     /// A pass-through export of a file (like dm-linear), the baseline for benchmarks.
     #[command(subcommand)]
     Linear(linear::LinearCommand),
@@ -132,6 +137,7 @@ fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
     };
     match cli.command {
         Command::Verity(c) => verity::run(c),
+        Command::Integrity(c) => integrity::run(c),
         Command::Linear(c) => linear::run(c),
         Command::Fsverity(c) => fsverity::run(c),
         Command::Luks(c) => luks::run(c),

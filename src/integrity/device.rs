@@ -460,7 +460,10 @@ pub struct IntegrityDevice {
     inner: Arc<Inner>,
     read_only: bool,
     stop: Arc<(Mutex<bool>, Condvar)>,
-    timer: Option<JoinHandle<()>>,
+    /// Started by the first write or flush, so that opening spawns no thread (the export
+    /// forks its server after the open).
+    timer: Mutex<Option<JoinHandle<()>>>,
+    timer_started: AtomicBool,
     replay: Option<ReplayReport>,
     closed: AtomicBool,
 }
@@ -633,23 +636,12 @@ impl IntegrityDevice {
             check_samples(&inner)?;
         }
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
-        let timer = if matches!(mode, Mode::Journal | Mode::Bitmap) {
-            let weak = Arc::downgrade(&inner);
-            let stop2 = stop.clone();
-            Some(
-                std::thread::Builder::new()
-                    .name(format!("integrity-{}", opts.name))
-                    .spawn(move || timer_loop(weak, stop2))
-                    .map_err(|e| inv(format!("cannot start the commit timer: {e}")))?,
-            )
-        } else {
-            None
-        };
         Ok(IntegrityDevice {
             inner,
             read_only,
             stop,
-            timer,
+            timer: Mutex::new(None),
+            timer_started: AtomicBool::new(false),
             replay: report,
             closed: AtomicBool::new(false),
         })
@@ -701,6 +693,31 @@ impl IntegrityDevice {
             cv.notify_all();
         }
         self.inner.shutdown()
+    }
+
+    /// Start the timer thread of modes J and B if it is not running yet.
+    fn start_timer(&self) {
+        if self.timer_started.load(Ordering::Relaxed)
+            || !matches!(self.inner.mode, Mode::Journal | Mode::Bitmap)
+        {
+            return;
+        }
+        let mut t = self.timer.lock().unwrap_or_else(|e| e.into_inner());
+        if self.timer_started.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let weak = Arc::downgrade(&self.inner);
+        let stop = self.stop.clone();
+        match std::thread::Builder::new()
+            .name(format!("integrity-{}", self.inner.name))
+            .spawn(move || timer_loop(weak, stop))
+        {
+            Ok(h) => *t = Some(h),
+            Err(e) => eprintln!(
+                "dmkit: {}: cannot start the commit timer ({e}); commits happen at flush and watermark only",
+                self.inner.name
+            ),
+        }
     }
 
     fn check(&self, offset: u64, len: usize) -> Result<()> {
@@ -767,7 +784,8 @@ impl Drop for IntegrityDevice {
         if let Err(e) = self.close() {
             eprintln!("dmkit: {}: clean stop failed: {e}", self.inner.name);
         }
-        if let Some(t) = self.timer.take() {
+        let t = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(t) = t {
             let _ = t.join();
         }
     }
@@ -806,6 +824,7 @@ impl BlockDevice for IntegrityDevice {
             });
         }
         self.check(offset, buf.len())?;
+        self.start_timer();
         let inner = &self.inner;
         let l = &inner.layout;
         let ts = l.tag_size as usize;
@@ -832,6 +851,7 @@ impl BlockDevice for IntegrityDevice {
     }
     fn flush(&self) -> Result<()> {
         self.inner.check_failed(0)?;
+        self.start_timer();
         match &self.inner.journal {
             Some(j) => journal::commit(&self.inner, j),
             None => self.inner.lower.flush(),
