@@ -75,7 +75,10 @@ pub fn open(a: OpenArgs) -> CliResult {
         (Some(f), TagAlg::HmacSha256) => {
             let k = super::luks_keys::read_passphrase(Some(f), 0, a.integrity_key_size, "", false)?;
             if k.is_empty() {
-                return Err(CliError::invalid(format!("{}: the key is empty", f.display())));
+                return Err(CliError::invalid(format!(
+                    "{}: the key is empty",
+                    f.display()
+                )));
             }
             Some(Zeroizing::new(k.to_vec()))
         }
@@ -115,9 +118,9 @@ pub fn open(a: OpenArgs) -> CliResult {
         OpenError::Io(e) => CliError::invalid(format!("{}: {e}", a.device.display())),
     })?;
     let l = integrity.layout().clone();
-    let replay = integrity.replay_report().map(|r| {
-        json!({ "replayed_sections": r.replayed_sections, "journal_cleared": r.cleared })
-    });
+    let replay = integrity
+        .replay_report()
+        .map(|r| json!({ "replayed_sections": r.replayed_sections, "journal_cleared": r.cleared }));
     let stats = integrity.stats();
     let backing = std::fs::canonicalize(&a.device).unwrap_or_else(|_| a.device.clone());
     let details = json!({

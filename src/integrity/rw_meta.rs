@@ -332,7 +332,7 @@ impl Layout {
 pub enum TagAlg {
     /// crc32c (Castagnoli), 4 bytes.
     Crc32c,
-    /// The kernel's crc32 (IEEE, seed ~0, no final xor), 4 bytes.
+    /// The kernel's crc32 (IEEE, seed 0, no final xor), 4 bytes.
     Crc32,
     /// SHA-1.
     Sha1,
@@ -442,7 +442,8 @@ impl Tagger {
                 digest[..4].copy_from_slice(&(!c).to_le_bytes());
             }
             TagAlg::Crc32 => {
-                let c = crc32_update(crc32_update(crc32_update(!0, salt), &le), block);
+                // crc32_generic: the key (seed) is 0 and the final value is not inverted.
+                let c = crc32_update(crc32_update(crc32_update(0, salt), &le), block);
                 digest[..4].copy_from_slice(&c.to_le_bytes());
             }
             TagAlg::Sha1 => {
