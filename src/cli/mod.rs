@@ -78,12 +78,12 @@ enum Command {
     /// dm-verity: format, verify, dump, open, sign.
     #[command(subcommand)]
     Verity(verity::VerityCommand),
+    /// dm-integrity: format, dump, verify, open, close, status (like integritysetup).
+    #[command(subcommand)]
+    Integrity(integrity::IntegrityCommand),
     /// fs-verity: file digests and built-in signatures (like fsverity-utils).
     #[command(subcommand)]
     Fsverity(fsverity::FsVerityCommand),
-    /// dm-integrity: open, close and status of read-write devices (like integritysetup).
-    #[command(subcommand)]
-    Integrity(integrity::IntegrityCommand),
     /// A pass-through export of a file (like dm-linear), the baseline for benchmarks.
     #[command(subcommand)]
     Linear(linear::LinearCommand),

@@ -116,6 +116,38 @@ pub fn hash_blocks(
     }
 }
 
+/// SHA-256 of every `block_size` block of `blocks`, each with its own prefix:
+/// digest `i` is `SHA-256(prefixes[i*prefix_len..][..prefix_len] || block i)`, written to
+/// `out[32*i..]`. dm-integrity hashes each sector behind its own sector number; this is its
+/// batch, multi-buffer where [`hash_blocks`] is.
+pub fn sha256_prefixed_blocks(
+    prefixes: &[u8],
+    prefix_len: usize,
+    blocks: &[u8],
+    block_size: usize,
+    out: &mut [u8],
+) {
+    assert!(block_size > 0 && blocks.len().is_multiple_of(block_size));
+    let n = blocks.len() / block_size;
+    assert_eq!(prefixes.len(), n * prefix_len);
+    assert_eq!(out.len(), n * 32);
+    if n >= 2 && sha256_mb::available() {
+        sha256_mb::hash_prefixed_blocks(prefixes, prefix_len, blocks, block_size, out);
+        return;
+    }
+    use sha2::Digest;
+    for (i, (block, digest)) in blocks
+        .chunks_exact(block_size)
+        .zip(out.chunks_exact_mut(32))
+        .enumerate()
+    {
+        let mut h = sha2::Sha256::new();
+        h.update(&prefixes[i * prefix_len..(i + 1) * prefix_len]);
+        h.update(block);
+        digest.copy_from_slice(&h.finalize());
+    }
+}
+
 /// Name of the implementation [`hash_blocks`] uses for SHA-256 batches on this CPU: the
 /// multi-buffer kernel of the `tape-sha256` crate (`"avx512-2x16"`, `"avx512-16"`,
 /// `"avx2-8"`, `"shani-x4"`), or `"sha2"` when none applies and blocks are hashed one at

@@ -62,6 +62,42 @@ mod imp {
             }
         }
     }
+
+    /// Hash message `i` as `SHA-256(prefixes[i] || blocks[i])`: each block with its own
+    /// prefix of `prefix_len` bytes (`prefixes` holds them one after another).
+    pub(crate) fn hash_prefixed_blocks(
+        prefixes: &[u8],
+        prefix_len: usize,
+        blocks: &[u8],
+        block_size: usize,
+        out: &mut [u8],
+    ) {
+        debug_assert_eq!(blocks.len() / block_size * 32, out.len());
+        let mut msgs = [Message::new(&[]); CHUNK];
+        let mut digests = [[0u8; 32]; CHUNK];
+        for ((chunk, pre), out) in blocks
+            .chunks(CHUNK.saturating_mul(block_size))
+            .zip(prefixes.chunks(CHUNK.saturating_mul(prefix_len.max(1))))
+            .zip(out.chunks_mut(CHUNK * 32))
+        {
+            let n = out.len() / 32;
+            for (i, (m, body)) in msgs
+                .iter_mut()
+                .zip(chunk.chunks_exact(block_size))
+                .enumerate()
+            {
+                *m = Message {
+                    prefix: &pre[i * prefix_len..(i + 1) * prefix_len],
+                    body,
+                    tail: &[],
+                };
+            }
+            tape_sha256::hash_messages(&msgs[..n], &mut digests[..n]);
+            for (o, d) in out.chunks_exact_mut(32).zip(&digests) {
+                o.copy_from_slice(d);
+            }
+        }
+    }
 }
 
 #[cfg(not(target_arch = "x86_64"))]
@@ -83,9 +119,19 @@ mod imp {
     ) {
         unreachable!("no multi-buffer SHA-256 on this architecture")
     }
+
+    pub(crate) fn hash_prefixed_blocks(
+        _prefixes: &[u8],
+        _prefix_len: usize,
+        _blocks: &[u8],
+        _block_size: usize,
+        _out: &mut [u8],
+    ) {
+        unreachable!("no multi-buffer SHA-256 on this architecture")
+    }
 }
 
-pub(super) use imp::{available, backend, hash_blocks};
+pub(super) use imp::{available, backend, hash_blocks, hash_prefixed_blocks};
 
 #[cfg(test)]
 mod tests {

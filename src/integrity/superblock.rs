@@ -1,0 +1,343 @@
+//! The dm-integrity superblock: the first 512 bytes of the 8-sector superblock area the kernel
+//! writes at the start of the device (or of the metadata device), little-endian.
+//!
+//! ```text
+//! 0   magic "integrt\0"          8   version (u8)          9   log2_interleave_sectors (u8)
+//! 10  integrity_tag_size (u16)   12  journal_sections      16  provided_data_sectors (u64)
+//! 24  flags (u32)                28  log2_sectors_per_block 29 log2_blocks_per_bitmap_bit
+//! 30  pad[2]                     32  recalc_sector (u64)   40  transaction_id (pad2 in the kernel)
+//! 48  salt[16]                   64  zero (a superblock MAC at the end with a journal MAC)
+//! ```
+//!
+//! [`Superblock::parse`] refuses what the kernel's constructor refuses (unknown version, a tag
+//! too large for a journal entry, a block size over 4096, zero journal sections, an interleave
+//! outside 2^3..2^31), each error naming the field.
+
+use super::error::{IntegrityError, Result};
+
+/// Size of the superblock structure on disk (the area is [`SB_SECTORS`] sectors).
+pub const SUPERBLOCK_SIZE: usize = 512;
+/// Sectors the kernel reserves for the superblock at the start of the device.
+pub const SB_SECTORS: u64 = 8;
+/// The magic at offset 0.
+pub const MAGIC: &[u8; 8] = b"integrt\0";
+/// Size of the salt (and of the random salt `fix_hmac` volumes get).
+pub const SALT_SIZE: usize = 16;
+/// The journal carries a MAC per sector (`journal_mac`).
+pub const SB_FLAG_HAVE_JOURNAL_MAC: u32 = 0x1;
+/// Tags are being recalculated from `recalc_sector` on.
+pub const SB_FLAG_RECALCULATING: u32 = 0x2;
+/// Bitmap mode: the bitmap in the journal area may mark regions whose tags are stale.
+pub const SB_FLAG_DIRTY_BITMAP: u32 = 0x4;
+/// Metadata runs are padded to 4 KiB, not to 128 KiB (`fix_padding`).
+pub const SB_FLAG_FIXED_PADDING: u32 = 0x8;
+/// The salt is hashed into every tag and the superblock carries a MAC (`fix_hmac`).
+pub const SB_FLAG_FIXED_HMAC: u32 = 0x10;
+/// Inline mode: tags live in the underlying device's integrity profile (no journal).
+pub const SB_FLAG_INLINE: u32 = 0x20;
+/// Every flag a kernel knows.
+pub const SB_KNOWN_FLAGS: u32 = 0x3f;
+/// The newest superblock version (6: inline mode).
+pub const SB_VERSION_MAX: u8 = 6;
+/// The largest block size, in sectors (4096 bytes).
+pub const MAX_SECTORS_PER_BLOCK: u32 = 8;
+/// The largest tag: what fits in a journal entry beside the sector number and the last bytes
+/// of 8 sectors, in the 496 bytes of a journal sector with a MAC.
+pub const MAX_TAG_SIZE: u16 = (504 - 8 - (8 + 8 * MAX_SECTORS_PER_BLOCK)) as u16;
+/// Smallest log2 of the interleave (8 sectors).
+pub const MIN_LOG2_INTERLEAVE_SECTORS: u8 = 3;
+/// Largest log2 of the interleave.
+pub const MAX_LOG2_INTERLEAVE_SECTORS: u8 = 31;
+
+/// The parsed superblock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    /// Format version 1..=6 (the kernel derives it from the flags when it writes).
+    pub version: u8,
+    /// log2 of the data sectors between two metadata runs (0 with a separate metadata device).
+    pub log2_interleave_sectors: u8,
+    /// Bytes of tag per block.
+    pub integrity_tag_size: u16,
+    /// Number of journal sections (also the size of the bitmap area in bitmap mode).
+    pub journal_sections: u32,
+    /// 512-byte sectors the device provides (what userspace maps).
+    pub provided_data_sectors: u64,
+    /// `SB_FLAG_*` bits.
+    pub flags: u32,
+    /// log2 of the block (sector size) in 512-byte sectors, 0..=3.
+    pub log2_sectors_per_block: u8,
+    /// log2 of the blocks one bitmap bit covers (bitmap mode).
+    pub log2_blocks_per_bitmap_bit: u8,
+    /// Where recalculation stands when [`SB_FLAG_RECALCULATING`] is set.
+    pub recalc_sector: u64,
+    /// Bytes 40..48 (`pad2` in the kernel): zero as the kernel writes them, kept as read so a
+    /// round trip is exact.
+    pub transaction_id: u64,
+    /// The salt (hashed into tags when [`SB_FLAG_FIXED_HMAC`] is set).
+    pub salt: [u8; SALT_SIZE],
+}
+
+fn le16(b: &[u8], off: usize) -> u16 {
+    u16::from_le_bytes([b[off], b[off + 1]])
+}
+fn le32(b: &[u8], off: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[off..off + 4]);
+    u32::from_le_bytes(a)
+}
+fn le64(b: &[u8], off: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[off..off + 8]);
+    u64::from_le_bytes(a)
+}
+
+impl Superblock {
+    /// Parse and validate the first 512 bytes of a device. Every field is checked before it
+    /// is used, as the kernel's constructor checks it.
+    pub fn parse(bytes: &[u8]) -> Result<Superblock> {
+        if bytes.len() < SUPERBLOCK_SIZE {
+            return Err(IntegrityError::Truncated(bytes.len()));
+        }
+        let b = &bytes[..SUPERBLOCK_SIZE];
+        if &b[0..8] != MAGIC {
+            return Err(IntegrityError::Magic);
+        }
+        let mut salt = [0u8; SALT_SIZE];
+        salt.copy_from_slice(&b[48..64]);
+        let sb = Superblock {
+            version: b[8],
+            log2_interleave_sectors: b[9],
+            integrity_tag_size: le16(b, 10),
+            journal_sections: le32(b, 12),
+            provided_data_sectors: le64(b, 16),
+            flags: le32(b, 24),
+            log2_sectors_per_block: b[28],
+            log2_blocks_per_bitmap_bit: b[29],
+            recalc_sector: le64(b, 32),
+            transaction_id: le64(b, 40),
+            salt,
+        };
+        sb.validate()?;
+        Ok(sb)
+    }
+
+    /// The checks of [`parse`](Superblock::parse), for a superblock built in memory.
+    pub fn validate(&self) -> Result<()> {
+        if self.version == 0 || self.version > SB_VERSION_MAX {
+            return Err(IntegrityError::field(
+                "version",
+                format!("unknown superblock version {}", self.version),
+            ));
+        }
+        if self.flags & !SB_KNOWN_FLAGS != 0 {
+            return Err(IntegrityError::field(
+                "flags",
+                format!("unknown flags {:#x}", self.flags & !SB_KNOWN_FLAGS),
+            ));
+        }
+        if self.integrity_tag_size == 0 || self.integrity_tag_size > MAX_TAG_SIZE {
+            return Err(IntegrityError::field(
+                "integrity_tag_size",
+                format!("{} is not in 1..={MAX_TAG_SIZE}", self.integrity_tag_size),
+            ));
+        }
+        if u32::from(self.log2_sectors_per_block) > MAX_SECTORS_PER_BLOCK.trailing_zeros() {
+            return Err(IntegrityError::field(
+                "log2_sectors_per_block",
+                format!(
+                    "{} (a block of {} sectors; at most 8)",
+                    self.log2_sectors_per_block,
+                    1u64.checked_shl(u32::from(self.log2_sectors_per_block))
+                        .unwrap_or(0)
+                ),
+            ));
+        }
+        let inline = self.flags & SB_FLAG_INLINE != 0;
+        if inline != (self.journal_sections == 0) {
+            return Err(IntegrityError::field(
+                "journal_sections",
+                if inline {
+                    "must be 0 in inline mode".to_string()
+                } else {
+                    "is 0 (corrupted superblock)".to_string()
+                },
+            ));
+        }
+        let il = self.log2_interleave_sectors;
+        if il != 0 && !(MIN_LOG2_INTERLEAVE_SECTORS..=MAX_LOG2_INTERLEAVE_SECTORS).contains(&il) {
+            return Err(IntegrityError::field(
+                "log2_interleave_sectors",
+                format!("{il} is not in 3..=31 (or 0 with a metadata device)"),
+            ));
+        }
+        if il != 0 && il < self.log2_sectors_per_block {
+            return Err(IntegrityError::field(
+                "log2_interleave_sectors",
+                format!(
+                    "{il} is smaller than the block (log2 {})",
+                    self.log2_sectors_per_block
+                ),
+            ));
+        }
+        if self.provided_data_sectors == 0 {
+            return Err(IntegrityError::field("provided_data_sectors", "is 0"));
+        }
+        let spb_mask = (1u64 << self.log2_sectors_per_block) - 1;
+        if self.provided_data_sectors & spb_mask != 0 {
+            return Err(IntegrityError::field(
+                "provided_data_sectors",
+                format!(
+                    "{} is not a whole number of {}-byte blocks",
+                    self.provided_data_sectors,
+                    512u64 << self.log2_sectors_per_block
+                ),
+            ));
+        }
+        if u32::from(self.log2_blocks_per_bitmap_bit) + u32::from(self.log2_sectors_per_block) >= 64
+        {
+            return Err(IntegrityError::field(
+                "log2_blocks_per_bitmap_bit",
+                format!("{} is out of range", self.log2_blocks_per_bitmap_bit),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Encode as the kernel writes it (unused bytes zero).
+    pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
+        let mut b = [0u8; SUPERBLOCK_SIZE];
+        b[0..8].copy_from_slice(MAGIC);
+        b[8] = self.version;
+        b[9] = self.log2_interleave_sectors;
+        b[10..12].copy_from_slice(&self.integrity_tag_size.to_le_bytes());
+        b[12..16].copy_from_slice(&self.journal_sections.to_le_bytes());
+        b[16..24].copy_from_slice(&self.provided_data_sectors.to_le_bytes());
+        b[24..28].copy_from_slice(&self.flags.to_le_bytes());
+        b[28] = self.log2_sectors_per_block;
+        b[29] = self.log2_blocks_per_bitmap_bit;
+        b[32..40].copy_from_slice(&self.recalc_sector.to_le_bytes());
+        b[40..48].copy_from_slice(&self.transaction_id.to_le_bytes());
+        b[48..64].copy_from_slice(&self.salt);
+        b
+    }
+
+    /// The version the kernel's `sb_set_version()` gives these flags (bitmap mode and a
+    /// separate metadata device also raise it).
+    pub fn version_for(flags: u32, bitmap_mode: bool, meta_device: bool) -> u8 {
+        if flags & SB_FLAG_INLINE != 0 {
+            6
+        } else if flags & SB_FLAG_FIXED_HMAC != 0 {
+            5
+        } else if flags & SB_FLAG_FIXED_PADDING != 0 {
+            4
+        } else if bitmap_mode || flags & SB_FLAG_DIRTY_BITMAP != 0 {
+            3
+        } else if meta_device || flags & SB_FLAG_RECALCULATING != 0 {
+            2
+        } else {
+            1
+        }
+    }
+
+    /// Bytes per block (the sector size of the mapped device).
+    pub fn sector_size(&self) -> u32 {
+        512 << self.log2_sectors_per_block
+    }
+
+    /// Whether a flag is set.
+    pub fn has(&self, flag: u32) -> bool {
+        self.flags & flag != 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Superblock {
+        Superblock {
+            version: 5,
+            log2_interleave_sectors: 15,
+            integrity_tag_size: 4,
+            journal_sections: 17,
+            provided_data_sectors: 12345 * 8,
+            flags: SB_FLAG_FIXED_PADDING | SB_FLAG_FIXED_HMAC,
+            log2_sectors_per_block: 3,
+            log2_blocks_per_bitmap_bit: 12,
+            recalc_sector: 0,
+            transaction_id: 0,
+            salt: *b"0123456789abcdef",
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let sb = sample();
+        let bytes = sb.encode();
+        assert_eq!(&bytes[0..8], b"integrt\0");
+        assert_eq!(bytes[8], 5);
+        assert_eq!(&bytes[48..64], b"0123456789abcdef");
+        assert!(bytes[64..].iter().all(|&b| b == 0));
+        assert_eq!(Superblock::parse(&bytes).unwrap(), sb);
+    }
+
+    #[test]
+    fn refusals_name_the_field() {
+        let good = sample().encode();
+        let cases: Vec<(usize, u8, &str)> = vec![
+            (0, b'X', "magic"),
+            (8, 0, "version"),
+            (8, 7, "version"),
+            (9, 2, "log2_interleave_sectors"),
+            (9, 32, "log2_interleave_sectors"),
+            (10, 0, "integrity_tag_size"),
+            (11, 2, "integrity_tag_size"),
+            (27, 0x80, "flags"),
+            (28, 4, "log2_sectors_per_block"),
+            (29, 61, "log2_blocks_per_bitmap_bit"),
+        ];
+        for (off, val, field) in cases {
+            let mut b = good;
+            b[off] = val;
+            let e = Superblock::parse(&b).unwrap_err().to_string();
+            assert!(e.starts_with(field), "byte {off} = {val}: {e}");
+        }
+        let mut b = good;
+        b[12..16].fill(0);
+        assert!(Superblock::parse(&b)
+            .unwrap_err()
+            .to_string()
+            .starts_with("journal_sections"));
+        let mut b = good;
+        b[16..24].fill(0);
+        assert!(Superblock::parse(&b)
+            .unwrap_err()
+            .to_string()
+            .starts_with("provided_data_sectors"));
+        let mut b = good;
+        b[16] = 1;
+        assert!(Superblock::parse(&b)
+            .unwrap_err()
+            .to_string()
+            .starts_with("provided_data_sectors"));
+        assert!(matches!(
+            Superblock::parse(&good[..100]),
+            Err(IntegrityError::Truncated(100))
+        ));
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(
+            Superblock::version_for(SB_FLAG_FIXED_HMAC | SB_FLAG_FIXED_PADDING, true, false),
+            5
+        );
+        assert_eq!(
+            Superblock::version_for(SB_FLAG_FIXED_PADDING, false, false),
+            4
+        );
+        assert_eq!(Superblock::version_for(0, true, false), 3);
+        assert_eq!(Superblock::version_for(0, false, true), 2);
+        assert_eq!(Superblock::version_for(0, false, false), 1);
+    }
+}
