@@ -17,7 +17,7 @@ mod harness;
 use common::rng::SplitMix64;
 use common::run::RunDir;
 use dmkit::block::{BlockDevice, FileDevice, OpenOptions};
-use dmkit::integrity::{IntegrityDevice, IntegrityOptions, Mode, TagAlg};
+use dmkit::integrity::{IntegrityDevice, IntegrityOptions, Mode, TagAlgorithm};
 use harness::{guest, sh_quote, Bundle, Disk};
 use std::fmt::Write as _;
 use std::path::Path;
@@ -34,7 +34,7 @@ struct Case {
     /// integritysetup format options.
     format: &'static [&'static str],
     /// Algorithm options for integritysetup open and for dmkit.
-    alg: TagAlg,
+    alg: TagAlgorithm,
     /// Mode the guest writes in.
     guest_mode: Mode,
     /// Mode dmkit writes in.
@@ -45,14 +45,14 @@ const CASES: &[Case] = &[
     Case {
         name: "j_crc32c_512",
         format: &["--integrity", "crc32c"],
-        alg: TagAlg::Crc32c,
+        alg: TagAlgorithm::Crc32c,
         guest_mode: Mode::Journal,
         dmkit_mode: Mode::Bitmap,
     },
     Case {
         name: "b_sha256_4k",
         format: &["--integrity", "sha256", "--sector-size", "4096"],
-        alg: TagAlg::Sha256,
+        alg: TagAlgorithm::Sha256,
         guest_mode: Mode::Bitmap,
         dmkit_mode: Mode::Journal,
     },
@@ -70,7 +70,7 @@ const CASES: &[Case] = &[
             "--interleave-sectors",
             "2048",
         ],
-        alg: TagAlg::HmacSha256,
+        alg: TagAlgorithm::HmacSha256,
         guest_mode: Mode::Journal,
         dmkit_mode: Mode::Journal,
     },
@@ -84,14 +84,14 @@ const CASES: &[Case] = &[
             "--tag-size",
             "8",
         ],
-        alg: TagAlg::Crc32,
+        alg: TagAlgorithm::Crc32,
         guest_mode: Mode::Bitmap,
         dmkit_mode: Mode::Bitmap,
     },
     Case {
         name: "d_sha1_512_il",
         format: &["--integrity", "sha1", "--interleave-sectors", "512"],
-        alg: TagAlg::Sha1,
+        alg: TagAlgorithm::Sha1,
         guest_mode: Mode::Direct,
         dmkit_mode: Mode::Direct,
     },
@@ -102,9 +102,9 @@ const REPLAY_A: &str = "jreplay_a";
 /// dmkit's server writes this one (b) and is killed.
 const REPLAY_B: &str = "jreplay_b";
 
-fn open_opts(alg: TagAlg, mode: Mode) -> String {
+fn open_opts(alg: TagAlgorithm, mode: Mode) -> String {
     let mut o = format!("--integrity {}", alg.name());
-    if alg == TagAlg::HmacSha256 {
+    if alg == TagAlgorithm::HmacSha256 {
         o.push_str(" --integrity-key-file /tmp/key --integrity-key-size 32");
     }
     match mode {
@@ -116,7 +116,7 @@ fn open_opts(alg: TagAlg, mode: Mode) -> String {
     o
 }
 
-fn dmkit_open(path: &Path, alg: TagAlg, mode: Mode) -> IntegrityDevice {
+fn dmkit_open(path: &Path, alg: TagAlgorithm, mode: Mode) -> IntegrityDevice {
     let f = FileDevice::open(
         path,
         OpenOptions {
@@ -127,7 +127,7 @@ fn dmkit_open(path: &Path, alg: TagAlg, mode: Mode) -> IntegrityDevice {
     )
     .unwrap();
     let mut o = IntegrityOptions::new("t", mode, alg);
-    if alg == TagAlg::HmacSha256 {
+    if alg == TagAlgorithm::HmacSha256 {
         o.key = Some(Zeroizing::new(KEY.as_bytes().to_vec()));
     }
     IntegrityDevice::open(Arc::new(f), o).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
@@ -263,7 +263,7 @@ echo NOT-KILLED"#
     // (a) the kernel's journal, replayed by dmkit.
     let pa = dir.join(format!("{REPLAY_A}.img"));
     {
-        let d = dmkit_open(&pa, TagAlg::Crc32c, Mode::Journal);
+        let d = dmkit_open(&pa, TagAlgorithm::Crc32c, Mode::Journal);
         let mut want = vec![0u8; d.size() as usize];
         want[64 << 10..320 << 10].copy_from_slice(&payload(99, 1));
         let replayed = d

@@ -8,11 +8,10 @@
 use super::device::open_export;
 use super::{CliError, CliResult};
 use crate::export::ExportSpec;
-use crate::integrity::{IntegrityDevice, IntegrityOptions, Mode, OpenError, TagAlg};
+use crate::integrity::{IntegrityDevice, IntegrityOptions, Mode, OpenError};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
-use zeroize::Zeroizing;
 
 /// Arguments of `dmkit integrity open`.
 #[derive(clap::Args)]
@@ -21,15 +20,8 @@ pub struct OpenArgs {
     pub device: PathBuf,
     /// Name of the device.
     pub name: String,
-    /// Internal hash: crc32c, crc32, sha1, sha256 or hmac-sha256 (as formatted).
-    #[arg(short = 'I', long, default_value = "crc32c")]
-    pub integrity: String,
-    /// File holding the hmac-sha256 key.
-    #[arg(long)]
-    pub integrity_key_file: Option<PathBuf>,
-    /// Key size in bytes (default: the whole key file).
-    #[arg(long)]
-    pub integrity_key_size: Option<u32>,
+    #[command(flatten)]
+    pub alg: super::integrity::AlgArgs,
     /// Bitmap mode (B): dirty regions recalculated after an unclean stop.
     #[arg(short = 'B', long, conflicts_with_all = ["integrity_no_journal", "integrity_recovery_mode"])]
     pub integrity_bitmap_mode: bool,
@@ -65,36 +57,7 @@ pub struct OpenArgs {
 /// Run `dmkit integrity open`.
 pub fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
-    let alg = TagAlg::from_name(&a.integrity).ok_or_else(|| {
-        CliError::invalid(format!(
-            "--integrity {}: dmkit knows crc32c, crc32, sha1, sha256 and hmac-sha256",
-            a.integrity
-        ))
-    })?;
-    let key = match (&a.integrity_key_file, alg) {
-        (Some(f), TagAlg::HmacSha256) => {
-            let k = super::luks_keys::read_passphrase(Some(f), 0, a.integrity_key_size, "", false)?;
-            if k.is_empty() {
-                return Err(CliError::invalid(format!(
-                    "{}: the key is empty",
-                    f.display()
-                )));
-            }
-            Some(Zeroizing::new(k.to_vec()))
-        }
-        (None, TagAlg::HmacSha256) => {
-            return Err(CliError::invalid(
-                "--integrity hmac-sha256 needs --integrity-key-file",
-            ))
-        }
-        (Some(_), _) => {
-            return Err(CliError::invalid(format!(
-                "--integrity-key-file: {} takes no key",
-                alg.name()
-            )))
-        }
-        (None, _) => None,
-    };
+    let (alg, key) = a.alg.algorithm_and_key()?;
     let mode = if a.integrity_recovery_mode {
         Mode::Recovery
     } else if a.integrity_bitmap_mode {

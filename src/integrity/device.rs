@@ -22,9 +22,10 @@ use super::bitmap::{self, Bitmap, Op};
 use super::journal::{self, init_sections, next_seq, write_sections, Journal};
 use super::replay::{self, ReplayReport};
 use super::rw_meta::{
-    Layout, Mode, RawSuperblock, TagAlg, Tagger, SB_FLAG_DIRTY_BITMAP, SB_FLAG_FIXED_HMAC,
-    SB_FLAG_RECALCULATING, SB_SECTORS,
+    Layout, Mode, RawSuperblock, SB_FLAG_DIRTY_BITMAP, SB_FLAG_FIXED_HMAC, SB_FLAG_RECALCULATING,
+    SB_SECTORS,
 };
+use super::tags::{TagAlgorithm, TagHasher};
 use crate::block::{check_range, BlockDevice, BlockError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -43,7 +44,7 @@ pub struct IntegrityOptions {
     /// J, B, D or R.
     pub mode: Mode,
     /// The internal hash.
-    pub alg: TagAlg,
+    pub alg: TagAlgorithm,
     /// Its key (hmac-sha256 only).
     pub key: Option<Zeroizing<Vec<u8>>>,
     /// `journal_watermark`, percent (mode J).
@@ -60,7 +61,7 @@ pub struct IntegrityOptions {
 
 impl IntegrityOptions {
     /// The kernel's defaults for `mode` and `alg`.
-    pub fn new(name: &str, mode: Mode, alg: TagAlg) -> IntegrityOptions {
+    pub fn new(name: &str, mode: Mode, alg: TagAlgorithm) -> IntegrityOptions {
         IntegrityOptions {
             name: name.to_string(),
             mode,
@@ -172,7 +173,7 @@ pub struct Inner {
     /// Mode.
     pub mode: Mode,
     /// Tags.
-    pub tagger: Tagger,
+    pub tagger: TagHasher,
     /// Range locks.
     pub ranges: RangeLock,
     /// The journal (mode J).
@@ -342,7 +343,7 @@ impl Inner {
                 buf.resize((cnt * 512) as usize, 0);
                 tags.resize((cnt >> l.log2_spb) as usize * ts, 0);
                 self.lower.read_at(&mut buf, l.data_sector(s) * 512)?;
-                self.tagger.tags(s, l.spb(), &buf, &mut tags);
+                self.tagger.tag_blocks(s, &buf, &mut tags);
                 self.lower.write_at(&tags, l.tag_offset(s))?;
                 self.stats
                     .recalculated_sectors
@@ -499,19 +500,15 @@ impl IntegrityDevice {
             ));
         }
         let flags = sb.flags();
-        let digest = opts.alg.digest_size();
         let salt = (flags & SB_FLAG_FIXED_HMAC != 0).then(|| sb.salt());
-        if opts.alg == TagAlg::HmacSha256 && opts.key.is_none() {
-            return Err(inv("hmac-sha256 needs --integrity-key-file".into()));
-        }
-        let tagger = Tagger::new(
+        let tagger = TagHasher::new(
             opts.alg,
             opts.key.as_ref().map(|k| k.as_slice()),
-            layout.tag_size as usize,
             salt,
+            layout.tag_size as usize,
+            layout.block_size(),
         )
-        .map_err(inv)?;
-        let _ = digest;
+        .map_err(|e| inv(e.to_string()))?;
         if flags & SB_FLAG_RECALCULATING != 0
             && sb.recalc_sector() < layout.provided_data_sectors
             && flags & SB_FLAG_FIXED_HMAC != 0
@@ -756,7 +753,7 @@ fn check_samples(inner: &Inner) -> std::result::Result<(), OpenError> {
     Err(OpenError::Invalid(format!(
         "{}: no sampled sector has a valid {} tag: wrong --integrity algorithm or key (or a device formatted with --no-wipe and never written; --integrity-recovery-mode reads it unchecked)",
         inner.lower.name(),
-        inner.tagger.alg().name()
+        inner.tagger.algorithm().name()
     )))
 }
 
@@ -829,7 +826,7 @@ impl BlockDevice for IntegrityDevice {
         let l = &inner.layout;
         let ts = l.tag_size as usize;
         let mut tags = vec![0u8; buf.len() / l.block_size() * ts];
-        inner.tagger.tags(offset / 512, l.spb(), buf, &mut tags);
+        inner.tagger.tag_blocks(offset / 512, buf, &mut tags);
         inner
             .stats
             .blocks_written

@@ -28,7 +28,7 @@ pub mod verify;
 pub use device::{IntegrityDevice, IntegrityOptions, IntegrityStats, OpenError};
 pub use error::{IntegrityError, Result};
 pub use geometry::{Area, FormatFields, FormatLayout, Geometry, GeometryOptions};
-pub use rw_meta::{Layout, Mode, TagAlg};
+pub use rw_meta::{Layout, Mode};
 pub use superblock::Superblock;
 pub use tags::{TagAlgorithm, TagHasher};
 

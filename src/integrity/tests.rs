@@ -4,6 +4,7 @@
 
 use super::journal::init_sections;
 use super::rw_meta::*;
+use super::tags::{TagAlgorithm, TagHasher};
 use super::*;
 use crate::block::{for_each_crash_state, BlockDevice, BlockError, FaultyDevice, MemoryDevice};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use zeroize::Zeroizing;
 #[derive(Clone)]
 pub(crate) struct Fmt {
     pub sector_size: u32,
-    pub alg: TagAlg,
+    pub alg: TagAlgorithm,
     pub tag_size: u16,
     pub key: Option<Vec<u8>>,
     pub journal_sectors: u32,
@@ -22,7 +23,7 @@ pub(crate) struct Fmt {
 }
 
 impl Fmt {
-    pub fn new(sector_size: u32, alg: TagAlg) -> Fmt {
+    pub fn new(sector_size: u32, alg: TagAlgorithm) -> Fmt {
         Fmt {
             sector_size,
             alg,
@@ -73,7 +74,14 @@ pub(crate) fn format(dev: &dyn BlockDevice, f: &Fmt) -> Layout {
     init_sections(&l, &mut mem, 0, l.journal_sections, 0);
     dev.write_at(&mem, l.journal_offset()).unwrap();
     dev.write_at(&sb.0, 0).unwrap();
-    let tagger = Tagger::new(f.alg, f.key.as_deref(), l.tag_size as usize, f.salt).unwrap();
+    let tagger = TagHasher::new(
+        f.alg,
+        f.key.as_deref(),
+        f.salt,
+        l.tag_size as usize,
+        l.block_size(),
+    )
+    .unwrap();
     let zero = vec![0u8; l.block_size()];
     let mut tags = Vec::new();
     let mut t = vec![0u8; l.tag_size as usize];
@@ -217,14 +225,20 @@ fn crash_run(mode: Mode, f: &Fmt, sectors_per_bit: Option<u64>, seed: u64, round
 
 #[test]
 fn crash_journal_mode_512() {
-    let n = crash_run(Mode::Journal, &Fmt::new(512, TagAlg::Crc32c), None, 1, 40);
+    let n = crash_run(
+        Mode::Journal,
+        &Fmt::new(512, TagAlgorithm::Crc32c),
+        None,
+        1,
+        40,
+    );
     eprintln!("journal mode, 512-byte sectors: {n} crash states checked");
     assert!(n > 1000, "{n}");
 }
 
 #[test]
 fn crash_journal_mode_4096_sha256() {
-    let mut f = Fmt::new(4096, TagAlg::Sha256);
+    let mut f = Fmt::new(4096, TagAlgorithm::Sha256);
     f.journal_sectors = 400;
     let n = crash_run(Mode::Journal, &f, None, 2, 30);
     eprintln!("journal mode, 4096-byte sectors: {n} crash states checked");
@@ -235,7 +249,7 @@ fn crash_journal_mode_4096_sha256() {
 fn crash_bitmap_mode() {
     let n = crash_run(
         Mode::Bitmap,
-        &Fmt::new(512, TagAlg::Crc32c),
+        &Fmt::new(512, TagAlgorithm::Crc32c),
         Some(64),
         3,
         60,
@@ -244,7 +258,7 @@ fn crash_bitmap_mode() {
     assert!(n > 1000, "{n}");
     let n = crash_run(
         Mode::Bitmap,
-        &Fmt::new(4096, TagAlg::Crc32),
+        &Fmt::new(4096, TagAlgorithm::Crc32),
         Some(64),
         4,
         30,
@@ -291,7 +305,7 @@ fn expect_corrupt(d: &IntegrityDevice, block: u64) {
 fn flipped_data_and_tag_bits_are_reported_at_their_block() {
     for mode in [Mode::Direct, Mode::Bitmap, Mode::Journal] {
         for ss in [512u32, 4096] {
-            let f = Fmt::new(ss, TagAlg::Crc32c);
+            let f = Fmt::new(ss, TagAlgorithm::Crc32c);
             let (mem, d, l) = open_fmt(mode, &f);
             let bs = l.block_size();
             d.write_at(&vec![0xabu8; bs * 8], 0).unwrap();
@@ -316,7 +330,7 @@ fn flipped_data_and_tag_bits_are_reported_at_their_block() {
 
 #[test]
 fn flipped_journal_bits_fail_the_replay_at_their_sector() {
-    let f = Fmt::new(512, TagAlg::Crc32c);
+    let f = Fmt::new(512, TagAlgorithm::Crc32c);
     let (mem, d, l) = open_fmt(Mode::Journal, &f);
     d.write_at(&[7u8; 512], 40 * 512).unwrap();
     d.flush().unwrap();
@@ -366,7 +380,7 @@ fn flipped_journal_bits_fail_the_replay_at_their_sector() {
 
 #[test]
 fn wrong_key_or_algorithm_is_refused_at_open() {
-    let mut f = Fmt::new(512, TagAlg::HmacSha256);
+    let mut f = Fmt::new(512, TagAlgorithm::HmacSha256);
     f.key = Some(b"right key".to_vec());
     let mem = Arc::new(MemoryDevice::new("m", 1 << 20));
     format(&*mem, &f);
@@ -378,7 +392,7 @@ fn wrong_key_or_algorithm_is_refused_at_open() {
         "{e}"
     );
     let mut o = opts(Mode::Journal, &f);
-    o.alg = TagAlg::Sha256;
+    o.alg = TagAlgorithm::Sha256;
     o.key = None;
     assert!(IntegrityDevice::open(mem.clone(), o).is_err());
     IntegrityDevice::open(mem.clone(), opts(Mode::Journal, &f)).unwrap();
@@ -394,7 +408,7 @@ fn wrong_key_or_algorithm_is_refused_at_open() {
 
 #[test]
 fn data_survives_reopen_in_every_mode_and_mode_switch() {
-    let f = Fmt::new(4096, TagAlg::Sha1);
+    let f = Fmt::new(4096, TagAlgorithm::Sha1);
     let mem = Arc::new(MemoryDevice::new("m", 1 << 20));
     let l = format(&*mem, &f);
     let bs = l.block_size();
@@ -433,7 +447,7 @@ fn data_survives_reopen_in_every_mode_and_mode_switch() {
 #[test]
 fn concurrent_writers_and_readers_keep_tags_consistent() {
     for mode in [Mode::Journal, Mode::Bitmap, Mode::Direct] {
-        let f = Fmt::new(512, TagAlg::Crc32c);
+        let f = Fmt::new(512, TagAlgorithm::Crc32c);
         let (_mem, d, l) = open_fmt(mode, &f);
         let d = Arc::new(d);
         let blocks = l.provided_data_sectors >> l.log2_spb;
