@@ -153,7 +153,7 @@ pub struct JState {
     /// Entries free.
     pub free_sectors: u32,
     /// The newest journal entry (global position) of each logical block.
-    pub newest: HashMap<u64, u32>,
+    pub newest: NewestMap,
     /// Whether anything was committed since open.
     pub wrote_to_journal: bool,
     /// When the oldest uncommitted write entered the journal.
@@ -173,12 +173,45 @@ impl JState {
             free_section: section,
             free_section_entry: 0,
             free_sectors: l.journal_entries(),
-            newest: HashMap::new(),
+            newest: NewestMap::default(),
             wrote_to_journal: false,
             dirty_since: None,
         }
     }
 }
+
+/// Buffers of the write-back: the committed sections, and one run's data and tags.
+#[derive(Default)]
+pub struct WriterBufs {
+    /// Committed sections, at their offsets in the journal.
+    pub snap: Vec<u8>,
+    /// A run's data.
+    pub data: Vec<u8>,
+    /// A run's tags.
+    pub tags: Vec<u8>,
+}
+
+/// A hasher for block numbers (a multiplicative mix: block numbers are not adversarial, and
+/// SipHash showed up in profiles of mode J).
+#[derive(Default, Clone, Copy)]
+pub struct BlockHasher(u64);
+
+impl std::hash::Hasher for BlockHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Block number -> newest journal position.
+pub type NewestMap = HashMap<u64, u32, std::hash::BuildHasherDefault<BlockHasher>>;
 
 /// The journal of an open device.
 pub struct Journal {
@@ -186,10 +219,11 @@ pub struct Journal {
     pub state: Mutex<JState>,
     /// Signalled when sections are freed.
     pub room: Condvar,
-    /// Serialises commits.
-    pub commit_lock: Mutex<()>,
-    /// Serialises write-backs.
-    pub writer_lock: Mutex<()>,
+    /// Serialises commits; holds the buffer the sections being committed are copied to.
+    pub commit_lock: Mutex<Vec<u8>>,
+    /// Serialises write-backs; holds their reusable buffers (allocated once: fresh large
+    /// allocations cost a page fault per page).
+    pub writer_lock: Mutex<WriterBufs>,
     /// `free_sectors_threshold`: commit and write back when this few entries are free.
     pub threshold: u32,
 }
@@ -206,8 +240,8 @@ impl Journal {
         Journal {
             state: Mutex::new(state),
             room: Condvar::new(),
-            commit_lock: Mutex::new(()),
-            writer_lock: Mutex::new(()),
+            commit_lock: Mutex::new(Vec::new()),
+            writer_lock: Mutex::new(WriterBufs::default()),
             threshold,
         }
     }
@@ -282,8 +316,8 @@ pub fn journal_write(
 /// section, write them and flush. Then, below the watermark, write the journal back in place.
 pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
     let l = &inner.layout;
-    let guard = lock(&j.commit_lock);
-    let (start, n, bytes) = {
+    let mut guard = lock(&j.commit_lock);
+    let (start, n) = {
         let mut st = j.lock();
         // pad_uncommitted
         if st.free_section_entry != 0 {
@@ -315,13 +349,15 @@ pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
         }
         st.dirty_since = None;
         let ss = l.journal_section_sectors as usize * 512;
-        let mut bytes = Vec::with_capacity(n as usize * ss);
+        let bytes = &mut *guard;
+        bytes.clear();
         for k in 0..n {
             let i = ((start + k) % l.journal_sections) as usize;
             bytes.extend_from_slice(&st.mem[i * ss..(i + 1) * ss]);
         }
-        (start, n, bytes)
+        (start, n)
     };
+    let bytes = &*guard;
     // The sections copied out hold exactly what was stamped; write them where they belong.
     let ss = l.journal_section_sectors as usize * 512;
     let to_end = (l.journal_sections - start).min(n) as usize;
@@ -363,15 +399,19 @@ pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
 /// `integrity_writer`: write every committed section in place, flush, free the sections.
 pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
     let l = &inner.layout;
-    let _g = lock(&j.writer_lock);
-    let (start, n, mut snap, skip) = {
+    let mut bufs = lock(&j.writer_lock);
+    let bufs = &mut *bufs;
+    if bufs.snap.len() != l.journal_bytes() {
+        bufs.snap = vec![0u8; l.journal_bytes()];
+    }
+    let (start, n, skip) = {
         let st = j.lock();
         let (start, n) = (st.committed_section, st.n_committed);
         if n == 0 {
             return Ok(());
         }
         let ss = l.journal_section_sectors as usize * 512;
-        let mut snap = vec![0u8; l.journal_bytes()];
+        let snap = &mut bufs.snap;
         let mut skip = Vec::new();
         let m = JournalMap(l);
         for k in 0..n {
@@ -393,7 +433,7 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
                 }
             }
         }
-        (start, n, snap, skip)
+        (start, n, skip)
     };
     for &pos in &skip {
         let m = JournalMap(l);
@@ -401,9 +441,10 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
             pos / l.journal_section_entries,
             pos % l.journal_section_entries,
         );
-        set_entry_unused(&mut snap, off);
+        set_entry_unused(&mut bufs.snap, off);
     }
-    if let Err(e) = copy_in_place(inner, &snap, start, n, false) {
+    let WriterBufs { snap, data, tags } = bufs;
+    if let Err(e) = copy_in_place(inner, snap, start, n, false, data, tags) {
         inner.fail(&e);
         return Err(e);
     }
@@ -454,14 +495,16 @@ pub fn copy_in_place(
     start: u32,
     n: u32,
     from_replay: bool,
+    run_data: &mut Vec<u8>,
+    run_tags: &mut Vec<u8>,
 ) -> Result<()> {
     let l = &inner.layout;
     let m = JournalMap(l);
     let bs = l.block_size();
     let ts = l.tag_size as usize;
     let mut run_sector = 0u64;
-    let mut run_data: Vec<u8> = Vec::new();
-    let mut run_tags: Vec<u8> = Vec::new();
+    run_data.clear();
+    run_tags.clear();
     let mut problem: Option<String> = None;
     let mut check = vec![0u8; ts];
     for k in 0..n {
@@ -487,7 +530,7 @@ pub fn copy_in_place(
                 && sec == run_sector + (run_data.len() / 512) as u64
                 && l.area_offset(sec).0 == l.area_offset(run_sector).0;
             if !contiguous {
-                flush_run(inner, run_sector, &run_data, &run_tags)?;
+                flush_run(inner, run_sector, run_data, run_tags)?;
                 run_data.clear();
                 run_tags.clear();
                 run_sector = sec;
@@ -507,7 +550,7 @@ pub fn copy_in_place(
             run_tags.extend_from_slice(tag);
         }
     }
-    flush_run(inner, run_sector, &run_data, &run_tags)?;
+    flush_run(inner, run_sector, run_data, run_tags)?;
     inner.lower.flush()?;
     match problem {
         None => Ok(()),

@@ -106,7 +106,15 @@ pub fn replay(inner: &Inner, mode: Mode) -> Result<(JState, ReplayReport)> {
     }
     let mut replayed = 0;
     if !journal_empty {
-        copy_in_place(inner, &mem, write_start, write_sections_n, true)?;
+        copy_in_place(
+            inner,
+            &mem,
+            write_start,
+            write_sections_n,
+            true,
+            &mut Vec::new(),
+            &mut Vec::new(),
+        )?;
         replayed = write_sections_n;
     }
     if write_sections_n == l.journal_sections && (mode == Mode::Journal || journal_empty) {
