@@ -230,22 +230,21 @@ impl Inner {
         let ts = l.tag_size as usize;
         let mut stored = vec![0u8; blocks * ts];
         self.lower.read_at(&mut stored, l.tag_offset(sector))?;
-        let mut t = vec![0u8; ts];
-        for (k, (b, s)) in buf
-            .chunks_exact(l.block_size())
-            .zip(stored.chunks_exact(ts))
-            .enumerate()
-        {
+        let mut computed = vec![0u8; blocks * ts];
+        self.tagger.tag_blocks(sector, buf, &mut computed);
+        if computed != stored {
+            let k = computed
+                .chunks_exact(ts)
+                .zip(stored.chunks_exact(ts))
+                .position(|(c, s)| c != s)
+                .unwrap_or(0);
             let sec = sector + k as u64 * l.spb();
-            self.tagger.tag(sec, b, &mut t);
-            if t != s {
-                self.stats.mismatches.fetch_add(1, Ordering::Relaxed);
-                return Err(BlockError::Corrupt {
-                    device: self.name.clone(),
-                    what: "data",
-                    block: sec >> l.log2_spb,
-                });
-            }
+            self.stats.mismatches.fetch_add(1, Ordering::Relaxed);
+            return Err(BlockError::Corrupt {
+                device: self.name.clone(),
+                what: "data",
+                block: sec >> l.log2_spb,
+            });
         }
         Ok(())
     }

@@ -474,3 +474,39 @@ fn concurrent_writers_and_readers_keep_tags_consistent() {
         });
     }
 }
+
+#[test]
+fn batched_tags_equal_single_tags() {
+    for alg in [
+        TagAlgorithm::Crc32c,
+        TagAlgorithm::Crc32,
+        TagAlgorithm::Sha256,
+    ] {
+        for bs in [512usize, 4096] {
+            for salt in [None, Some(*b"fedcba9876543210")] {
+                for ts in [4usize, 8] {
+                    let h = TagHasher::new(alg, None, salt, ts, bs).unwrap();
+                    let mut rng = Rng(bs as u64);
+                    let data: Vec<u8> = (0..9 * bs).map(|_| rng.next() as u8).collect();
+                    for n in 1..=9 {
+                        let mut batch = vec![0u8; n * ts];
+                        h.tag_blocks(77 * 8, &data[..n * bs], &mut batch);
+                        for k in 0..n {
+                            let mut one = vec![0u8; ts];
+                            h.tag(
+                                77 * 8 + (k * bs / 512) as u64,
+                                &data[k * bs..(k + 1) * bs],
+                                &mut one,
+                            );
+                            assert_eq!(
+                                batch[k * ts..(k + 1) * ts],
+                                one[..],
+                                "{alg} bs {bs} n {n} k {k}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
