@@ -57,6 +57,10 @@ pub struct IntegrityOptions {
     pub sectors_per_bit: Option<u64>,
     /// Refuse open when every sampled block has a bad tag (a wrong algorithm or key).
     pub check_key: bool,
+    /// Let the background thread commit and write back the journal when a write fills it
+    /// beyond the watermark (as the kernel's commit and writer work queues do); when false
+    /// the writing thread does it (deterministic I/O order, for crash tests).
+    pub background_writeback: bool,
 }
 
 impl IntegrityOptions {
@@ -72,6 +76,7 @@ impl IntegrityOptions {
             bitmap_flush_ms: 10_000,
             sectors_per_bit: None,
             check_key: true,
+            background_writeback: true,
         }
     }
 }
@@ -162,6 +167,42 @@ impl Drop for RangeGuard<'_> {
     }
 }
 
+/// Wakes the device's background thread: to stop, or to commit and write back the journal
+/// when a write filled it beyond the watermark (the kernel's commit and writer work).
+#[derive(Default)]
+pub struct Signal {
+    m: Mutex<(bool, bool)>,
+    cv: Condvar,
+}
+
+impl Signal {
+    fn set(&self, stop: bool) {
+        let mut g = self.m.lock().unwrap_or_else(|e| e.into_inner());
+        if stop {
+            g.0 = true;
+        } else {
+            g.1 = true;
+        }
+        drop(g);
+        self.cv.notify_all();
+    }
+
+    /// Wait up to `t`; returns (stop, kick) and clears the kick.
+    fn wait(&self, t: Duration) -> (bool, bool) {
+        let mut g = self.m.lock().unwrap_or_else(|e| e.into_inner());
+        if !g.0 && !g.1 {
+            g = self
+                .cv
+                .wait_timeout(g, t)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+        }
+        let r = (g.0, g.1);
+        g.1 = false;
+        r
+    }
+}
+
 /// The state shared by the device and its timer thread.
 pub struct Inner {
     /// Name for messages.
@@ -189,9 +230,35 @@ pub struct Inner {
     failed: AtomicBool,
     commit_time: Duration,
     bitmap_flush: Duration,
+    /// The background thread's signal.
+    signal: Arc<Signal>,
+    /// Whether the background thread runs (else its work is done inline).
+    background: AtomicBool,
 }
 
 impl Inner {
+    /// Ask the background thread to commit and write back; false when there is none (the
+    /// caller then does it).
+    pub fn kick_background(&self) -> bool {
+        if !self.background.load(Ordering::Acquire) {
+            return false;
+        }
+        self.signal.set(false);
+        true
+    }
+
+    /// The background thread's journal work.
+    fn journal_work(&self) {
+        if self.failed.load(Ordering::SeqCst) {
+            return;
+        }
+        if let Some(j) = &self.journal {
+            if journal::commit(self, j).is_ok() {
+                let _ = journal::writeback_if_below(self, j);
+            }
+        }
+    }
+
     /// Remember that the device failed (`dm_integrity_io_error`).
     pub fn fail(&self, e: &BlockError) {
         if !self.failed.swap(true, Ordering::SeqCst) {
@@ -385,7 +452,9 @@ impl Inner {
             if let Some(t) = since {
                 let due = t + self.commit_time;
                 if now >= due {
-                    let _ = journal::commit(self, j);
+                    if journal::commit(self, j).is_ok() {
+                        let _ = journal::writeback_if_below(self, j);
+                    }
                 } else {
                     next = next.min(due - now);
                 }
@@ -459,11 +528,11 @@ impl Inner {
 pub struct IntegrityDevice {
     inner: Arc<Inner>,
     read_only: bool,
-    stop: Arc<(Mutex<bool>, Condvar)>,
     /// Started by the first write or flush, so that opening spawns no thread (the export
     /// forks its server after the open).
     timer: Mutex<Option<JoinHandle<()>>>,
     timer_started: AtomicBool,
+    background_writeback: bool,
     replay: Option<ReplayReport>,
     closed: AtomicBool,
 }
@@ -529,6 +598,8 @@ impl IntegrityDevice {
             stats: Arc::new(IntegrityStats::default()),
             failed: AtomicBool::new(false),
             commit_time: Duration::from_millis(u64::from(opts.commit_time_ms)),
+            signal: Arc::new(Signal::default()),
+            background: AtomicBool::new(false),
             bitmap_flush: Duration::from_millis(u64::from(opts.bitmap_flush_ms).max(1)),
         };
         let mut inner = inner;
@@ -631,13 +702,12 @@ impl IntegrityDevice {
         if opts.check_key && mode != Mode::Recovery {
             check_samples(&inner)?;
         }
-        let stop = Arc::new((Mutex::new(false), Condvar::new()));
         Ok(IntegrityDevice {
             inner,
             read_only,
-            stop,
             timer: Mutex::new(None),
             timer_started: AtomicBool::new(false),
+            background_writeback: opts.background_writeback,
             replay: report,
             closed: AtomicBool::new(false),
         })
@@ -683,11 +753,11 @@ impl IntegrityDevice {
         if self.closed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        {
-            let (m, cv) = &*self.stop;
-            *m.lock().unwrap_or_else(|e| e.into_inner()) = true;
-            cv.notify_all();
+        self.inner.signal.set(true);
+        if let Some(t) = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            let _ = t.join();
         }
+        self.inner.background.store(false, Ordering::Release);
         self.inner.shutdown()
     }
 
@@ -703,12 +773,17 @@ impl IntegrityDevice {
             return;
         }
         let weak = Arc::downgrade(&self.inner);
-        let stop = self.stop.clone();
+        let signal = self.inner.signal.clone();
         match std::thread::Builder::new()
             .name(format!("integrity-{}", self.inner.name))
-            .spawn(move || timer_loop(weak, stop))
+            .spawn(move || timer_loop(weak, signal))
         {
-            Ok(h) => *t = Some(h),
+            Ok(h) => {
+                *t = Some(h);
+                self.inner
+                    .background
+                    .store(self.background_writeback, Ordering::Release);
+            }
             Err(e) => eprintln!(
                 "dmkit: {}: cannot start the commit timer ({e}); commits happen at flush and watermark only",
                 self.inner.name
@@ -756,21 +831,17 @@ fn check_samples(inner: &Inner) -> std::result::Result<(), OpenError> {
     )))
 }
 
-fn timer_loop(inner: Weak<Inner>, stop: Arc<(Mutex<bool>, Condvar)>) {
-    let (m, cv) = &*stop;
+fn timer_loop(inner: Weak<Inner>, signal: Arc<Signal>) {
     let mut sleep = Duration::from_millis(100);
     loop {
-        {
-            let g = m.lock().unwrap_or_else(|e| e.into_inner());
-            if *g {
-                return;
-            }
-            let (g, _) = cv.wait_timeout(g, sleep).unwrap_or_else(|e| e.into_inner());
-            if *g {
-                return;
-            }
+        let (stop, kick) = signal.wait(sleep);
+        if stop {
+            return;
         }
         let Some(i) = inner.upgrade() else { return };
+        if kick {
+            i.journal_work();
+        }
         sleep = i.tick();
     }
 }
@@ -779,10 +850,6 @@ impl Drop for IntegrityDevice {
     fn drop(&mut self) {
         if let Err(e) = self.close() {
             eprintln!("dmkit: {}: clean stop failed: {e}", self.inner.name);
-        }
-        let t = self.timer.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(t) = t {
-            let _ = t.join();
         }
     }
 }
@@ -849,7 +916,14 @@ impl BlockDevice for IntegrityDevice {
         self.inner.check_failed(0)?;
         self.start_timer();
         match &self.inner.journal {
-            Some(j) => journal::commit(&self.inner, j),
+            Some(j) => {
+                journal::commit(&self.inner, j)?;
+                let below = j.lock().free_sectors <= j.threshold;
+                if below && !self.inner.kick_background() {
+                    journal::writeback(&self.inner, j)?;
+                }
+                Ok(())
+            }
             None => self.inner.lower.flush(),
         }
     }

@@ -305,15 +305,27 @@ pub fn journal_write(
         let full = st.free_sectors <= j.threshold;
         drop(st);
         done += n;
-        if full {
+        if full && !inner.kick_background() {
             commit(inner, j)?;
+            writeback_if_below(inner, j)?;
         }
     }
     Ok(())
 }
 
+/// Write the journal back in place if it is filled beyond the watermark (`integrity_commit`
+/// queues the writer then).
+pub fn writeback_if_below(inner: &Inner, j: &Journal) -> Result<()> {
+    let below = j.lock().free_sectors <= j.threshold;
+    if below {
+        writeback(inner, j)?;
+    }
+    Ok(())
+}
+
 /// `integrity_commit`: pad the section being filled, stamp the commit ids of every uncommitted
-/// section, write them and flush. Then, below the watermark, write the journal back in place.
+/// section, write them and flush. (The write-back below the watermark is the caller's:
+/// [`writeback_if_below`].)
 pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
     let l = &inner.layout;
     let mut guard = lock(&j.commit_lock);
@@ -381,18 +393,14 @@ pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
         inner.fail(&e);
         return Err(e);
     }
-    let below = {
+    {
         let mut st = j.lock();
         st.uncommitted_section = (st.uncommitted_section + n) % l.journal_sections;
         st.n_uncommitted -= n;
         st.n_committed += n;
-        st.free_sectors <= j.threshold
-    };
+    }
     inner.stats.journal_commits.fetch_add(1, Ordering::Relaxed);
     drop(guard);
-    if below {
-        writeback(inner, j)?;
-    }
     Ok(())
 }
 

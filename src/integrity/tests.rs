@@ -143,6 +143,8 @@ fn crash_run(mode: Mode, f: &Fmt, sectors_per_bit: Option<u64>, seed: u64, round
     let blocks = l.provided_data_sectors >> l.log2_spb;
     let mut o = opts(mode, f);
     o.sectors_per_bit = sectors_per_bit;
+    // Commits and write-backs on the writing thread: one I/O order to cut.
+    o.background_writeback = false;
     faulty.start_log();
     let dev = IntegrityDevice::open(faulty.clone(), o.clone()).unwrap();
     let mut ops = Vec::new();
