@@ -180,13 +180,11 @@ impl JState {
     }
 }
 
-/// Buffers of the write-back: the committed sections, and one run's data and tags.
+/// Buffers of the write-back: the committed sections, and one run's tags.
 #[derive(Default)]
 pub struct WriterBufs {
     /// Committed sections, at their offsets in the journal.
     pub snap: Vec<u8>,
-    /// A run's data.
-    pub data: Vec<u8>,
     /// A run's tags.
     pub tags: Vec<u8>,
 }
@@ -451,8 +449,8 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
         );
         set_entry_unused(&mut bufs.snap, off);
     }
-    let WriterBufs { snap, data, tags } = bufs;
-    if let Err(e) = copy_in_place(inner, snap, start, n, false, data, tags) {
+    let WriterBufs { snap, tags, .. } = bufs;
+    if let Err(e) = copy_in_place(inner, snap, start, n, false, tags) {
         inner.fail(&e);
         return Err(e);
     }
@@ -494,29 +492,30 @@ fn is_committed(l: &Layout, st: &JState, pos: u32) -> bool {
 
 /// `do_journal_write`: copy the used entries of sections [`start`, `start + n`) of `mem` to
 /// their places, tags first, one data write and one tag write per run of consecutive sectors
-/// of one interleave area, then flush. With `from_replay`, entries are checked as the kernel
+/// of one interleave area within a section (its data is contiguous in the journal once the
+/// displaced last bytes are put back, in place as the kernel does), then flush. Every entry
+/// copied is marked unused in `mem`. With `from_replay`, entries are checked as the kernel
 /// checks them on replay (sector alignment, range, tag); a mismatch is an error after the
 /// copy, as the kernel marks the device failed.
 pub fn copy_in_place(
     inner: &Inner,
-    mem: &[u8],
+    mem: &mut [u8],
     start: u32,
     n: u32,
     from_replay: bool,
-    run_data: &mut Vec<u8>,
     run_tags: &mut Vec<u8>,
 ) -> Result<()> {
     let l = &inner.layout;
     let m = JournalMap(l);
     let bs = l.block_size();
     let ts = l.tag_size as usize;
-    let mut run_sector = 0u64;
-    run_data.clear();
-    run_tags.clear();
     let mut problem: Option<String> = None;
     let mut check = vec![0u8; ts];
     for k in 0..n {
         let i = (start + k) % l.journal_sections;
+        // The current run: first logical sector, first entry, entries.
+        let mut run: Option<(u64, u32, u32)> = None;
+        run_tags.clear();
         for e in 0..l.journal_section_entries {
             let off = m.entry(i, e);
             if entry_unused(mem, off) {
@@ -529,36 +528,54 @@ pub fn copy_in_place(
                     sec &= !(l.spb() - 1);
                 }
                 if sec >= l.provided_data_sectors {
+                    set_entry_unused(mem, off);
                     continue;
                 }
             }
-            let t = m.tag(i, e);
-            let tag = &mem[t..t + ts];
-            let contiguous = !run_data.is_empty()
-                && sec == run_sector + (run_data.len() / 512) as u64
-                && l.area_offset(sec).0 == l.area_offset(run_sector).0;
-            if !contiguous {
-                flush_run(inner, run_sector, run_data, run_tags)?;
-                run_data.clear();
-                run_tags.clear();
-                run_sector = sec;
+            // restore_last_bytes, in place
+            let d = m.data(i, e);
+            for s in 0..l.spb() as usize {
+                let lb = off + 8 + 8 * s;
+                let to = d + s * 512 + JOURNAL_SECTOR_DATA;
+                mem.copy_within(lb..lb + 8, to);
             }
-            let at = run_data.len();
-            run_data.resize(at + bs, 0);
-            read_entry_data(l, mem, i, e, &mut run_data[at..]);
+            let t = m.tag(i, e);
             if from_replay {
-                inner.tagger.tag(sec, &run_data[at..], &mut check);
-                if check != tag {
+                inner.tagger.tag(sec, &mem[d..d + bs], &mut check);
+                if check[..] != mem[t..t + ts] {
                     problem.get_or_insert(format!(
                         "tag mismatch when replaying the journal, at sector {sec}"
                     ));
                 }
                 inner.stats.replayed_blocks.fetch_add(1, Ordering::Relaxed);
             }
-            run_tags.extend_from_slice(tag);
+            let follows = match run {
+                Some((rs, re, rn)) => {
+                    e == re + rn
+                        && sec == rs + u64::from(rn) * l.spb()
+                        && l.area_offset(sec).0 == l.area_offset(rs).0
+                }
+                None => false,
+            };
+            if !follows {
+                if let Some((rs, re, rn)) = run {
+                    let d0 = m.data(i, re);
+                    flush_run(inner, rs, &mem[d0..d0 + rn as usize * bs], run_tags)?;
+                }
+                run_tags.clear();
+                run = Some((sec, e, 0));
+            }
+            if let Some(r) = run.as_mut() {
+                r.2 += 1;
+            }
+            run_tags.extend_from_slice(&mem[t..t + ts]);
+            set_entry_unused(mem, off);
+        }
+        if let Some((rs, re, rn)) = run {
+            let d0 = m.data(i, re);
+            flush_run(inner, rs, &mem[d0..d0 + rn as usize * bs], run_tags)?;
         }
     }
-    flush_run(inner, run_sector, run_data, run_tags)?;
     inner.lower.flush()?;
     match problem {
         None => Ok(()),

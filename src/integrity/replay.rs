@@ -108,11 +108,10 @@ pub fn replay(inner: &Inner, mode: Mode) -> Result<(JState, ReplayReport)> {
     if !journal_empty {
         copy_in_place(
             inner,
-            &mem,
+            &mut mem,
             write_start,
             write_sections_n,
             true,
-            &mut Vec::new(),
             &mut Vec::new(),
         )?;
         replayed = write_sections_n;
