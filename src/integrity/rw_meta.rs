@@ -31,6 +31,9 @@ pub const JOURNAL_BLOCK_SECTORS: u64 = 8;
 pub const JOURNAL_SECTOR_DATA: usize = 504;
 /// `METADATA_PADDING_SECTORS`.
 const METADATA_PADDING_SECTORS: u64 = 8;
+/// Largest journal a device may have here, in sectors (1 GiB; the kernel's own default
+/// maximum is 64 MiB).
+pub const MAX_JOURNAL_SECTORS: u64 = 1 << 21;
 /// `BITMAP_BLOCK_SIZE`.
 pub const BITMAP_BLOCK_SIZE: usize = 4096;
 
@@ -253,8 +256,17 @@ impl Layout {
             ((u64::from(tag_size) << (log2_interleave - log2_spb)).div_ceil(padding) * padding)
                 >> 9;
         let provided = sb.provided_data_sectors();
-        if provided == 0 || provided & (u64::from(spb) - 1) != 0 {
-            return bad(format!("invalid provided_data_sectors {provided}"));
+        if provided == 0 || provided & (u64::from(spb) - 1) != 0 || provided > device_sectors {
+            return bad(format!(
+                "invalid provided_data_sectors {provided} (device: {device_sectors} sectors): truncated?"
+            ));
+        }
+        // The whole journal is held in memory, as the kernel holds it.
+        if u64::from(journal_section_sectors) * u64::from(journal_sections) > MAX_JOURNAL_SECTORS {
+            return bad(format!(
+                "the journal ({journal_sections} sections of {journal_section_sectors} sectors) is larger than the {} MiB dmkit holds in memory",
+                MAX_JOURNAL_SECTORS >> 11
+            ));
         }
         let l = Layout {
             log2_spb,
