@@ -19,7 +19,7 @@
 //! the failing request, and the loop device logs a buffer I/O error for the sector.
 
 use super::bitmap::{self, Bitmap, Op};
-use super::journal::{self, init_sections, next_seq, write_sections, Journal};
+use super::journal::{self, init_sections, write_sections, Journal};
 use super::replay::{self, ReplayReport};
 use super::rw_meta::{
     Layout, Mode, RawSuperblock, SB_FLAG_DIRTY_BITMAP, SB_FLAG_FIXED_HMAC, SB_FLAG_RECALCULATING,
@@ -333,11 +333,7 @@ impl Inner {
                 for (k, slot) in from_disk.iter_mut().enumerate() {
                     let block = (sector >> l.log2_spb) + k as u64;
                     if let Some(&pos) = st.newest.get(&block) {
-                        let (i, e) = (
-                            pos / l.journal_section_entries,
-                            pos % l.journal_section_entries,
-                        );
-                        journal::read_entry_data(l, &st.mem, i, e, &mut buf[k * bs..(k + 1) * bs]);
+                        journal::read_block(l, j, pos, &mut buf[k * bs..(k + 1) * bs]);
                         *slot = false;
                     }
                 }
@@ -493,18 +489,8 @@ impl Inner {
                 journal::commit(self, j)?;
                 journal::writeback(self, j)?;
                 self.lower.flush()?;
-                let mut st = j.lock();
-                if st.wrote_to_journal {
-                    let l = &self.layout;
-                    let (fs, seq) = (st.free_section, st.commit_seq);
-                    init_sections(l, &mut st.mem, fs, l.journal_sections - fs, seq);
-                    write_sections(self, &st.mem, fs, l.journal_sections - fs)?;
-                    if fs > 0 {
-                        init_sections(l, &mut st.mem, 0, fs, next_seq(seq));
-                        write_sections(self, &st.mem, 0, fs)?;
-                    }
-                    st.wrote_to_journal = false;
-                }
+                journal::clean_stop(self, j)?;
+                j.lock().wrote_to_journal = false;
             }
             Mode::Bitmap => {
                 self.lower.flush()?;
@@ -655,15 +641,15 @@ impl IntegrityDevice {
                     let mut mem = vec![0u8; l.journal_bytes()];
                     init_sections(&l, &mut mem, 0, l.journal_sections, 0);
                     write_sections(&inner, &mem, 0, l.journal_sections)?;
-                    let (st, r) = replay::replay(&inner, mode)?;
-                    jstate = Some(st);
+                    let (st, mem, r) = replay::replay(&inner, mode)?;
+                    jstate = Some((st, mem));
                     report = Some(r);
                     sb.set_flags(sb.flags() & !SB_FLAG_DIRTY_BITMAP);
                 }
                 inner.write_sb(&mut sb)?;
             } else {
-                let (st, r) = replay::replay(&inner, mode)?;
-                jstate = Some(st);
+                let (st, mem, r) = replay::replay(&inner, mode)?;
+                jstate = Some((st, mem));
                 report = Some(r);
                 if let Some(b) = &inner.bitmap {
                     sb.set_flags(sb.flags() | SB_FLAG_DIRTY_BITMAP);
@@ -683,8 +669,9 @@ impl IntegrityDevice {
             }
             *inner.sb.lock().unwrap_or_else(|e| e.into_inner()) = sb.clone();
             if mode == Mode::Journal {
-                let st = jstate.ok_or_else(|| inv("journal state missing after replay".into()))?;
-                inner.journal = Some(Journal::new(&l, st, opts.journal_watermark));
+                let (st, mem) =
+                    jstate.ok_or_else(|| inv("journal state missing after replay".into()))?;
+                inner.journal = Some(Journal::new(&l, st, mem, opts.journal_watermark));
             }
             if sb.flags() & SB_FLAG_RECALCULATING != 0 {
                 let rs = sb.recalc_sector();

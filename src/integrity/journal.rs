@@ -3,16 +3,18 @@
 //! `write_journal`), then copied in place (`do_journal_write`, `integrity_writer`), and cleaned
 //! on a clean stop (`init_journal` from `dm_integrity_postsuspend`).
 //!
-//! Locking: `state` guards the in-memory journal and its positions and is held only for memory
-//! work; `commit_lock` serialises commits and `writer_lock` write-backs, both of which do their
-//! I/O with `state` released (committed sections are never changed until they are freed).
+//! Locking: `state` guards the positions and the newest entry of each block; each section's
+//! memory has its own lock, taken after `state` (never the other way round). Writers fill the
+//! section being filled; commits and write-backs work on full sections, one at a time, with
+//! `state` released, so writers go on filling while the journal is written (`commit_lock` and
+//! `writer_lock` serialise commits and write-backs).
 
 use super::device::Inner;
 use super::rw_meta::{Layout, JOURNAL_BLOCK_SECTORS, JOURNAL_SECTOR_DATA};
-use crate::block::{BlockError, Result};
+use crate::block::Result;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 /// `N_COMMIT_IDS`.
@@ -132,10 +134,8 @@ pub fn write_sections(inner: &Inner, mem: &[u8], start: u32, n: u32) -> Result<(
     inner.lower.flush()
 }
 
-/// The positions and contents of the journal.
+/// The positions of the journal (its memory is in [`Journal::sections`]).
 pub struct JState {
-    /// The journal area.
-    pub mem: Vec<u8>,
     /// Commit sequence of the next commit.
     pub commit_seq: u8,
     /// First committed section not yet written in place.
@@ -162,9 +162,8 @@ pub struct JState {
 
 impl JState {
     /// A journal continuing at `section` with `seq`, everything free.
-    pub fn new(l: &Layout, mem: Vec<u8>, section: u32, seq: u8) -> JState {
+    pub fn new(l: &Layout, section: u32, seq: u8) -> JState {
         JState {
-            mem,
             commit_seq: seq,
             committed_section: section,
             n_committed: 0,
@@ -178,15 +177,6 @@ impl JState {
             dirty_since: None,
         }
     }
-}
-
-/// Buffers of the write-back: the committed sections, and one run's tags.
-#[derive(Default)]
-pub struct WriterBufs {
-    /// Committed sections, at their offsets in the journal.
-    pub snap: Vec<u8>,
-    /// A run's tags.
-    pub tags: Vec<u8>,
 }
 
 /// A hasher for block numbers (a multiplicative mix: block numbers are not adversarial, and
@@ -213,15 +203,14 @@ pub type NewestMap = HashMap<u64, u32, std::hash::BuildHasherDefault<BlockHasher
 
 /// The journal of an open device.
 pub struct Journal {
-    /// In-memory journal and positions.
+    /// Positions.
     pub state: Mutex<JState>,
-    /// Signalled when sections are freed.
-    pub room: Condvar,
-    /// Serialises commits; holds the buffer the sections being committed are copied to.
-    pub commit_lock: Mutex<Vec<u8>>,
-    /// Serialises write-backs; holds their reusable buffers (allocated once: fresh large
-    /// allocations cost a page fault per page).
-    pub writer_lock: Mutex<WriterBufs>,
+    /// Each section's memory, as on disk (offsets of [`JournalMap`] with section 0).
+    pub sections: Vec<Mutex<Vec<u8>>>,
+    /// Serialises commits.
+    pub commit_lock: Mutex<()>,
+    /// Serialises write-backs; holds the tags of a run.
+    pub writer_lock: Mutex<Vec<u8>>,
     /// `free_sectors_threshold`: commit and write back when this few entries are free.
     pub threshold: u32,
 }
@@ -231,15 +220,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Journal {
-    /// A journal in `state`, with the kernel's threshold for `watermark` percent.
-    pub fn new(l: &Layout, state: JState, watermark: u32) -> Journal {
+    /// A journal in `state` whose memory is `mem` (the whole journal area), with the kernel's
+    /// threshold for `watermark` percent.
+    pub fn new(l: &Layout, state: JState, mem: Vec<u8>, watermark: u32) -> Journal {
         let entries = u64::from(l.journal_entries());
         let threshold = ((entries * u64::from(100 - watermark.min(100)) + 50) / 100) as u32;
+        let ss = l.journal_section_sectors as usize * 512;
         Journal {
             state: Mutex::new(state),
-            room: Condvar::new(),
-            commit_lock: Mutex::new(Vec::new()),
-            writer_lock: Mutex::new(WriterBufs::default()),
+            sections: mem.chunks_exact(ss).map(|c| Mutex::new(c.to_vec())).collect(),
+            commit_lock: Mutex::new(()),
+            writer_lock: Mutex::new(Vec::new()),
             threshold,
         }
     }
@@ -248,6 +239,19 @@ impl Journal {
     pub fn lock(&self) -> MutexGuard<'_, JState> {
         lock(&self.state)
     }
+
+    /// Lock section `i`'s memory (with the state locked, or no section of it in use).
+    pub fn section(&self, i: u32) -> MutexGuard<'_, Vec<u8>> {
+        lock(&self.sections[i as usize])
+    }
+}
+
+/// Write section `i` (its memory `sec`) to the device.
+fn write_section(inner: &Inner, sec: &[u8], i: u32) -> Result<()> {
+    let l = &inner.layout;
+    inner
+        .lower
+        .write_at(sec, l.journal_offset() + (i as usize * sec.len()) as u64)
 }
 
 /// A write of `data` (whole blocks, `tags` computed) at logical `sector` into the journal.
@@ -274,27 +278,33 @@ pub fn journal_write(
         }
         let n = (blocks - done).min(st.free_sectors as usize);
         st.free_sectors -= n as u32;
-        for k in done..done + n {
-            let (i, e) = (st.free_section, st.free_section_entry);
-            let eo = m.entry(i, e);
-            let d = m.data(i, e);
-            let mem = &mut st.mem;
-            mem[d..d + bs].copy_from_slice(&data[k * bs..(k + 1) * bs]);
-            for s in 0..l.spb() as usize {
-                let from = d + s * 512 + JOURNAL_SECTOR_DATA;
-                mem.copy_within(from..from + 8, eo + 8 + 8 * s);
-            }
-            let t = m.tag(i, e);
-            mem[t..t + ts].copy_from_slice(&tags[k * ts..(k + 1) * ts]);
-            mem[eo..eo + 8].copy_from_slice(&sector.to_le_bytes());
-            let pos = i * l.journal_section_entries + e;
-            st.newest.insert(sector >> l.log2_spb, pos);
-            sector += l.spb();
-            st.free_section_entry += 1;
-            if st.free_section_entry == l.journal_section_entries {
-                st.free_section_entry = 0;
-                st.free_section = (st.free_section + 1) % l.journal_sections;
-                st.n_uncommitted += 1;
+        let mut k = done;
+        while k < done + n {
+            let i = st.free_section;
+            let mut sec = j.section(i);
+            while k < done + n {
+                let e = st.free_section_entry;
+                let eo = m.entry(0, e);
+                let d = m.data(0, e);
+                sec[d..d + bs].copy_from_slice(&data[k * bs..(k + 1) * bs]);
+                for s in 0..l.spb() as usize {
+                    let from = d + s * 512 + JOURNAL_SECTOR_DATA;
+                    sec.copy_within(from..from + 8, eo + 8 + 8 * s);
+                }
+                let t = m.tag(0, e);
+                sec[t..t + ts].copy_from_slice(&tags[k * ts..(k + 1) * ts]);
+                sec[eo..eo + 8].copy_from_slice(&sector.to_le_bytes());
+                let pos = i * l.journal_section_entries + e;
+                st.newest.insert(sector >> l.log2_spb, pos);
+                sector += l.spb();
+                k += 1;
+                st.free_section_entry += 1;
+                if st.free_section_entry == l.journal_section_entries {
+                    st.free_section_entry = 0;
+                    st.free_section = (st.free_section + 1) % l.journal_sections;
+                    st.n_uncommitted += 1;
+                    break;
+                }
             }
         }
         if st.dirty_since.is_none() {
@@ -309,6 +319,13 @@ pub fn journal_write(
         }
     }
     Ok(())
+}
+
+/// Copy block `pos`'s data out of the journal into `out` (with the state locked).
+pub fn read_block(l: &Layout, j: &Journal, pos: u32, out: &mut [u8]) {
+    let (i, e) = (pos / l.journal_section_entries, pos % l.journal_section_entries);
+    let sec = j.section(i);
+    read_entry_data(l, &sec, 0, e, out);
 }
 
 /// Write the journal back in place if it is filled beyond the watermark (`integrity_commit`
@@ -326,8 +343,8 @@ pub fn writeback_if_below(inner: &Inner, j: &Journal) -> Result<()> {
 /// [`writeback_if_below`].)
 pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
     let l = &inner.layout;
-    let mut guard = lock(&j.commit_lock);
-    let (start, n) = {
+    let guard = lock(&j.commit_lock);
+    let todo: Vec<(u32, u8)> = {
         let mut st = j.lock();
         // pad_uncommitted
         if st.free_section_entry != 0 {
@@ -338,53 +355,34 @@ pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
             st.n_uncommitted += 1;
         }
         let (start, n) = (st.uncommitted_section, st.n_uncommitted);
+        st.dirty_since = None;
         if n == 0 {
-            st.dirty_since = None;
             return Ok(());
         }
         st.wrote_to_journal = true;
-        let m = JournalMap(l);
+        let mut todo = Vec::with_capacity(n as usize);
         let mut i = start;
         for _ in 0..n {
-            for s in 0..l.journal_section_sectors {
-                let o = m.sector(i, s) + JOURNAL_SECTOR_DATA;
-                let id = commit_id(i, s, st.commit_seq);
-                st.mem[o..o + 8].copy_from_slice(&id.to_le_bytes());
-            }
+            todo.push((i, st.commit_seq));
             i += 1;
             if i >= l.journal_sections {
                 st.commit_seq = next_seq(st.commit_seq);
                 i = 0;
             }
         }
-        st.dirty_since = None;
-        let ss = l.journal_section_sectors as usize * 512;
-        let bytes = &mut *guard;
-        bytes.clear();
-        for k in 0..n {
-            let i = ((start + k) % l.journal_sections) as usize;
-            bytes.extend_from_slice(&st.mem[i * ss..(i + 1) * ss]);
-        }
-        (start, n)
+        todo
     };
-    let bytes = &*guard;
-    // The sections copied out hold exactly what was stamped; write them where they belong.
-    let ss = l.journal_section_sectors as usize * 512;
-    let to_end = (l.journal_sections - start).min(n) as usize;
-    let res = inner
-        .lower
-        .write_at(
-            &bytes[..to_end * ss],
-            l.journal_offset() + (start as usize * ss) as u64,
-        )
-        .and_then(|()| {
-            if (n as usize) > to_end {
-                inner
-                    .lower
-                    .write_at(&bytes[to_end * ss..], l.journal_offset())
-            } else {
-                Ok(())
+    // These sections are full: no writer touches them; readers wait for a section's lock.
+    let m = JournalMap(l);
+    let res = todo
+        .iter()
+        .try_for_each(|&(i, seq)| {
+            let mut sec = j.section(i);
+            for s in 0..l.journal_section_sectors {
+                let o = m.sector(0, s) + JOURNAL_SECTOR_DATA;
+                sec[o..o + 8].copy_from_slice(&commit_id(i, s, seq).to_le_bytes());
             }
+            write_section(inner, &sec, i)
         })
         .and_then(|()| inner.lower.flush());
     if let Err(e) = res {
@@ -392,6 +390,7 @@ pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
         return Err(e);
     }
     {
+        let n = todo.len() as u32;
         let mut st = j.lock();
         st.uncommitted_section = (st.uncommitted_section + n) % l.journal_sections;
         st.n_uncommitted -= n;
@@ -405,33 +404,30 @@ pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
 /// `integrity_writer`: write every committed section in place, flush, free the sections.
 pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
     let l = &inner.layout;
-    let mut bufs = lock(&j.writer_lock);
-    let bufs = &mut *bufs;
-    if bufs.snap.len() != l.journal_bytes() {
-        bufs.snap = vec![0u8; l.journal_bytes()];
-    }
-    let (start, n, skip) = {
+    let mut tags = lock(&j.writer_lock);
+    let m = JournalMap(l);
+    // The used entries (block, position) of the committed sections, and those a newer
+    // committed entry of the same block makes pointless ("don't write if there is newer
+    // committed sector").
+    let (start, n, used, skip) = {
         let st = j.lock();
         let (start, n) = (st.committed_section, st.n_committed);
         if n == 0 {
             return Ok(());
         }
-        let ss = l.journal_section_sectors as usize * 512;
-        let snap = &mut bufs.snap;
+        let mut used = Vec::new();
         let mut skip = Vec::new();
-        let m = JournalMap(l);
         for k in 0..n {
             let i = (start + k) % l.journal_sections;
-            let a = i as usize * ss;
-            snap[a..a + ss].copy_from_slice(&st.mem[a..a + ss]);
-            // "don't write if there is newer committed sector"
+            let sec = j.section(i);
             for e in 0..l.journal_section_entries {
-                let off = m.entry(i, e);
-                if entry_unused(&st.mem, off) {
+                let off = m.entry(0, e);
+                if entry_unused(&sec, off) {
                     continue;
                 }
                 let pos = i * l.journal_section_entries + e;
-                let block = entry_sector(&st.mem, off) >> l.log2_spb;
+                let block = entry_sector(&sec, off) >> l.log2_spb;
+                used.push((block, pos));
                 if let Some(&newest) = st.newest.get(&block) {
                     if newest != pos && is_committed(l, &st, newest) {
                         skip.push(pos);
@@ -439,48 +435,33 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
                 }
             }
         }
-        (start, n, skip)
+        (start, n, used, skip)
     };
-    for &pos in &skip {
-        let m = JournalMap(l);
-        let off = m.entry(
-            pos / l.journal_section_entries,
-            pos % l.journal_section_entries,
-        );
-        set_entry_unused(&mut bufs.snap, off);
-    }
-    let WriterBufs { snap, tags, .. } = bufs;
-    if let Err(e) = copy_in_place(inner, snap, start, n, false, tags) {
+    let mut problem = None;
+    let res = (0..n).try_for_each(|k| {
+        let i = (start + k) % l.journal_sections;
+        let mut sec = j.section(i);
+        for &pos in skip.iter().filter(|&&p| p / l.journal_section_entries == i) {
+            set_entry_unused(&mut sec, m.entry(0, pos % l.journal_section_entries));
+        }
+        copy_section(inner, &mut sec, false, &mut tags, &mut problem)
+    });
+    if let Err(e) = res.and_then(|()| inner.lower.flush()) {
         inner.fail(&e);
         return Err(e);
     }
     {
         let mut st = j.lock();
-        let m = JournalMap(l);
-        for k in 0..n {
-            let i = (start + k) % l.journal_sections;
-            for e in 0..l.journal_section_entries {
-                let off = m.entry(i, e);
-                if entry_unused(&st.mem, off) {
-                    continue;
-                }
-                let block = entry_sector(&st.mem, off) >> l.log2_spb;
-                let pos = i * l.journal_section_entries + e;
-                if st.newest.get(&block) == Some(&pos) {
-                    st.newest.remove(&block);
-                }
-                set_entry_unused(&mut st.mem, off);
+        for (block, pos) in used {
+            if st.newest.get(&block) == Some(&pos) {
+                st.newest.remove(&block);
             }
         }
         st.committed_section = (st.committed_section + n) % l.journal_sections;
         st.n_committed -= n;
         st.free_sectors += n * l.journal_section_entries;
     }
-    j.room.notify_all();
-    inner
-        .stats
-        .journal_writebacks
-        .fetch_add(1, Ordering::Relaxed);
+    inner.stats.journal_writebacks.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 
@@ -490,107 +471,113 @@ fn is_committed(l: &Layout, st: &JState, pos: u32) -> bool {
     rel < st.n_committed
 }
 
-/// `do_journal_write`: copy the used entries of sections [`start`, `start + n`) of `mem` to
-/// their places, tags first, one data write and one tag write per run of consecutive sectors
-/// of one interleave area within a section (its data is contiguous in the journal once the
-/// displaced last bytes are put back, in place as the kernel does), then flush. Every entry
-/// copied is marked unused in `mem`. With `from_replay`, entries are checked as the kernel
-/// checks them on replay (sector alignment, range, tag); a mismatch is an error after the
-/// copy, as the kernel marks the device failed.
-pub fn copy_in_place(
+/// Re-initialise every section as `dm_integrity_postsuspend` does after the last write-back:
+/// from `free_section` on with `commit_seq`, before it with the next sequence; then write them.
+pub fn clean_stop(inner: &Inner, j: &Journal) -> Result<()> {
+    let l = &inner.layout;
+    let st = j.lock();
+    if !st.wrote_to_journal {
+        return Ok(());
+    }
+    let (fs, seq) = (st.free_section, st.commit_seq);
+    for i in 0..l.journal_sections {
+        let s = if i >= fs { seq } else { next_seq(seq) };
+        let mut sec = j.section(i);
+        init_sections(l, &mut sec, 0, 1, s);
+        // init_sections stamps the ids of section 0: put this section's.
+        let m = JournalMap(l);
+        for x in 0..l.journal_section_sectors {
+            let o = m.sector(0, x) + JOURNAL_SECTOR_DATA;
+            sec[o..o + 8].copy_from_slice(&commit_id(i, x, s).to_le_bytes());
+        }
+        write_section(inner, &sec, i)?;
+    }
+    inner.lower.flush()
+}
+
+/// `do_journal_write` for one section (`sec`, its memory): copy its used entries to their
+/// places, tags first, one data write and one tag write per run of consecutive sectors of one
+/// interleave area (the run's data is contiguous in the section once the displaced last bytes
+/// are put back, in place as the kernel does). Every entry copied is marked unused. With
+/// `from_replay`, entries are checked as the kernel checks them on replay (sector alignment,
+/// range, tag): the first problem is left in `problem` (the kernel marks the device failed).
+pub fn copy_section(
     inner: &Inner,
-    mem: &mut [u8],
-    start: u32,
-    n: u32,
+    sec: &mut [u8],
     from_replay: bool,
     run_tags: &mut Vec<u8>,
+    problem: &mut Option<String>,
 ) -> Result<()> {
     let l = &inner.layout;
     let m = JournalMap(l);
     let bs = l.block_size();
     let ts = l.tag_size as usize;
-    let mut problem: Option<String> = None;
     let mut check = vec![0u8; ts];
-    for k in 0..n {
-        let i = (start + k) % l.journal_sections;
-        // The current run: first logical sector, first entry, entries.
-        let mut run: Option<(u64, u32, u32)> = None;
-        run_tags.clear();
-        for e in 0..l.journal_section_entries {
-            let off = m.entry(i, e);
-            if entry_unused(mem, off) {
+    // The current run: first logical sector, first entry, entries.
+    let mut run: Option<(u64, u32, u32)> = None;
+    run_tags.clear();
+    for e in 0..l.journal_section_entries {
+        let off = m.entry(0, e);
+        if entry_unused(sec, off) {
+            continue;
+        }
+        let mut s0 = entry_sector(sec, off);
+        if from_replay {
+            if s0 & (l.spb() - 1) != 0 {
+                problem.get_or_insert(format!("invalid sector {s0} in the journal"));
+                s0 &= !(l.spb() - 1);
+            }
+            if s0 >= l.provided_data_sectors {
+                set_entry_unused(sec, off);
                 continue;
             }
-            let mut sec = entry_sector(mem, off);
-            if from_replay {
-                if sec & (l.spb() - 1) != 0 {
-                    problem.get_or_insert(format!("invalid sector {sec} in the journal"));
-                    sec &= !(l.spb() - 1);
-                }
-                if sec >= l.provided_data_sectors {
-                    set_entry_unused(mem, off);
-                    continue;
-                }
-            }
-            // restore_last_bytes, in place
-            let d = m.data(i, e);
-            for s in 0..l.spb() as usize {
-                let lb = off + 8 + 8 * s;
-                let to = d + s * 512 + JOURNAL_SECTOR_DATA;
-                mem.copy_within(lb..lb + 8, to);
-            }
-            let t = m.tag(i, e);
-            if from_replay {
-                inner.tagger.tag(sec, &mem[d..d + bs], &mut check);
-                if check[..] != mem[t..t + ts] {
-                    problem.get_or_insert(format!(
-                        "tag mismatch when replaying the journal, at sector {sec}"
-                    ));
-                }
-                inner.stats.replayed_blocks.fetch_add(1, Ordering::Relaxed);
-            }
-            let follows = match run {
-                Some((rs, re, rn)) => {
-                    e == re + rn
-                        && sec == rs + u64::from(rn) * l.spb()
-                        && l.area_offset(sec).0 == l.area_offset(rs).0
-                }
-                None => false,
-            };
-            if !follows {
-                if let Some((rs, re, rn)) = run {
-                    let d0 = m.data(i, re);
-                    flush_run(inner, rs, &mem[d0..d0 + rn as usize * bs], run_tags)?;
-                }
-                run_tags.clear();
-                run = Some((sec, e, 0));
-            }
-            if let Some(r) = run.as_mut() {
-                r.2 += 1;
-            }
-            run_tags.extend_from_slice(&mem[t..t + ts]);
-            set_entry_unused(mem, off);
         }
-        if let Some((rs, re, rn)) = run {
-            let d0 = m.data(i, re);
-            flush_run(inner, rs, &mem[d0..d0 + rn as usize * bs], run_tags)?;
+        // restore_last_bytes, in place
+        let d = m.data(0, e);
+        for s in 0..l.spb() as usize {
+            let lb = off + 8 + 8 * s;
+            sec.copy_within(lb..lb + 8, d + s * 512 + JOURNAL_SECTOR_DATA);
         }
+        let t = m.tag(0, e);
+        if from_replay {
+            inner.tagger.tag(s0, &sec[d..d + bs], &mut check);
+            if check[..] != sec[t..t + ts] {
+                problem.get_or_insert(format!(
+                    "tag mismatch when replaying the journal, at sector {s0}"
+                ));
+            }
+            inner.stats.replayed_blocks.fetch_add(1, Ordering::Relaxed);
+        }
+        let follows = match run {
+            Some((rs, re, rn)) => {
+                e == re + rn
+                    && s0 == rs + u64::from(rn) * l.spb()
+                    && l.area_offset(s0).0 == l.area_offset(rs).0
+            }
+            None => false,
+        };
+        if !follows {
+            if let Some((rs, re, rn)) = run {
+                let d0 = m.data(0, re);
+                flush_run(inner, rs, &sec[d0..d0 + rn as usize * bs], run_tags)?;
+            }
+            run_tags.clear();
+            run = Some((s0, e, 0));
+        }
+        if let Some(r) = run.as_mut() {
+            r.2 += 1;
+        }
+        run_tags.extend_from_slice(&sec[t..t + ts]);
+        set_entry_unused(sec, off);
     }
-    inner.lower.flush()?;
-    match problem {
-        None => Ok(()),
-        Some(p) => Err(BlockError::Io {
-            device: inner.name.clone(),
-            offset: l.journal_offset(),
-            source: std::io::Error::other(p),
-        }),
+    if let Some((rs, re, rn)) = run {
+        let d0 = m.data(0, re);
+        flush_run(inner, rs, &sec[d0..d0 + rn as usize * bs], run_tags)?;
     }
+    Ok(())
 }
 
 fn flush_run(inner: &Inner, sector: u64, data: &[u8], tags: &[u8]) -> Result<()> {
-    if data.is_empty() {
-        return Ok(());
-    }
     let l = &inner.layout;
     let _r = inner.ranges.lock(sector, (data.len() / 512) as u64);
     inner.lower.write_at(tags, l.tag_offset(sector))?;

@@ -5,7 +5,7 @@
 
 use super::device::Inner;
 use super::journal::{
-    commit_id, copy_in_place, entry_unused, init_sections, next_seq, prev_seq, write_sections,
+    commit_id, copy_section, entry_unused, init_sections, next_seq, prev_seq, write_sections,
     JState, JournalMap, N_COMMIT_IDS,
 };
 use super::rw_meta::{Layout, Mode, JOURNAL_SECTOR_DATA};
@@ -31,7 +31,7 @@ fn find_seq(mem: &[u8], m: JournalMap<'_>, i: u32, j: u32) -> Option<u8> {
 /// Read the journal from the device, replay it for `mode`, and return the journal state to
 /// continue with. A sector whose commit id matches no sequence is refused before anything is
 /// written (the kernel marks the device failed and clears its journal).
-pub fn replay(inner: &Inner, mode: Mode) -> Result<(JState, ReplayReport)> {
+pub fn replay(inner: &Inner, mode: Mode) -> Result<(JState, Vec<u8>, ReplayReport)> {
     let l: &Layout = &inner.layout;
     let mut mem = vec![0u8; l.journal_bytes()];
     inner.lower.read_at(&mut mem, l.journal_offset())?;
@@ -106,20 +106,28 @@ pub fn replay(inner: &Inner, mode: Mode) -> Result<(JState, ReplayReport)> {
     }
     let mut replayed = 0;
     if !journal_empty {
-        copy_in_place(
-            inner,
-            &mut mem,
-            write_start,
-            write_sections_n,
-            true,
-            &mut Vec::new(),
-        )?;
+        let ss = l.journal_section_sectors as usize * 512;
+        let mut problem = None;
+        let mut tags = Vec::new();
+        for k in 0..write_sections_n {
+            let i = ((write_start + k) % l.journal_sections) as usize;
+            copy_section(inner, &mut mem[i * ss..(i + 1) * ss], true, &mut tags, &mut problem)?;
+        }
+        inner.lower.flush()?;
+        if let Some(p) = problem {
+            return Err(BlockError::Io {
+                device: inner.name.clone(),
+                offset: l.journal_offset(),
+                source: std::io::Error::other(p),
+            });
+        }
         replayed = write_sections_n;
     }
     if write_sections_n == l.journal_sections && (mode == Mode::Journal || journal_empty) {
-        let st = JState::new(l, mem, write_start, want);
+        let st = JState::new(l, write_start, want);
         return Ok((
             st,
+            mem,
             ReplayReport {
                 replayed_sections: replayed,
                 cleared: false,
@@ -142,9 +150,10 @@ pub fn replay(inner: &Inner, mode: Mode) -> Result<(JState, ReplayReport)> {
         init_sections(l, &mut mem, s, 1, erase_seq);
         write_sections(inner, &mem, s, 1)?;
     }
-    let st = JState::new(l, mem, 0, next_seq(erase_seq));
+    let st = JState::new(l, 0, next_seq(erase_seq));
     Ok((
         st,
+        mem,
         ReplayReport {
             replayed_sections: replayed,
             cleared: true,
