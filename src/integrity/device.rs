@@ -321,10 +321,15 @@ impl Inner {
         let l = &self.layout;
         let bs = l.block_size();
         let check = self.mode != Mode::Recovery;
-        let _r = self.ranges.lock(sector, (buf.len() / 512) as u64);
         let Some(j) = &self.journal else {
+            let _r = self.ranges.lock(sector, (buf.len() / 512) as u64);
             return self.read_checked(sector, buf, check);
         };
+        // The journal first, holding no range: a write-back holds a section's lock while it
+        // waits for a range, so a range must never be held while waiting for a section. A
+        // block absent from the journal has its newest version in place (a write-back drops
+        // its blocks from the journal only once they are there); the range lock below keeps
+        // a write-back from changing it under the read.
         let blocks = buf.len() / bs;
         let mut from_disk: Vec<bool> = vec![true; blocks];
         {
@@ -349,7 +354,9 @@ impl Inner {
             while e < blocks && from_disk[e] {
                 e += 1;
             }
-            self.read_checked(sector + k as u64 * l.spb(), &mut buf[k * bs..e * bs], check)?;
+            let s = sector + k as u64 * l.spb();
+            let _r = self.ranges.lock(s, ((e - k) * bs / 512) as u64);
+            self.read_checked(s, &mut buf[k * bs..e * bs], check)?;
             k = e;
         }
         Ok(())

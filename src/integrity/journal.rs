@@ -228,7 +228,10 @@ impl Journal {
         let ss = l.journal_section_sectors as usize * 512;
         Journal {
             state: Mutex::new(state),
-            sections: mem.chunks_exact(ss).map(|c| Mutex::new(c.to_vec())).collect(),
+            sections: mem
+                .chunks_exact(ss)
+                .map(|c| Mutex::new(c.to_vec()))
+                .collect(),
             commit_lock: Mutex::new(()),
             writer_lock: Mutex::new(Vec::new()),
             threshold,
@@ -323,7 +326,10 @@ pub fn journal_write(
 
 /// Copy block `pos`'s data out of the journal into `out` (with the state locked).
 pub fn read_block(l: &Layout, j: &Journal, pos: u32, out: &mut [u8]) {
-    let (i, e) = (pos / l.journal_section_entries, pos % l.journal_section_entries);
+    let (i, e) = (
+        pos / l.journal_section_entries,
+        pos % l.journal_section_entries,
+    );
     let sec = j.section(i);
     read_entry_data(l, &sec, 0, e, out);
 }
@@ -461,7 +467,10 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
         st.n_committed -= n;
         st.free_sectors += n * l.journal_section_entries;
     }
-    inner.stats.journal_writebacks.fetch_add(1, Ordering::Relaxed);
+    inner
+        .stats
+        .journal_writebacks
+        .fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 

@@ -111,7 +111,13 @@ pub fn replay(inner: &Inner, mode: Mode) -> Result<(JState, Vec<u8>, ReplayRepor
         let mut tags = Vec::new();
         for k in 0..write_sections_n {
             let i = ((write_start + k) % l.journal_sections) as usize;
-            copy_section(inner, &mut mem[i * ss..(i + 1) * ss], true, &mut tags, &mut problem)?;
+            copy_section(
+                inner,
+                &mut mem[i * ss..(i + 1) * ss],
+                true,
+                &mut tags,
+                &mut problem,
+            )?;
         }
         inner.lower.flush()?;
         if let Some(p) = problem {

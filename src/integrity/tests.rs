@@ -547,3 +547,35 @@ fn replayed_entries_are_not_written_again_after_the_journal_wraps() {
     d.read_at(&mut b, 41 * 512).unwrap();
     assert_eq!(b, [7u8; 512]);
 }
+
+#[test]
+fn reads_of_journalled_blocks_during_background_writeback_do_not_deadlock() {
+    // A one-section journal written back by the background thread at every flush while other
+    // threads read the very blocks being written back.
+    let mut f = Fmt::new(512, TagAlgorithm::Crc32c);
+    f.journal_sectors = 176;
+    let (_mem, d, l) = open_fmt(Mode::Journal, &f);
+    assert_eq!(l.journal_sections, 1);
+    let d = Arc::new(d);
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let d = d.clone();
+            s.spawn(move || {
+                let mut buf = vec![0u8; 8 * 512];
+                let mut all = vec![0u8; 64 * 512];
+                for i in 0..3000u64 {
+                    let b = (i * 8) % 64;
+                    if t == 0 {
+                        buf.fill(i as u8);
+                        d.write_at(&buf, b * 512).unwrap();
+                        if i % 4 == 0 {
+                            d.flush().unwrap();
+                        }
+                    } else {
+                        d.read_at(&mut all, 0).unwrap();
+                    }
+                }
+            });
+        }
+    });
+}
