@@ -1,12 +1,14 @@
-//! Arbitrary bytes as a dm-integrity journal: the first bytes choose a layout (tag size,
-//! block size, sections), the rest is the journal. Checking its commit ids, decoding every
-//! entry and restoring every entry's block never panic, and a decoded entry encodes back to
-//! the same bytes.
+//! Arbitrary bytes in a dm-integrity journal: the first bytes choose a layout (tag size,
+//! block size, sections) and a place in a freshly initialised journal, the rest is written
+//! there (a section is far larger than a fuzz input, so the input patches a valid journal
+//! instead of being one). Checking its commit ids, decoding every entry and restoring every
+//! entry's block never panic, and a decoded entry encodes back to the same bytes.
 
 #![no_main]
 
 use dmkit::integrity::journal_layout::{
-    decode_entry, entry_block, section_bytes, section_commit_seq, summarize, JournalEntry,
+    decode_entry, empty_journal, entry_block, section_bytes, section_commit_seq, summarize,
+    JournalEntry,
 };
 use dmkit::integrity::superblock::{SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING};
 use dmkit::integrity::{Geometry, GeometryOptions, Superblock};
@@ -19,7 +21,11 @@ fuzz_target!(|data: &[u8]| {
     let tag = 1 + u16::from(data[0]) % 64;
     let log2_spb = data[1] % 4;
     let sections = 1 + u32::from(data[2] % 3);
-    let journal = &data[4..];
+    if data.len() < 8 {
+        return;
+    }
+    let at = u32::from_le_bytes([data[4], data[5], data[6], data[7]]) as usize;
+    let patch = &data[8..];
     let sb = Superblock {
         version: 5,
         log2_interleave_sectors: 15,
@@ -36,6 +42,11 @@ fuzz_target!(|data: &[u8]| {
     let Ok(g) = Geometry::new(&sb, 1 << 18, &GeometryOptions::default()) else {
         return;
     };
+    let mut journal = empty_journal(&g);
+    let at = at % journal.len();
+    let n = patch.len().min(journal.len() - at);
+    journal[at..at + n].copy_from_slice(&patch[..n]);
+    let journal = &journal[..];
     let _ = summarize(&g, journal);
     let sb_len = section_bytes(&g);
     for (i, section) in journal.chunks_exact(sb_len).enumerate() {

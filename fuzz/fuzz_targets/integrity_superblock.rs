@@ -51,7 +51,10 @@ fn check(bytes: &[u8]) {
             let last = g.provided_data_sectors() - 1;
             for l in [0, last & !u64::from(g.sectors_per_block() - 1)] {
                 let p = g.data_physical_sector(l);
-                assert!(p < device_sectors, "data sector {p} of {l} beyond the device");
+                assert!(
+                    p < device_sectors,
+                    "data sector {p} of {l} beyond the device"
+                );
                 let t = g.tag_byte_offset(l) + u64::from(g.tag_size());
                 let holder = meta_device_sectors.unwrap_or(device_sectors);
                 assert!(t <= holder * 512, "tag of {l} beyond the device");
@@ -60,7 +63,8 @@ fn check(bytes: &[u8]) {
             }
             let a = g.area(g.areas() - 1);
             assert!(a.data_sectors > 0);
-            let _ = g.journal_entry_position(g.journal_sections() - 1, g.journal_section_entries() - 1);
+            let _ =
+                g.journal_entry_position(g.journal_sections() - 1, g.journal_section_entries() - 1);
             let lb = g.log2_blocks_per_bitmap_bit(word(536));
             let _ = g.bitmap_blocks(lb);
             let _ = g.bitmap_blocks(sb.log2_blocks_per_bitmap_bit);

@@ -128,7 +128,8 @@ pub struct FormatArgs {
     /// Data sectors between metadata runs (default 32768).
     #[arg(long)]
     interleave_sectors: Option<u32>,
-    /// Journal size in bytes (default: 1/128 of the device, at most 64 MiB).
+    /// Journal size in bytes, rounded down to sectors (default: 1/128 of the device, at most
+    /// 64 MiB).
     #[arg(short = 'j', long)]
     journal_size: Option<u64>,
     /// Journal watermark in percent (an activation option: checked, not stored).
@@ -155,7 +156,7 @@ pub struct FormatArgs {
     /// Do not zero the data and write its tags (reads of unwritten sectors then fail).
     #[arg(long)]
     no_wipe: bool,
-    /// Separate data device (tags stay on DEVICE): not supported.
+    /// Separate data device: DEVICE then holds only the superblock, journal and tags.
     #[arg(long)]
     data_device: Option<PathBuf>,
     /// Do not ask for confirmation (accepted for integritysetup compatibility).
@@ -186,6 +187,9 @@ pub struct VerifyArgs {
     device: PathBuf,
     #[command(flatten)]
     alg: AlgArgs,
+    /// Separate data device (DEVICE holds the superblock, journal and tags).
+    #[arg(long)]
+    data_device: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -208,29 +212,40 @@ pub fn integrity_err(e: IntegrityError) -> CliError {
     CliError::invalid(e.to_string())
 }
 
+/// An error naming the file (I/O errors name it already).
 fn named(path: &Path, e: IntegrityError) -> CliError {
-    CliError::invalid(format!("{}: {e}", path.display()))
+    match e {
+        IntegrityError::Io(_) => CliError::invalid(e.to_string()),
+        e => CliError::invalid(format!("{}: {e}", path.display())),
+    }
 }
 
-/// Open `path` for a format: direct I/O where the filesystem takes it, claimed exclusively.
-fn open_for_write(path: &Path) -> Result<FileDevice, CliError> {
-    match super::files::open_backing(path, false, true) {
-        Ok(d) => Ok(d),
-        // tmpfs and a few others refuse O_DIRECT: fall back to the page cache.
-        Err(e) if e.code == 1 => super::files::open_backing(path, false, false),
+/// Open `path` for a format (claimed exclusively) or a scrub: direct I/O where the file
+/// system takes it and the size is whole 4 KiB blocks (the last chunk must be aligned too),
+/// else through the page cache.
+fn open_direct_or_buffered(path: &Path, write: bool) -> Result<FileDevice, CliError> {
+    let open = |direct| {
+        if write {
+            super::files::open_backing(path, false, direct)
+        } else {
+            super::files::open_device(path, true, direct)
+        }
+    };
+    match open(true) {
+        Ok(d) if d.size() % 4096 == 0 => Ok(d),
+        Ok(d) => {
+            drop(d);
+            open(false)
+        }
+        // tmpfs and a few others refuse O_DIRECT.
+        Err(e) if e.code == 1 => open(false),
         Err(e) => Err(e),
     }
 }
 
 /// Read and parse the superblock of `dev`, with the error naming the file.
 fn read_superblock(dev: &FileDevice, path: &Path) -> Result<Superblock, CliError> {
-    let mut b = vec![0u8; 512];
-    if dev.size() < 512 {
-        return Err(named(path, IntegrityError::Truncated(dev.size() as usize)));
-    }
-    dev.read_at(&mut b, 0)
-        .map_err(|e| CliError::invalid(e.to_string()))?;
-    Superblock::parse(&b).map_err(|e| named(path, e))
+    crate::integrity::superblock::read_superblock(dev).map_err(|e| named(path, e))
 }
 
 fn progress_printer(what: &'static str) -> impl FnMut(u64, u64) {
@@ -252,12 +267,6 @@ fn progress_printer(what: &'static str) -> impl FnMut(u64, u64) {
 }
 
 fn format_cmd(a: FormatArgs) -> CliResult {
-    if let Some(d) = &a.data_device {
-        return Err(CliError::invalid(format!(
-            "--data-device {}: a separate data device is not supported",
-            d.display()
-        )));
-    }
     if a.integrity_bitmap_mode && a.integrity_no_journal {
         return Err(CliError::invalid(
             "-B/--integrity-bitmap-mode and -D/--integrity-no-journal exclude each other",
@@ -297,13 +306,9 @@ fn format_cmd(a: FormatArgs) -> CliResult {
             a.sector_size
         )));
     }
+    // integritysetup passes the size in whole sectors (rounded down; 0: the default).
     let journal_sectors = match a.journal_size {
         None => 0,
-        Some(b) if b % 512 != 0 => {
-            return Err(CliError::invalid(format!(
-                "--journal-size: {b} is not a multiple of 512 bytes"
-            )))
-        }
         Some(b) => u32::try_from(b / 512)
             .map_err(|_| CliError::invalid(format!("--journal-size: {b} bytes is too large")))?,
     };
@@ -322,7 +327,7 @@ fn format_cmd(a: FormatArgs) -> CliResult {
             Some(s)
         }
     };
-    let params = FormatParams {
+    let mut params = FormatParams {
         algorithm: alg,
         key,
         tag_size: a.tag_size,
@@ -334,9 +339,25 @@ fn format_cmd(a: FormatArgs) -> CliResult {
         bitmap_mode: a.integrity_bitmap_mode,
         salt,
         wipe: !a.no_wipe,
+        data_device_bytes: None,
     };
-    let dev = open_for_write(&a.device)?;
+    let dev = open_direct_or_buffered(&a.device, true)?;
     let _claim = super::files::claim(dev.file(), &a.device, 0, 0, true)?;
+    let data = match &a.data_device {
+        None => None,
+        Some(p) => {
+            if same_file(p, &a.device) {
+                return Err(CliError::invalid(format!(
+                    "--data-device {}: is the device itself",
+                    p.display()
+                )));
+            }
+            let d = open_direct_or_buffered(p, true)?;
+            let claim = super::files::claim(d.file(), p, 0, 0, true)?;
+            params.data_device_bytes = Some(d.size());
+            Some((d, claim))
+        }
+    };
     let plan = format::plan(&params, dev.size()).map_err(|e| named(&a.device, e))?;
     let tag_size = plan.superblock.integrity_tag_size;
     if usize::from(tag_size) != alg.digest_size() && !a.json {
@@ -347,7 +368,8 @@ fn format_cmd(a: FormatArgs) -> CliResult {
         );
     }
     let mut progress = progress_printer("Wiping");
-    format::write(&dev, &plan, &mut progress).map_err(|e| named(&a.device, e))?;
+    let data_dev = data.as_ref().map(|(d, _)| d as &dyn BlockDevice);
+    format::write(&dev, data_dev, &plan, &mut progress).map_err(|e| named(&a.device, e))?;
     if a.json {
         let mut j = dump::json(
             &plan.superblock,
@@ -381,15 +403,37 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
 }
 
 fn verify_cmd(a: VerifyArgs) -> CliResult {
-    let dev = super::files::open_device(&a.device, true, false)?;
+    // Direct reads where the filesystem takes them: a scrub reads everything once.
+    let dev = open_direct_or_buffered(&a.device, false)?;
     let _claim = super::files::claim(dev.file(), &a.device, 0, 0, false)?;
+    let data = match &a.data_device {
+        None => None,
+        Some(p) => {
+            let d = open_direct_or_buffered(p, false)?;
+            let claim = super::files::claim(d.file(), p, 0, 0, false)?;
+            Some((d, claim))
+        }
+    };
     let sb = read_superblock(&dev, &a.device)?;
-    let g = Geometry::new(&sb, dev.size() / 512, &GeometryOptions::default())
-        .map_err(|e| named(&a.device, e))?;
+    let (data_sectors, opts) = match &data {
+        None => (dev.size() / 512, GeometryOptions::default()),
+        Some((d, _)) => (
+            d.size() / 512,
+            GeometryOptions {
+                meta_device_sectors: Some(dev.size() / 512),
+                ..GeometryOptions::default()
+            },
+        ),
+    };
+    let g = Geometry::new(&sb, data_sectors, &opts).map_err(|e| named(&a.device, e))?;
     let h = a.alg.hasher(&sb)?;
     let mut progress = progress_printer("Verifying");
     let threads = crate::integrity::tags::hashing_threads();
-    let r = verify::verify(&dev, &dev, &sb, &g, &h, threads, &mut progress)
+    let data_dev: &dyn BlockDevice = match &data {
+        Some((d, _)) => d,
+        None => &dev,
+    };
+    let r = verify::verify(data_dev, &dev, &sb, &g, &h, threads, &mut progress)
         .map_err(|e| named(&a.device, e))?;
     if a.json {
         let mut j = serde_json::to_value(&r).unwrap_or_default();
@@ -409,9 +453,9 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
                 "{name}: bitmap mode, dirty: {dirty_bits} regions may have stale tags \
                  (the kernel recalculates them on open)"
             ),
-            JournalState::Unreadable { reason } => {
-                println!("{name}: the journal area does not parse: {reason}")
-            }
+            JournalState::Unreadable { reason } => println!(
+                "{name}: the journal is corrupt ({reason}): the kernel fails the device on open"
+            ),
         }
         if let Some(s) = r.unchecked_from {
             println!("{name}: recalculation in progress: sectors from {s} on not checked");
@@ -424,7 +468,7 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
                 ranges(&r.stale_sectors, u64::from(g.sectors_per_block()))
             );
         }
-        if r.clean() {
+        if r.bad_sectors.is_empty() {
             println!(
                 "{name}: {} blocks of {} bytes verified, no corruption",
                 r.blocks_checked,
@@ -441,12 +485,26 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
     }
     if r.clean() {
         Ok(())
+    } else if r.bad_sectors.is_empty() {
+        Err(CliError::verification(format!(
+            "{}: corrupt journal",
+            a.device.display()
+        )))
     } else {
         Err(CliError::verification(format!(
             "{}: {} corrupt blocks",
             a.device.display(),
             r.bad_sectors.len()
         )))
+    }
+}
+
+/// Whether two paths name the same file.
+fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
     }
 }
 

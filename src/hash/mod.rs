@@ -131,6 +131,9 @@ pub fn sha256_prefixed_blocks(
     let n = blocks.len() / block_size;
     assert_eq!(prefixes.len(), n * prefix_len);
     assert_eq!(out.len(), n * 32);
+    if prefix_len == 0 {
+        return hash_blocks(HashAlgorithm::Sha256, &[], &[], blocks, block_size, out);
+    }
     if n >= 2 && sha256_mb::available() {
         sha256_mb::hash_prefixed_blocks(prefixes, prefix_len, blocks, block_size, out);
         return;
@@ -326,6 +329,30 @@ mod tests {
             HashAlgorithm::Sha512,
         ] {
             hash_blocks(alg, b"salt", b"", &[], 4096, &mut []);
+        }
+    }
+
+    #[test]
+    fn prefixed_blocks_match_sha2() {
+        use sha2::Digest;
+        let data = random_bytes(70 * 512 + 1, 7);
+        for plen in [0usize, 8, 24, 88] {
+            for n in [0usize, 1, 2, 17, 64, 65, 70] {
+                let prefixes = random_bytes(n * plen, 8 + plen as u64);
+                let blocks = &data[1..1 + n * 512];
+                let mut out = vec![0u8; n * 32];
+                sha256_prefixed_blocks(&prefixes, plen, blocks, 512, &mut out);
+                for i in 0..n {
+                    let mut h = sha2::Sha256::new();
+                    h.update(&prefixes[i * plen..(i + 1) * plen]);
+                    h.update(&blocks[i * 512..(i + 1) * 512]);
+                    assert_eq!(
+                        out[i * 32..(i + 1) * 32],
+                        h.finalize()[..],
+                        "prefix {plen} n {n} i {i}"
+                    );
+                }
+            }
         }
     }
 

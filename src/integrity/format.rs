@@ -21,7 +21,9 @@ use crate::block::BlockDevice;
 use zeroize::Zeroizing;
 
 /// Bytes written per chunk.
-pub const CHUNK_BYTES: usize = 32 << 20;
+pub const CHUNK_BYTES: usize = 8 << 20;
+/// Chunk writes in flight at once.
+pub const IN_FLIGHT: usize = 4;
 /// Alignment of chunk buffers and offsets (what `O_DIRECT` needs).
 pub const ALIGN: usize = 4096;
 
@@ -50,6 +52,9 @@ pub struct FormatParams {
     pub salt: Option<[u8; SALT_SIZE]>,
     /// Zero every provided sector and write its tag (integritysetup's default wipe).
     pub wipe: bool,
+    /// Size in bytes of a separate data device (integritysetup's `--data-device`): the
+    /// device formatted then holds only the superblock, the journal and the tags.
+    pub data_device_bytes: Option<u64>,
 }
 
 impl FormatParams {
@@ -67,6 +72,7 @@ impl FormatParams {
             bitmap_mode: false,
             salt: None,
             wipe: true,
+            data_device_bytes: None,
         }
     }
 }
@@ -82,30 +88,57 @@ pub struct FormatPlan {
     pub hasher: TagHasher,
     /// Whether the data is wiped.
     pub wipe: bool,
+    /// Size of the device holding the metadata when the data is on a separate device.
+    meta_device_bytes: Option<u64>,
 }
 
 impl FormatPlan {
-    /// Bytes the format writes (superblock and journal; with wipe, up to the last data
-    /// sector).
+    /// Bytes the format writes: on the device, the superblock and the journal, and with
+    /// wipe up to the last data sector (or, with a separate data device, the last tag, to a
+    /// 4 KiB boundary); plus, with wipe, the provided sectors of a separate data device.
     pub fn bytes_to_write(&self) -> u64 {
-        if self.wipe {
-            self.end_sector() * 512
-        } else {
-            self.geometry.initial_sectors() * 512
-        }
+        self.stream_bytes() + self.data_device_zero_bytes()
     }
 
-    fn end_sector(&self) -> u64 {
+    /// Bytes of the front-to-back stream written to the device.
+    fn stream_bytes(&self) -> u64 {
         let g = &self.geometry;
+        if !self.wipe {
+            return g.initial_sectors() * 512;
+        }
+        if g.has_meta_device() {
+            let end = g.initial_sectors() * 512 + g.provided_blocks() * u64::from(g.tag_size());
+            let meta = self.meta_device_bytes.unwrap_or(end);
+            return end
+                .div_ceil(ALIGN as u64)
+                .saturating_mul(ALIGN as u64)
+                .min(meta);
+        }
         let last = g.area(g.areas() - 1);
-        last.data_start + last.data_sectors
+        (last.data_start + last.data_sectors) * 512
+    }
+
+    /// Bytes zeroed on a separate data device.
+    fn data_device_zero_bytes(&self) -> u64 {
+        if self.wipe && self.geometry.has_meta_device() {
+            self.geometry.provided_data_sectors() * 512
+        } else {
+            0
+        }
     }
 }
 
-/// Decide the superblock for a device of `device_bytes` bytes: refused (nothing written)
-/// when an option is out of range, the key does not suit the algorithm, or the layout does
-/// not fit.
+/// Decide the superblock for a device of `device_bytes` bytes (with a separate data device:
+/// the metadata device): refused (nothing written) when an option is out of range, the key
+/// does not suit the algorithm, or the layout does not fit.
 pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
+    let meta = p.data_device_bytes.map(|_| device_bytes / 512);
+    let data_sectors = p.data_device_bytes.unwrap_or(device_bytes) / 512;
+    let buffer_sectors = if p.buffer_sectors == 0 {
+        super::geometry::DEFAULT_BUFFER_SECTORS
+    } else {
+        p.buffer_sectors
+    };
     let tag_size = match p.tag_size {
         Some(0) => return Err(IntegrityError::option("--tag-size", "must not be 0")),
         Some(t) => t,
@@ -117,12 +150,13 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
             sector_size: p.sector_size,
             journal_sectors: p.journal_sectors,
             interleave_sectors: p.interleave_sectors,
-            fixed_padding: true,
+            // The kernel sets fix_padding only where there are metadata runs to pad.
+            fixed_padding: meta.is_none(),
             journal_mac: false,
-            buffer_sectors: p.buffer_sectors,
-            meta_device_sectors: None,
+            buffer_sectors,
+            meta_device_sectors: meta,
         },
-        device_bytes / 512,
+        data_sectors,
     )?;
     let salt = match p.salt {
         Some(s) => s,
@@ -134,9 +168,13 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
             s
         }
     };
-    let flags = SB_FLAG_FIXED_PADDING | SB_FLAG_FIXED_HMAC;
+    let flags = if meta.is_some() {
+        SB_FLAG_FIXED_HMAC
+    } else {
+        SB_FLAG_FIXED_PADDING | SB_FLAG_FIXED_HMAC
+    };
     let mut sb = Superblock {
-        version: Superblock::version_for(flags, p.bitmap_mode, false),
+        version: Superblock::version_for(flags, p.bitmap_mode, meta.is_some()),
         log2_interleave_sectors: fields.log2_interleave_sectors,
         integrity_tag_size: tag_size,
         journal_sections: fields.journal_sections,
@@ -149,14 +187,10 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
         salt,
     };
     let opts = GeometryOptions {
-        buffer_sectors: if p.buffer_sectors == 0 {
-            super::geometry::DEFAULT_BUFFER_SECTORS
-        } else {
-            p.buffer_sectors
-        },
-        meta_device_sectors: None,
+        buffer_sectors,
+        meta_device_sectors: meta,
     };
-    let geometry = Geometry::new(&sb, device_bytes / 512, &opts)?;
+    let geometry = Geometry::new(&sb, data_sectors, &opts)?;
     sb.log2_blocks_per_bitmap_bit = geometry.log2_blocks_per_bitmap_bit(p.sectors_per_bit);
     let hasher = TagHasher::new(
         p.algorithm,
@@ -170,24 +204,40 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
         geometry,
         hasher,
         wipe: p.wipe,
+        meta_device_bytes: p.data_device_bytes.map(|_| device_bytes),
     })
 }
 
-/// A heap buffer with a 4 KiB-aligned window (for `O_DIRECT`).
+/// A heap buffer with a 4 KiB-aligned window (for `O_DIRECT`), zero but for the `dirty`
+/// ranges: a chunk is mostly zeros, and clearing only what the last fill wrote saves a
+/// memset of the whole device.
 struct AlignedBuf {
     raw: Vec<u8>,
     off: usize,
     len: usize,
+    dirty: Vec<(usize, usize)>,
 }
 
 impl AlignedBuf {
     fn new(len: usize) -> AlignedBuf {
         let raw = vec![0u8; len + ALIGN];
         let off = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
-        AlignedBuf { raw, off, len }
+        AlignedBuf {
+            raw,
+            off,
+            len,
+            dirty: Vec::new(),
+        }
     }
     fn slice(&mut self, len: usize) -> &mut [u8] {
         &mut self.raw[self.off..self.off + len.min(self.len)]
+    }
+    /// Zero what the last fill wrote; the whole window is zero afterwards.
+    fn clear(&mut self) {
+        let (off, len) = (self.off, self.len);
+        for (a, b) in std::mem::take(&mut self.dirty) {
+            self.raw[off + a.min(len)..off + b.min(len)].fill(0);
+        }
     }
 }
 
@@ -228,19 +278,22 @@ fn zero_tags(
     });
 }
 
-/// Fill `buf` with the device bytes at `[start, start + buf.len())`: the journal where it
-/// lies, the tags of zero blocks where they lie, zero everywhere else (the superblock area
-/// too: it is written last).
+/// Fill the first `len` bytes of `chunk` with the device bytes at `[start, start + len)`: the
+/// journal where it lies, the tags of zero blocks where they lie, zero everywhere else (the
+/// superblock area too: it is written last).
 fn fill_chunk(
     plan: &FormatPlan,
     journal: &[u8],
     zeros: &[u8],
     start: u64,
-    buf: &mut [u8],
+    chunk: &mut AlignedBuf,
+    len: usize,
     threads: usize,
 ) {
     let g = &plan.geometry;
-    buf.fill(0);
+    chunk.clear();
+    let mut dirty = Vec::new();
+    let buf = chunk.slice(len);
     let end = start + buf.len() as u64;
     // Journal bytes.
     let js = g.journal_start_sector() * 512;
@@ -250,10 +303,26 @@ fn fill_chunk(
         let b = end.min(je);
         buf[(a - start) as usize..(b - start) as usize]
             .copy_from_slice(&journal[(a - js) as usize..(b - js) as usize]);
+        dirty.push(((a - start) as usize, (b - start) as usize));
     }
-    if !plan.wipe {
-        return;
+    if plan.wipe {
+        fill_tags(plan, zeros, start, buf, &mut dirty, threads);
     }
+    chunk.dirty = dirty;
+}
+
+/// The tags of zero blocks that lie in `buf` (device bytes from `start`); the ranges written
+/// go to `dirty`.
+fn fill_tags(
+    plan: &FormatPlan,
+    zeros: &[u8],
+    start: u64,
+    buf: &mut [u8],
+    dirty: &mut Vec<(usize, usize)>,
+    threads: usize,
+) {
+    let g = &plan.geometry;
+    let end = start + buf.len() as u64;
     // Tags: the areas whose tag bytes intersect the chunk hold consecutive logical blocks.
     let ts = u64::from(g.tag_size());
     let spb = u64::from(g.sectors_per_block());
@@ -261,9 +330,14 @@ fn fill_chunk(
     if end <= init {
         return;
     }
-    let period = (g.interleave_sectors() + g.metadata_run_sectors()) * 512;
-    let first_area = start.saturating_sub(init) / period;
-    let last_area = ((end - 1 - init) / period).min(g.areas() - 1);
+    // With a metadata device all tags are one run after the journal: one area.
+    let (first_area, last_area) = if g.has_meta_device() {
+        (0, 0)
+    } else {
+        let period = (g.interleave_sectors() + g.metadata_run_sectors()) * 512;
+        let first = start.saturating_sub(init) / period;
+        (first, ((end - 1 - init) / period).min(g.areas() - 1))
+    };
     // (area, first block in area, blocks) of every intersection.
     let mut pieces = Vec::new();
     for a in first_area..=last_area {
@@ -295,54 +369,118 @@ fn fill_chunk(
         let b = (t0 + n * ts).min(end);
         buf[(a - start) as usize..(b - start) as usize]
             .copy_from_slice(&bytes[(a - t0) as usize..(b - t0) as usize]);
+        dirty.push(((a - start) as usize, (b - start) as usize));
     }
 }
 
-/// Write the format `plan` describes to `dev`; `progress(done, total)` is called after each
-/// chunk. The superblock area is written last, after a flush, and flushed again.
+/// Write the format `plan` describes to `dev` (and zero the separate data device `data`
+/// when the plan has one); `progress(done, total)` is called after each chunk. The
+/// superblock area is written last, after a flush, and flushed again.
 pub fn write(
     dev: &dyn BlockDevice,
+    data: Option<&dyn BlockDevice>,
     plan: &FormatPlan,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<()> {
     let total = plan.bytes_to_write();
-    if total > dev.size() {
+    let stream = plan.stream_bytes();
+    let zero_bytes = plan.data_device_zero_bytes();
+    if stream > dev.size() {
         return Err(IntegrityError::Geometry(format!(
-            "{}: the layout needs {total} bytes, the device has {}",
+            "{}: the layout needs {stream} bytes, the device has {}",
             dev.name(),
             dev.size()
         )));
+    }
+    let data = match (plan.geometry.has_meta_device(), data) {
+        (true, Some(d)) => Some(d),
+        (false, None) => None,
+        (true, None) => {
+            return Err(IntegrityError::Geometry(
+                "the plan has a separate data device and none was given".into(),
+            ))
+        }
+        (false, Some(d)) => {
+            return Err(IntegrityError::Geometry(format!(
+                "{}: the plan has no separate data device",
+                d.name()
+            )))
+        }
+    };
+    if let Some(d) = data {
+        if zero_bytes > d.size() {
+            return Err(IntegrityError::Geometry(format!(
+                "{}: {zero_bytes} data bytes, the device has {}",
+                d.name(),
+                d.size()
+            )));
+        }
     }
     let journal = empty_journal(&plan.geometry);
     let zeros = vec![0u8; ZERO_BUF];
     let threads = hashing_threads();
     let mut spare: Vec<AlignedBuf> = Vec::new();
-    let mut done = 0u64;
     std::thread::scope(|s| -> Result<()> {
-        let mut pending: Option<std::thread::ScopedJoinHandle<'_, Result<AlignedBuf>>> = None;
+        // Up to IN_FLIGHT chunk writes at once (each on its own scoped thread), while the
+        // next chunk is filled: a deeper queue keeps the device busy.
+        let mut pending: std::collections::VecDeque<
+            std::thread::ScopedJoinHandle<'_, Result<(AlignedBuf, u64)>>,
+        > = std::collections::VecDeque::new();
         let mut offset = 0u64;
-        while offset < total {
-            let len = (total - offset).min(CHUNK_BYTES as u64) as usize;
+        while offset < stream {
+            let len = (stream - offset).min(CHUNK_BYTES as u64) as usize;
             let mut buf = spare.pop().unwrap_or_else(|| AlignedBuf::new(CHUNK_BYTES));
-            fill_chunk(plan, &journal, &zeros, offset, buf.slice(len), threads);
-            if let Some(h) = pending.take() {
-                spare.push(join(h)?);
-                progress(done, total);
+            fill_chunk(plan, &journal, &zeros, offset, &mut buf, len, threads);
+            if pending.len() >= IN_FLIGHT {
+                if let Some(h) = pending.pop_front() {
+                    let (b, end) = join(h)?;
+                    spare.push(b);
+                    progress(end, total);
+                }
             }
             let at = offset;
-            pending = Some(s.spawn(move || {
+            pending.push_back(s.spawn(move || {
                 dev.write_at(buf.slice(len), at)?;
-                Ok(buf)
+                Ok((buf, at + len as u64))
             }));
             offset += len as u64;
-            done = offset;
         }
-        if let Some(h) = pending.take() {
-            join(h)?;
+        while let Some(h) = pending.pop_front() {
+            let (_, end) = join(h)?;
+            progress(end, total);
         }
-        progress(done, total);
         Ok(())
     })?;
+    if let Some(d) = data {
+        // The data device: zeros only, in chunks, the writes in flight as above.
+        let mut zero = AlignedBuf::new(CHUNK_BYTES);
+        let zero = &*zero.slice(CHUNK_BYTES);
+        std::thread::scope(|s| -> Result<()> {
+            let mut pending = std::collections::VecDeque::new();
+            let mut offset = 0u64;
+            while offset < zero_bytes {
+                let len = (zero_bytes - offset).min(CHUNK_BYTES as u64) as usize;
+                if pending.len() >= IN_FLIGHT {
+                    if let Some(h) = pending.pop_front() {
+                        let end: u64 = join(h)?;
+                        progress(stream + end, total);
+                    }
+                }
+                let at = offset;
+                pending.push_back(s.spawn(move || -> Result<u64> {
+                    d.write_at(&zero[..len], at)?;
+                    Ok(at + len as u64)
+                }));
+                offset += len as u64;
+            }
+            while let Some(h) = pending.pop_front() {
+                let end = join(h)?;
+                progress(stream + end, total);
+            }
+            Ok(())
+        })?;
+        d.flush()?;
+    }
     dev.flush()?;
     let mut sb_area = AlignedBuf::new((SB_SECTORS * 512) as usize);
     let area = sb_area.slice((SB_SECTORS * 512) as usize);
@@ -379,7 +517,7 @@ mod tests {
             p.tag_size = ts;
             p.salt = Some([7; 16]);
             let plan = plan(&p, size as u64).unwrap();
-            write(&dev, &plan, &mut |_, _| {}).unwrap();
+            write(&dev, None, &plan, &mut |_, _| {}).unwrap();
             let mut img = vec![0u8; size];
             dev.read_at(&mut img, 0).unwrap();
             let sb = Superblock::parse(&img).unwrap();

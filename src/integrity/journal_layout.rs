@@ -139,9 +139,9 @@ impl JournalEntry {
         })
     }
 
-    /// Encode into the start of `bytes` (the entry's bytes, padding untouched). An unused or
-    /// in-progress entry writes only the sector's high half, as the kernel does, when
-    /// `only_marker`; otherwise the whole entry.
+    /// Encode into the start of `bytes` (the entry's bytes; the padding after the tag is left
+    /// untouched). An unused or in-progress entry stores its marker in the sector's high half
+    /// and zero in the low half, as `init_journal()` leaves it.
     pub fn encode(&self, bytes: &mut [u8]) {
         let spb = self.last_bytes.len();
         match self.state {
@@ -207,13 +207,26 @@ pub fn encode_entry(geom: &Geometry, section: &mut [u8], entry: u32, e: &Journal
 
 /// The block of entry `entry` as it is to be written in place: the journal's data sectors
 /// with each sector's last 8 bytes (the commit id) put back from the entry's `last_bytes`.
-pub fn entry_block(geom: &Geometry, section: &[u8], entry: u32, e: &JournalEntry) -> Vec<u8> {
+/// Refused (not a panic) when the entry lies beyond the section or `section` is short.
+pub fn entry_block(
+    geom: &Geometry,
+    section: &[u8],
+    entry: u32,
+    e: &JournalEntry,
+) -> Result<Vec<u8>> {
     let off = entry_data_offset(geom, entry);
-    let mut block = section[off..off + geom.sector_size() as usize].to_vec();
+    let end = off + geom.sector_size() as usize;
+    if entry >= geom.journal_section_entries() || section.len() < end {
+        return Err(IntegrityError::field(
+            "journal entry",
+            format!("the data of entry {entry} lies beyond the section"),
+        ));
+    }
+    let mut block = section[off..end].to_vec();
     for (s, lb) in block.chunks_exact_mut(512).zip(&e.last_bytes) {
         s[JOURNAL_SECTOR_DATA..].copy_from_slice(lb);
     }
-    block
+    Ok(block)
 }
 
 /// Put `block` into the journal as entry `entry`'s data: its sectors' last 8 bytes go into
@@ -267,6 +280,9 @@ pub fn empty_journal(geom: &Geometry) -> Vec<u8> {
 /// sectors disagree (a section torn by a crash). A commit id of no sequence at all is an
 /// error naming the sector.
 pub fn section_commit_seq(geom: &Geometry, section: &[u8], index: u32) -> Result<Option<u8>> {
+    if section.len() < section_bytes(geom) {
+        return Err(IntegrityError::field("journal section", "truncated"));
+    }
     let mut seq = None;
     let mut torn = false;
     for (j, s) in section[..section_bytes(geom)].chunks_exact(512).enumerate() {
@@ -435,7 +451,7 @@ mod tests {
         encode_entry(&g, &mut sec, 5, &e);
         let d = decode_entry(&g, &sec, 5).unwrap();
         assert_eq!(d, e);
-        assert_eq!(entry_block(&g, &sec, 5, &d), block);
+        assert_eq!(entry_block(&g, &sec, 5, &d).unwrap(), block);
         // The commit ids were left alone.
         assert_eq!(section_commit_seq(&g, &sec, 3).unwrap(), Some(1));
     }

@@ -14,6 +14,7 @@
 //! outside 2^3..2^31), each error naming the field.
 
 use super::error::{IntegrityError, Result};
+use crate::block::BlockDevice;
 
 /// Size of the superblock structure on disk (the area is [`SB_SECTORS`] sectors).
 pub const SUPERBLOCK_SIZE: usize = 512;
@@ -248,6 +249,28 @@ impl Superblock {
     pub fn has(&self, flag: u32) -> bool {
         self.flags & flag != 0
     }
+}
+
+/// Read `len` bytes at `offset` of `dev` through a 4 KiB-aligned buffer (so a device opened
+/// with `O_DIRECT` takes it; `offset` and `len` must then be multiples of its block size).
+pub fn read_aligned(dev: &dyn BlockDevice, offset: u64, len: usize) -> Result<Vec<u8>> {
+    let mut raw = vec![0u8; len + 4096];
+    let off = raw.as_ptr().align_offset(4096).min(4096);
+    dev.read_at(&mut raw[off..off + len], offset)?;
+    raw.truncate(off + len);
+    raw.drain(..off);
+    Ok(raw)
+}
+
+/// Read and parse the superblock of `dev` (the first 4 KiB are read, aligned, so a device
+/// opened with `O_DIRECT` works). A device shorter than a superblock is `Truncated`.
+pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
+    let size = dev.size();
+    if size < SUPERBLOCK_SIZE as u64 {
+        return Err(IntegrityError::Truncated(size as usize));
+    }
+    let len = if size >= 4096 { 4096 } else { SUPERBLOCK_SIZE };
+    Superblock::parse(&read_aligned(dev, 0, len)?)
 }
 
 #[cfg(test)]

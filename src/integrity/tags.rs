@@ -303,6 +303,9 @@ impl TagHasher {
 
     /// The tag of the block `data` (one block) at logical sector `sector`, into `out`
     /// (`tag_size` bytes).
+    ///
+    /// Panics when `data` is not one block or `out` is shorter than a tag (a caller's bug,
+    /// never input data).
     pub fn tag(&self, sector: u64, data: &[u8], out: &mut [u8]) {
         assert_eq!(data.len(), self.block_size, "one block");
         assert!(out.len() >= self.tag_size);
@@ -335,6 +338,8 @@ impl TagHasher {
     /// Tags of consecutive blocks: `data` holds whole blocks, the first at logical sector
     /// `first_sector`, the next at `first_sector + block_size / 512`, ...; their tags go one
     /// after another into `out` (`tag_size` bytes each).
+    ///
+    /// Panics when `data` is not whole blocks or `out` not one tag per block.
     pub fn tag_blocks(&self, first_sector: u64, data: &[u8], out: &mut [u8]) {
         let bs = self.block_size;
         let ts = self.tag_size;

@@ -63,9 +63,10 @@ pub struct VerifyReport {
 }
 
 impl VerifyReport {
-    /// Whether nothing is corrupt.
+    /// Whether nothing is corrupt: no bad block, and a journal the kernel can replay (with a
+    /// garbage commit id the kernel fails the device on open).
     pub fn clean(&self) -> bool {
-        self.bad_sectors.is_empty()
+        self.bad_sectors.is_empty() && !matches!(self.journal, JournalState::Unreadable { .. })
     }
 }
 
@@ -273,8 +274,7 @@ fn journal_state(
 ) -> Result<(JournalState, Explains)> {
     let start = g.journal_start_sector() * 512;
     let len = g.journal_sectors() * 512;
-    let mut j = vec![0u8; len as usize];
-    meta.read_at(&mut j, start)?;
+    let j = super::superblock::read_aligned(meta, start, len as usize)?;
     if sb.flags & SB_FLAG_DIRTY_BITMAP != 0 {
         let shift = u32::from(sb.log2_blocks_per_bitmap_bit) + g.log2_sectors_per_block();
         let blocks = g.bitmap_blocks(sb.log2_blocks_per_bitmap_bit);
@@ -428,7 +428,7 @@ mod tests {
             p.sector_size = ss;
             p.interleave_sectors = il;
             let plan = plan(&p, size as u64).unwrap();
-            write(&dev, &plan, &mut |_, _| {}).unwrap();
+            write(&dev, None, &plan, &mut |_, _| {}).unwrap();
             let g = &plan.geometry;
             let spb = u64::from(g.sectors_per_block());
             let r = verify(
@@ -468,5 +468,109 @@ mod tests {
             .unwrap();
             assert_eq!(r.bad_sectors, vec![0, mid, last], "{alg}");
         }
+    }
+
+    #[test]
+    fn separate_data_device() {
+        let meta = MemoryDevice::new("meta", 1 << 20);
+        let data = MemoryDevice::new("data", 4 << 20);
+        let mut p = FormatParams::new(TagAlgorithm::Sha256);
+        p.sector_size = 4096;
+        p.data_device_bytes = Some(4 << 20);
+        let plan = plan(&p, 1 << 20).unwrap();
+        assert!(plan.geometry.has_meta_device());
+        assert_eq!(plan.superblock.log2_interleave_sectors, 0);
+        assert_eq!(plan.superblock.provided_data_sectors, 8192);
+        write(&meta, Some(&data), &plan, &mut |_, _| {}).unwrap();
+        let g = &plan.geometry;
+        let r = verify(
+            &data,
+            &meta,
+            &plan.superblock,
+            g,
+            &plan.hasher,
+            2,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(r.clean(), "{r:?}");
+        assert_eq!(r.blocks_checked, 1024);
+        data.write_at(&[1], 4096 * 7 + 9).unwrap();
+        let r = verify(
+            &data,
+            &meta,
+            &plan.superblock,
+            g,
+            &plan.hasher,
+            2,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(r.bad_sectors, vec![56]);
+    }
+
+    /// A block whose new data waits in a committed journal section is stale, not corrupt;
+    /// the same mismatch without the entry is corrupt.
+    #[test]
+    fn pending_journal_entries_explain_mismatches() {
+        use crate::integrity::journal_layout::{
+            encode_entry, init_section, section_bytes, EntryState, JournalEntry,
+        };
+        let size = 4 << 20;
+        let dev = MemoryDevice::new("mem", size);
+        let p = FormatParams::new(TagAlgorithm::Crc32c);
+        let plan = plan(&p, size as u64).unwrap();
+        write(&dev, None, &plan, &mut |_, _| {}).unwrap();
+        let g = &plan.geometry;
+        // New data at sectors 40 and 41 (not in place yet), the journal holds sector 40.
+        dev.write_at(&[0xaa; 1024], g.data_physical_sector(40) * 512)
+            .unwrap();
+        let mut sec = vec![0u8; section_bytes(g)];
+        init_section(g, &mut sec, 0, 1);
+        let e = JournalEntry {
+            state: EntryState::Sector(40),
+            last_bytes: vec![[0xaa; 8]],
+            tag: vec![0; 4],
+        };
+        encode_entry(g, &mut sec, 0, &e);
+        dev.write_at(&sec, g.journal_section_start(0) * 512)
+            .unwrap();
+        let r = verify(
+            &dev,
+            &dev,
+            &plan.superblock,
+            g,
+            &plan.hasher,
+            2,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert_eq!(r.stale_sectors, vec![40]);
+        assert_eq!(r.bad_sectors, vec![41]);
+        assert_eq!(
+            r.journal,
+            JournalState::Pending {
+                entries: 1,
+                sectors: vec![40]
+            }
+        );
+        // Garbage commit ids: the journal is unreadable, the mismatches are all corrupt.
+        dev.write_at(&[0x55; 8], g.journal_section_start(0) * 512 + 504)
+            .unwrap();
+        let r = verify(
+            &dev,
+            &dev,
+            &plan.superblock,
+            g,
+            &plan.hasher,
+            2,
+            &mut |_, _| {},
+        )
+        .unwrap();
+        assert!(
+            matches!(r.journal, JournalState::Unreadable { .. }),
+            "{r:?}"
+        );
+        assert_eq!(r.bad_sectors, vec![40, 41]);
     }
 }
