@@ -99,6 +99,17 @@ impl<D: BlockDevice> FaultyDevice<D> {
             .unwrap_or_default()
     }
 
+    /// How many operations have been recorded since [`start_log`](Self::start_log) (0 when
+    /// not recording): lets a test tell which recorded operations an acknowledged request
+    /// came after.
+    pub fn log_len(&self) -> usize {
+        self.log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, Vec::len)
+    }
+
     fn record(&self, op: LoggedOp) {
         if let Some(log) = self.log.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
             log.push(op);

@@ -28,6 +28,13 @@ pub enum IntegrityCommand {
     Dump(DumpArgs),
     /// Check every sector's tag offline and list the bad ones (exit 2 if any).
     Verify(VerifyArgs),
+    /// Serve a dm-integrity DEVICE read-write at $DMKIT_RUN_DIR/NAME (default
+    /// /run/dmkit/NAME), like `integritysetup open`, until `dmkit integrity close NAME`.
+    Open(super::integrity_open::OpenArgs),
+    /// Tear down an open dm-integrity device (cleanly: journal written back, bitmap cleared).
+    Close(super::device::CloseArgs),
+    /// Show an open dm-integrity device.
+    Status(super::device::StatusArgs),
 }
 
 /// The internal hash, as integritysetup spells it.
@@ -194,6 +201,9 @@ pub fn run(c: IntegrityCommand) -> CliResult {
         IntegrityCommand::Format(a) => format_cmd(a),
         IntegrityCommand::Dump(a) => dump_cmd(a),
         IntegrityCommand::Verify(a) => verify_cmd(a),
+        IntegrityCommand::Open(a) => super::integrity_open::open(a),
+        IntegrityCommand::Close(a) => super::device::close(a),
+        IntegrityCommand::Status(a) => super::device::status(a),
     }
 }
 

@@ -8,6 +8,7 @@ mod device;
 mod files;
 mod fsverity;
 mod integrity;
+mod integrity_open;
 mod linear;
 mod luks;
 mod luks_keys;
@@ -77,7 +78,7 @@ enum Command {
     /// dm-verity: format, verify, dump, open, sign.
     #[command(subcommand)]
     Verity(verity::VerityCommand),
-    /// dm-integrity: format, dump, verify (like integritysetup).
+    /// dm-integrity: format, dump, verify, open, close, status (like integritysetup).
     #[command(subcommand)]
     Integrity(integrity::IntegrityCommand),
     /// fs-verity: file digests and built-in signatures (like fsverity-utils).
@@ -136,8 +137,8 @@ fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
     };
     match cli.command {
         Command::Verity(c) => verity::run(c),
-        Command::Linear(c) => linear::run(c),
         Command::Integrity(c) => integrity::run(c),
+        Command::Linear(c) => linear::run(c),
         Command::Fsverity(c) => fsverity::run(c),
         Command::Luks(c) => luks::run(c),
         Command::LuksAlias(c) => luks::run_alias(c),

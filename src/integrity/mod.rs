@@ -5,17 +5,32 @@
 //! [`geometry`] (where the journal, the tags and the data of each sector are, computed as
 //! the kernel computes them), [`tags`] (internal-hash tags), [`journal_layout`] (journal
 //! sectors, entries, commit ids).
+//!
+//! The read-write device: [`device`] (every read checked, every write tagged, modes J, B, D and
+//! R), [`journal`] (mode J's journal: commit and write-back), [`replay`] (the kernel's journal
+//! replay at activation), [`bitmap`] (mode B's dirty bitmap), over [`rw_meta`] (the
+//! superblock fields, geometry and tags the device uses).
 
+pub mod bitmap;
+pub mod device;
 pub mod dump;
 pub mod error;
 pub mod format;
 pub mod geometry;
+pub mod journal;
 pub mod journal_layout;
+pub mod replay;
+pub mod rw_meta;
 pub mod superblock;
 pub mod tags;
 pub mod verify;
 
+pub use device::{IntegrityDevice, IntegrityOptions, IntegrityStats, OpenError};
 pub use error::{IntegrityError, Result};
 pub use geometry::{Area, FormatFields, FormatLayout, Geometry, GeometryOptions};
+pub use rw_meta::{Layout, Mode};
 pub use superblock::Superblock;
 pub use tags::{TagAlgorithm, TagHasher};
+
+#[cfg(test)]
+mod tests;

@@ -153,6 +153,57 @@ impl std::fmt::Debug for TagHasher {
     }
 }
 
+/// Whether [`crc32c_4`] can run here (SSE 4.2).
+fn crc32c_lanes_available() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("sse4.2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// CRC-32C registers `regs` (not inverted) over le64(sector) then each block of `blocks`
+/// (equal lengths, multiples of 8), lane `l` at sector `first + l * step`, interleaved.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn crc32c_4(regs: &mut [u32; 4], blocks: &[&[u8]], first: u64, step: u64) {
+    use std::arch::x86_64::_mm_crc32_u64;
+    let lanes = blocks.len();
+    let mut r = regs.map(u64::from);
+    for (l, reg) in r.iter_mut().enumerate().take(lanes) {
+        *reg = _mm_crc32_u64(*reg, first + l as u64 * step);
+    }
+    let words = blocks.first().map_or(0, |b| b.len() / 8);
+    let word = |b: &[u8], k: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&b[k * 8..k * 8 + 8]);
+        u64::from_le_bytes(w)
+    };
+    if lanes == 4 {
+        for k in 0..words {
+            r[0] = _mm_crc32_u64(r[0], word(blocks[0], k));
+            r[1] = _mm_crc32_u64(r[1], word(blocks[1], k));
+            r[2] = _mm_crc32_u64(r[2], word(blocks[2], k));
+            r[3] = _mm_crc32_u64(r[3], word(blocks[3], k));
+        }
+    } else {
+        for k in 0..words {
+            for l in 0..lanes {
+                r[l] = _mm_crc32_u64(r[l], word(blocks[l], k));
+            }
+        }
+    }
+    for l in 0..lanes {
+        regs[l] = r[l] as u32;
+    }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn crc32c_4(_: &mut [u32; 4], _: &[&[u8]], _: u64, _: u64) {}
+
 /// Blocks per call of the multi-buffer kernels (bounded stack staging of prefixes).
 const BATCH: usize = 64;
 
@@ -300,6 +351,9 @@ impl TagHasher {
             TagAlgorithm::Sha256 | TagAlgorithm::HmacSha256 if n >= 2 => {
                 self.sha256_batches(first_sector, data, out)
             }
+            TagAlgorithm::Crc32c if n >= 2 && crc32c_lanes_available() => {
+                self.crc32c_lanes(first_sector, data, out)
+            }
             _ => {
                 for (i, (block, tag)) in data
                     .chunks_exact(bs)
@@ -309,6 +363,42 @@ impl TagHasher {
                     self.tag(first_sector + i as u64 * step, block, tag);
                 }
             }
+        }
+    }
+
+    /// CRC-32C of four blocks at a time, interleaved: the `crc32` instruction has a latency
+    /// of three cycles and a throughput of one, so four independent streams run about three
+    /// times as fast as one (a block's CRC alone is latency-bound).
+    fn crc32c_lanes(&self, first_sector: u64, data: &[u8], out: &mut [u8]) {
+        let bs = self.block_size;
+        let ts = self.tag_size;
+        let step = (bs / 512) as u64;
+        let seed = !self.crc_seed;
+        let n = data.len() / bs;
+        let mut i = 0;
+        while i < n {
+            let lanes = (n - i).min(4);
+            let mut regs = [seed; 4];
+            let mut blocks: [&[u8]; 4] = [&[]; 4];
+            for l in 0..lanes {
+                blocks[l] = &data[(i + l) * bs..(i + l + 1) * bs];
+            }
+            // SAFETY: crc32c_lanes_available() checked SSE4.2.
+            unsafe {
+                crc32c_4(
+                    &mut regs,
+                    &blocks[..lanes],
+                    first_sector + i as u64 * step,
+                    step,
+                )
+            };
+            for (l, r) in regs.iter().take(lanes).enumerate() {
+                self.put(
+                    &(!r).to_le_bytes(),
+                    &mut out[(i + l) * ts..(i + l + 1) * ts],
+                );
+            }
+            i += lanes;
         }
     }
 

@@ -1,0 +1,594 @@
+//! The journal of mode J, as the kernel keeps it: the whole journal area in memory, entries
+//! filled by writes, sections committed to disk with the kernel's commit ids (`integrity_commit`,
+//! `write_journal`), then copied in place (`do_journal_write`, `integrity_writer`), and cleaned
+//! on a clean stop (`init_journal` from `dm_integrity_postsuspend`).
+//!
+//! Locking: `state` guards the positions and the newest entry of each block; each section's
+//! memory has its own lock, taken after `state` (never the other way round). Writers fill the
+//! section being filled; commits and write-backs work on full sections, one at a time, with
+//! `state` released, so writers go on filling while the journal is written (`commit_lock` and
+//! `writer_lock` serialise commits and write-backs).
+
+use super::device::Inner;
+use super::rw_meta::{Layout, JOURNAL_BLOCK_SECTORS, JOURNAL_SECTOR_DATA};
+use crate::block::Result;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+/// `N_COMMIT_IDS`.
+pub const N_COMMIT_IDS: u8 = 4;
+
+/// The kernel's commit ids (`create_journal` without journal encryption).
+const COMMIT_IDS: [u64; 4] = [
+    0x1111_1111_1111_1111,
+    0x2222_2222_2222_2222,
+    0x3333_3333_3333_3333,
+    0x4444_4444_4444_4444,
+];
+
+/// `dm_integrity_commit_id`: the commit id of sector `j` of section `i` in sequence `seq`.
+pub fn commit_id(i: u32, j: u32, seq: u8) -> u64 {
+    COMMIT_IDS[usize::from(seq % N_COMMIT_IDS)] ^ ((u64::from(i) << 32) ^ u64::from(j))
+}
+
+/// `next_commit_seq`.
+pub fn next_seq(s: u8) -> u8 {
+    (s + 1) % N_COMMIT_IDS
+}
+
+/// `prev_commit_seq`.
+pub fn prev_seq(s: u8) -> u8 {
+    (s + N_COMMIT_IDS - 1) % N_COMMIT_IDS
+}
+
+/// Byte offsets inside the in-memory journal.
+#[derive(Debug, Clone, Copy)]
+pub struct JournalMap<'a>(pub &'a Layout);
+
+impl JournalMap<'_> {
+    /// Offset of sector `j` of section `i`.
+    pub fn sector(&self, i: u32, j: u32) -> usize {
+        (i as usize * self.0.journal_section_sectors as usize + j as usize) * 512
+    }
+    /// Offset of entry `n` of section `i` (`access_journal_entry`).
+    pub fn entry(&self, i: u32, n: u32) -> usize {
+        self.sector(i, n % JOURNAL_BLOCK_SECTORS as u32)
+            + (n / JOURNAL_BLOCK_SECTORS as u32) as usize * self.0.journal_entry_size as usize
+    }
+    /// Offset of the data of entry `n` of section `i` (`access_journal_data`).
+    pub fn data(&self, i: u32, n: u32) -> usize {
+        self.sector(i, (n << self.0.log2_spb) + JOURNAL_BLOCK_SECTORS as u32)
+    }
+    /// Offset of the tag of entry `n` of section `i`.
+    pub fn tag(&self, i: u32, n: u32) -> usize {
+        self.entry(i, n) + 8 + 8 * self.0.spb() as usize
+    }
+}
+
+/// Whether the entry at `off` is unused (`sector_hi == -1`).
+pub fn entry_unused(mem: &[u8], off: usize) -> bool {
+    mem[off + 4..off + 8] == [0xff; 4]
+}
+
+/// Mark the entry at `off` unused.
+pub fn set_entry_unused(mem: &mut [u8], off: usize) {
+    mem[off + 4..off + 8].fill(0xff);
+}
+
+/// The sector of the entry at `off`.
+pub fn entry_sector(mem: &[u8], off: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&mem[off..off + 8]);
+    u64::from_le_bytes(b)
+}
+
+/// Copy the data of entry (`i`, `n`) out of the journal into `out` (one block), putting back
+/// the last 8 bytes of each sector that the commit ids displaced (`restore_last_bytes`).
+pub fn read_entry_data(l: &Layout, mem: &[u8], i: u32, n: u32, out: &mut [u8]) {
+    let m = JournalMap(l);
+    let d = m.data(i, n);
+    let e = m.entry(i, n);
+    out.copy_from_slice(&mem[d..d + l.block_size()]);
+    for s in 0..l.spb() as usize {
+        let lb = e + 8 + 8 * s;
+        out[s * 512 + JOURNAL_SECTOR_DATA..(s + 1) * 512].copy_from_slice(&mem[lb..lb + 8]);
+    }
+}
+
+/// Fill sections [`start`, `start + n`) (wrapping) as `init_journal` does: zeroed, commit ids
+/// of `seq`, every entry unused.
+pub fn init_sections(l: &Layout, mem: &mut [u8], start: u32, n: u32, seq: u8) {
+    let m = JournalMap(l);
+    for k in 0..n {
+        let i = (start + k) % l.journal_sections;
+        for j in 0..l.journal_section_sectors {
+            let o = m.sector(i, j);
+            mem[o..o + JOURNAL_SECTOR_DATA].fill(0);
+            mem[o + JOURNAL_SECTOR_DATA..o + 512]
+                .copy_from_slice(&commit_id(i, j, seq).to_le_bytes());
+        }
+        for e in 0..l.journal_section_entries {
+            set_entry_unused(mem, m.entry(i, e));
+        }
+    }
+}
+
+/// Write sections [`start`, `start + n`) of `mem` to the device (two writes if they wrap), then
+/// flush (`write_journal`, whose writes are FUA).
+pub fn write_sections(inner: &Inner, mem: &[u8], start: u32, n: u32) -> Result<()> {
+    let l = &inner.layout;
+    let ss = l.journal_section_sectors as usize * 512;
+    let to_end = (l.journal_sections - start).min(n);
+    let a = start as usize * ss;
+    inner.lower.write_at(
+        &mem[a..a + to_end as usize * ss],
+        l.journal_offset() + a as u64,
+    )?;
+    if n > to_end {
+        inner
+            .lower
+            .write_at(&mem[..(n - to_end) as usize * ss], l.journal_offset())?;
+    }
+    inner.lower.flush()
+}
+
+/// The positions of the journal (its memory is in [`Journal::sections`]).
+pub struct JState {
+    /// Commit sequence of the next commit.
+    pub commit_seq: u8,
+    /// First committed section not yet written in place.
+    pub committed_section: u32,
+    /// Committed sections not yet written in place.
+    pub n_committed: u32,
+    /// First section not yet committed.
+    pub uncommitted_section: u32,
+    /// Full sections not yet committed.
+    pub n_uncommitted: u32,
+    /// Section being filled.
+    pub free_section: u32,
+    /// Next entry of that section.
+    pub free_section_entry: u32,
+    /// Entries free.
+    pub free_sectors: u32,
+    /// The newest journal entry (global position) of each logical block.
+    pub newest: NewestMap,
+    /// Whether anything was committed since open.
+    pub wrote_to_journal: bool,
+    /// When the oldest uncommitted write entered the journal.
+    pub dirty_since: Option<Instant>,
+}
+
+impl JState {
+    /// A journal continuing at `section` with `seq`, everything free.
+    pub fn new(l: &Layout, section: u32, seq: u8) -> JState {
+        JState {
+            commit_seq: seq,
+            committed_section: section,
+            n_committed: 0,
+            uncommitted_section: section,
+            n_uncommitted: 0,
+            free_section: section,
+            free_section_entry: 0,
+            free_sectors: l.journal_entries(),
+            newest: NewestMap::default(),
+            wrote_to_journal: false,
+            dirty_since: None,
+        }
+    }
+}
+
+/// A hasher for block numbers (a multiplicative mix: block numbers are not adversarial, and
+/// SipHash showed up in profiles of mode J).
+#[derive(Default, Clone, Copy)]
+pub struct BlockHasher(u64);
+
+impl std::hash::Hasher for BlockHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// Block number -> newest journal position.
+pub type NewestMap = HashMap<u64, u32, std::hash::BuildHasherDefault<BlockHasher>>;
+
+/// The journal of an open device.
+pub struct Journal {
+    /// Positions.
+    pub state: Mutex<JState>,
+    /// Each section's memory, as on disk (offsets of [`JournalMap`] with section 0).
+    pub sections: Vec<Mutex<Vec<u8>>>,
+    /// Serialises commits.
+    pub commit_lock: Mutex<()>,
+    /// Serialises write-backs; holds the tags of a run.
+    pub writer_lock: Mutex<Vec<u8>>,
+    /// `free_sectors_threshold`: commit and write back when this few entries are free.
+    pub threshold: u32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Journal {
+    /// A journal in `state` whose memory is `mem` (the whole journal area), with the kernel's
+    /// threshold for `watermark` percent.
+    pub fn new(l: &Layout, state: JState, mem: Vec<u8>, watermark: u32) -> Journal {
+        let entries = u64::from(l.journal_entries());
+        let threshold = ((entries * u64::from(100 - watermark.min(100)) + 50) / 100) as u32;
+        let ss = l.journal_section_sectors as usize * 512;
+        Journal {
+            state: Mutex::new(state),
+            sections: mem
+                .chunks_exact(ss)
+                .map(|c| Mutex::new(c.to_vec()))
+                .collect(),
+            commit_lock: Mutex::new(()),
+            writer_lock: Mutex::new(Vec::new()),
+            threshold,
+        }
+    }
+
+    /// Lock the state.
+    pub fn lock(&self) -> MutexGuard<'_, JState> {
+        lock(&self.state)
+    }
+
+    /// Lock section `i`'s memory (with the state locked, or no section of it in use).
+    pub fn section(&self, i: u32) -> MutexGuard<'_, Vec<u8>> {
+        lock(&self.sections[i as usize])
+    }
+}
+
+/// Write section `i` (its memory `sec`) to the device.
+fn write_section(inner: &Inner, sec: &[u8], i: u32) -> Result<()> {
+    let l = &inner.layout;
+    inner
+        .lower
+        .write_at(sec, l.journal_offset() + (i as usize * sec.len()) as u64)
+}
+
+/// A write of `data` (whole blocks, `tags` computed) at logical `sector` into the journal.
+pub fn journal_write(
+    inner: &Inner,
+    j: &Journal,
+    mut sector: u64,
+    data: &[u8],
+    tags: &[u8],
+) -> Result<()> {
+    let l = &inner.layout;
+    let bs = l.block_size();
+    let ts = l.tag_size as usize;
+    let m = JournalMap(l);
+    let blocks = data.len() / bs;
+    let mut done = 0usize;
+    while done < blocks {
+        let mut st = j.lock();
+        if st.free_sectors == 0 {
+            drop(st);
+            commit(inner, j)?;
+            writeback(inner, j)?;
+            continue;
+        }
+        let n = (blocks - done).min(st.free_sectors as usize);
+        st.free_sectors -= n as u32;
+        let mut k = done;
+        while k < done + n {
+            let i = st.free_section;
+            let mut sec = j.section(i);
+            while k < done + n {
+                let e = st.free_section_entry;
+                let eo = m.entry(0, e);
+                let d = m.data(0, e);
+                sec[d..d + bs].copy_from_slice(&data[k * bs..(k + 1) * bs]);
+                for s in 0..l.spb() as usize {
+                    let from = d + s * 512 + JOURNAL_SECTOR_DATA;
+                    sec.copy_within(from..from + 8, eo + 8 + 8 * s);
+                }
+                let t = m.tag(0, e);
+                sec[t..t + ts].copy_from_slice(&tags[k * ts..(k + 1) * ts]);
+                sec[eo..eo + 8].copy_from_slice(&sector.to_le_bytes());
+                let pos = i * l.journal_section_entries + e;
+                st.newest.insert(sector >> l.log2_spb, pos);
+                sector += l.spb();
+                k += 1;
+                st.free_section_entry += 1;
+                if st.free_section_entry == l.journal_section_entries {
+                    st.free_section_entry = 0;
+                    st.free_section = (st.free_section + 1) % l.journal_sections;
+                    st.n_uncommitted += 1;
+                    break;
+                }
+            }
+        }
+        if st.dirty_since.is_none() {
+            st.dirty_since = Some(Instant::now());
+        }
+        let full = st.free_sectors <= j.threshold;
+        drop(st);
+        done += n;
+        if full && !inner.kick_background() {
+            commit(inner, j)?;
+            writeback_if_below(inner, j)?;
+        }
+    }
+    Ok(())
+}
+
+/// Copy block `pos`'s data out of the journal into `out` (with the state locked).
+pub fn read_block(l: &Layout, j: &Journal, pos: u32, out: &mut [u8]) {
+    let (i, e) = (
+        pos / l.journal_section_entries,
+        pos % l.journal_section_entries,
+    );
+    let sec = j.section(i);
+    read_entry_data(l, &sec, 0, e, out);
+}
+
+/// Write the journal back in place if it is filled beyond the watermark (`integrity_commit`
+/// queues the writer then).
+pub fn writeback_if_below(inner: &Inner, j: &Journal) -> Result<()> {
+    let below = j.lock().free_sectors <= j.threshold;
+    if below {
+        writeback(inner, j)?;
+    }
+    Ok(())
+}
+
+/// `integrity_commit`: pad the section being filled, stamp the commit ids of every uncommitted
+/// section, write them and flush. (The write-back below the watermark is the caller's:
+/// [`writeback_if_below`].)
+pub fn commit(inner: &Inner, j: &Journal) -> Result<()> {
+    let l = &inner.layout;
+    let guard = lock(&j.commit_lock);
+    let todo: Vec<(u32, u8)> = {
+        let mut st = j.lock();
+        // pad_uncommitted
+        if st.free_section_entry != 0 {
+            let pad = l.journal_section_entries - st.free_section_entry;
+            st.free_sectors -= pad;
+            st.free_section_entry = 0;
+            st.free_section = (st.free_section + 1) % l.journal_sections;
+            st.n_uncommitted += 1;
+        }
+        let (start, n) = (st.uncommitted_section, st.n_uncommitted);
+        st.dirty_since = None;
+        if n == 0 {
+            return Ok(());
+        }
+        st.wrote_to_journal = true;
+        let mut todo = Vec::with_capacity(n as usize);
+        let mut i = start;
+        for _ in 0..n {
+            todo.push((i, st.commit_seq));
+            i += 1;
+            if i >= l.journal_sections {
+                st.commit_seq = next_seq(st.commit_seq);
+                i = 0;
+            }
+        }
+        todo
+    };
+    // These sections are full: no writer touches them; readers wait for a section's lock.
+    let m = JournalMap(l);
+    let res = todo
+        .iter()
+        .try_for_each(|&(i, seq)| {
+            let mut sec = j.section(i);
+            for s in 0..l.journal_section_sectors {
+                let o = m.sector(0, s) + JOURNAL_SECTOR_DATA;
+                sec[o..o + 8].copy_from_slice(&commit_id(i, s, seq).to_le_bytes());
+            }
+            write_section(inner, &sec, i)
+        })
+        .and_then(|()| inner.lower.flush());
+    if let Err(e) = res {
+        inner.fail(&e);
+        return Err(e);
+    }
+    {
+        let n = todo.len() as u32;
+        let mut st = j.lock();
+        st.uncommitted_section = (st.uncommitted_section + n) % l.journal_sections;
+        st.n_uncommitted -= n;
+        st.n_committed += n;
+    }
+    inner.stats.journal_commits.fetch_add(1, Ordering::Relaxed);
+    drop(guard);
+    Ok(())
+}
+
+/// `integrity_writer`: write every committed section in place, flush, free the sections.
+pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
+    let l = &inner.layout;
+    let mut tags = lock(&j.writer_lock);
+    let m = JournalMap(l);
+    // The used entries (block, position) of the committed sections, and those a newer
+    // committed entry of the same block makes pointless ("don't write if there is newer
+    // committed sector").
+    let (start, n, used, skip) = {
+        let st = j.lock();
+        let (start, n) = (st.committed_section, st.n_committed);
+        if n == 0 {
+            return Ok(());
+        }
+        let mut used = Vec::new();
+        let mut skip = Vec::new();
+        for k in 0..n {
+            let i = (start + k) % l.journal_sections;
+            let sec = j.section(i);
+            for e in 0..l.journal_section_entries {
+                let off = m.entry(0, e);
+                if entry_unused(&sec, off) {
+                    continue;
+                }
+                let pos = i * l.journal_section_entries + e;
+                let block = entry_sector(&sec, off) >> l.log2_spb;
+                used.push((block, pos));
+                if let Some(&newest) = st.newest.get(&block) {
+                    if newest != pos && is_committed(l, &st, newest) {
+                        skip.push(pos);
+                    }
+                }
+            }
+        }
+        (start, n, used, skip)
+    };
+    let mut problem = None;
+    let res = (0..n).try_for_each(|k| {
+        let i = (start + k) % l.journal_sections;
+        let mut sec = j.section(i);
+        for &pos in skip.iter().filter(|&&p| p / l.journal_section_entries == i) {
+            set_entry_unused(&mut sec, m.entry(0, pos % l.journal_section_entries));
+        }
+        copy_section(inner, &mut sec, false, &mut tags, &mut problem)
+    });
+    if let Err(e) = res.and_then(|()| inner.lower.flush()) {
+        inner.fail(&e);
+        return Err(e);
+    }
+    {
+        let mut st = j.lock();
+        for (block, pos) in used {
+            if st.newest.get(&block) == Some(&pos) {
+                st.newest.remove(&block);
+            }
+        }
+        st.committed_section = (st.committed_section + n) % l.journal_sections;
+        st.n_committed -= n;
+        st.free_sectors += n * l.journal_section_entries;
+    }
+    inner
+        .stats
+        .journal_writebacks
+        .fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn is_committed(l: &Layout, st: &JState, pos: u32) -> bool {
+    let sec = pos / l.journal_section_entries;
+    let rel = (sec + l.journal_sections - st.committed_section) % l.journal_sections;
+    rel < st.n_committed
+}
+
+/// Re-initialise every section as `dm_integrity_postsuspend` does after the last write-back:
+/// from `free_section` on with `commit_seq`, before it with the next sequence; then write them.
+pub fn clean_stop(inner: &Inner, j: &Journal) -> Result<()> {
+    let l = &inner.layout;
+    let st = j.lock();
+    if !st.wrote_to_journal {
+        return Ok(());
+    }
+    let (fs, seq) = (st.free_section, st.commit_seq);
+    for i in 0..l.journal_sections {
+        let s = if i >= fs { seq } else { next_seq(seq) };
+        let mut sec = j.section(i);
+        init_sections(l, &mut sec, 0, 1, s);
+        // init_sections stamps the ids of section 0: put this section's.
+        let m = JournalMap(l);
+        for x in 0..l.journal_section_sectors {
+            let o = m.sector(0, x) + JOURNAL_SECTOR_DATA;
+            sec[o..o + 8].copy_from_slice(&commit_id(i, x, s).to_le_bytes());
+        }
+        write_section(inner, &sec, i)?;
+    }
+    inner.lower.flush()
+}
+
+/// `do_journal_write` for one section (`sec`, its memory): copy its used entries to their
+/// places, tags first, one data write and one tag write per run of consecutive sectors of one
+/// interleave area (the run's data is contiguous in the section once the displaced last bytes
+/// are put back, in place as the kernel does). Every entry copied is marked unused. With
+/// `from_replay`, entries are checked as the kernel checks them on replay (sector alignment,
+/// range, tag): the first problem is left in `problem` (the kernel marks the device failed).
+pub fn copy_section(
+    inner: &Inner,
+    sec: &mut [u8],
+    from_replay: bool,
+    run_tags: &mut Vec<u8>,
+    problem: &mut Option<String>,
+) -> Result<()> {
+    let l = &inner.layout;
+    let m = JournalMap(l);
+    let bs = l.block_size();
+    let ts = l.tag_size as usize;
+    let mut check = vec![0u8; ts];
+    // The current run: first logical sector, first entry, entries.
+    let mut run: Option<(u64, u32, u32)> = None;
+    run_tags.clear();
+    for e in 0..l.journal_section_entries {
+        let off = m.entry(0, e);
+        if entry_unused(sec, off) {
+            continue;
+        }
+        let mut s0 = entry_sector(sec, off);
+        if from_replay {
+            if s0 & (l.spb() - 1) != 0 {
+                problem.get_or_insert(format!("invalid sector {s0} in the journal"));
+                s0 &= !(l.spb() - 1);
+            }
+            if s0 >= l.provided_data_sectors {
+                set_entry_unused(sec, off);
+                continue;
+            }
+        }
+        // restore_last_bytes, in place
+        let d = m.data(0, e);
+        for s in 0..l.spb() as usize {
+            let lb = off + 8 + 8 * s;
+            sec.copy_within(lb..lb + 8, d + s * 512 + JOURNAL_SECTOR_DATA);
+        }
+        let t = m.tag(0, e);
+        if from_replay {
+            inner.tagger.tag(s0, &sec[d..d + bs], &mut check);
+            if check[..] != sec[t..t + ts] {
+                problem.get_or_insert(format!(
+                    "tag mismatch when replaying the journal, at sector {s0}"
+                ));
+            }
+            inner.stats.replayed_blocks.fetch_add(1, Ordering::Relaxed);
+        }
+        let follows = match run {
+            Some((rs, re, rn)) => {
+                e == re + rn
+                    && s0 == rs + u64::from(rn) * l.spb()
+                    && l.area_offset(s0).0 == l.area_offset(rs).0
+            }
+            None => false,
+        };
+        if !follows {
+            if let Some((rs, re, rn)) = run {
+                let d0 = m.data(0, re);
+                flush_run(inner, rs, &sec[d0..d0 + rn as usize * bs], run_tags)?;
+            }
+            run_tags.clear();
+            run = Some((s0, e, 0));
+        }
+        if let Some(r) = run.as_mut() {
+            r.2 += 1;
+        }
+        run_tags.extend_from_slice(&sec[t..t + ts]);
+        set_entry_unused(sec, off);
+    }
+    if let Some((rs, re, rn)) = run {
+        let d0 = m.data(0, re);
+        flush_run(inner, rs, &sec[d0..d0 + rn as usize * bs], run_tags)?;
+    }
+    Ok(())
+}
+
+fn flush_run(inner: &Inner, sector: u64, data: &[u8], tags: &[u8]) -> Result<()> {
+    let l = &inner.layout;
+    let _r = inner.ranges.lock(sector, (data.len() / 512) as u64);
+    inner.lower.write_at(tags, l.tag_offset(sector))?;
+    inner.lower.write_at(data, l.data_sector(sector) * 512)
+}

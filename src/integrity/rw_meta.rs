@@ -1,0 +1,338 @@
+//! What the read-write device needs to know of the on-disk format, taken from the kernel's
+//! `dm-integrity.c`: the superblock fields it reads and updates (flags, `recalc_sector`,
+//! `log2_blocks_per_bitmap_bit`, the version `sb_set_version` derives), the geometry
+//! (`calculate_journal_section_size`, `calculate_device_limits`, `get_area_and_offset`,
+//! `get_data_sector`, `get_metadata_sector_and_offset`). Tags are [`super::tags::TagHasher`]'s.
+//!
+//! The superblock is kept as its raw 4096 bytes and only the fields the device changes are
+//! rewritten, so every other byte stays as the formatter (ours or the kernel's) left it.
+
+use std::fmt;
+
+/// Superblock magic.
+pub const SB_MAGIC: &[u8; 8] = b"integrt\0";
+/// Sectors of the superblock area.
+pub const SB_SECTORS: u64 = 8;
+/// `SB_FLAG_HAVE_JOURNAL_MAC`.
+pub const SB_FLAG_HAVE_JOURNAL_MAC: u32 = 0x1;
+/// `SB_FLAG_RECALCULATING`.
+pub const SB_FLAG_RECALCULATING: u32 = 0x2;
+/// `SB_FLAG_DIRTY_BITMAP`.
+pub const SB_FLAG_DIRTY_BITMAP: u32 = 0x4;
+/// `SB_FLAG_FIXED_PADDING`.
+pub const SB_FLAG_FIXED_PADDING: u32 = 0x8;
+/// `SB_FLAG_FIXED_HMAC`.
+pub const SB_FLAG_FIXED_HMAC: u32 = 0x10;
+/// `SB_FLAG_INLINE`.
+pub const SB_FLAG_INLINE: u32 = 0x20;
+/// Sectors at the start of each journal section holding its entries.
+pub const JOURNAL_BLOCK_SECTORS: u64 = 8;
+/// Bytes of a journal sector before its commit id.
+pub const JOURNAL_SECTOR_DATA: usize = 504;
+/// `METADATA_PADDING_SECTORS`.
+const METADATA_PADDING_SECTORS: u64 = 8;
+/// Largest journal a device may have here, in sectors (1 GiB; the kernel's own default
+/// maximum is 64 MiB).
+pub const MAX_JOURNAL_SECTORS: u64 = 1 << 21;
+/// `BITMAP_BLOCK_SIZE`.
+pub const BITMAP_BLOCK_SIZE: usize = 4096;
+
+/// The superblock, raw, with accessors for the fields the device uses.
+#[derive(Clone)]
+pub struct RawSuperblock(pub Vec<u8>);
+
+impl RawSuperblock {
+    fn u16(&self, at: usize) -> u16 {
+        u16::from_le_bytes([self.0[at], self.0[at + 1]])
+    }
+    fn u32(&self, at: usize) -> u32 {
+        let mut b = [0u8; 4];
+        b.copy_from_slice(&self.0[at..at + 4]);
+        u32::from_le_bytes(b)
+    }
+    fn u64(&self, at: usize) -> u64 {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&self.0[at..at + 8]);
+        u64::from_le_bytes(b)
+    }
+    /// Whether the magic is there.
+    pub fn has_magic(&self) -> bool {
+        &self.0[..8] == SB_MAGIC
+    }
+    /// `version`.
+    pub fn version(&self) -> u8 {
+        self.0[8]
+    }
+    /// `log2_interleave_sectors`.
+    pub fn log2_interleave_sectors(&self) -> u8 {
+        self.0[9]
+    }
+    /// `integrity_tag_size`.
+    pub fn tag_size(&self) -> u16 {
+        self.u16(10)
+    }
+    /// `journal_sections`.
+    pub fn journal_sections(&self) -> u32 {
+        self.u32(12)
+    }
+    /// `provided_data_sectors`.
+    pub fn provided_data_sectors(&self) -> u64 {
+        self.u64(16)
+    }
+    /// `flags`.
+    pub fn flags(&self) -> u32 {
+        self.u32(24)
+    }
+    /// Set `flags`.
+    pub fn set_flags(&mut self, f: u32) {
+        self.0[24..28].copy_from_slice(&f.to_le_bytes());
+    }
+    /// `log2_sectors_per_block`.
+    pub fn log2_sectors_per_block(&self) -> u8 {
+        self.0[28]
+    }
+    /// `log2_blocks_per_bitmap_bit`.
+    pub fn log2_blocks_per_bitmap_bit(&self) -> u8 {
+        self.0[29]
+    }
+    /// Set `log2_blocks_per_bitmap_bit`.
+    pub fn set_log2_blocks_per_bitmap_bit(&mut self, v: u8) {
+        self.0[29] = v;
+    }
+    /// `recalc_sector`.
+    pub fn recalc_sector(&self) -> u64 {
+        self.u64(32)
+    }
+    /// Set `recalc_sector`.
+    pub fn set_recalc_sector(&mut self, v: u64) {
+        self.0[32..40].copy_from_slice(&v.to_le_bytes());
+    }
+    /// `salt`.
+    pub fn salt(&self) -> [u8; 16] {
+        let mut s = [0u8; 16];
+        s.copy_from_slice(&self.0[48..64]);
+        s
+    }
+    /// The version the kernel's `sb_set_version` writes for these flags in `mode`.
+    pub fn set_version_for(&mut self, mode: Mode) {
+        let f = self.flags();
+        self.0[8] = if f & SB_FLAG_INLINE != 0 {
+            6
+        } else if f & SB_FLAG_FIXED_HMAC != 0 {
+            5
+        } else if f & SB_FLAG_FIXED_PADDING != 0 {
+            4
+        } else if mode == Mode::Bitmap || f & SB_FLAG_DIRTY_BITMAP != 0 {
+            3
+        } else if f & SB_FLAG_RECALCULATING != 0 {
+            2
+        } else {
+            1
+        };
+    }
+}
+
+/// The kernel's mode letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `J`: data and tags go through the journal.
+    Journal,
+    /// `B`: a dirty-region bitmap, tags recalculated after an unclean stop.
+    Bitmap,
+    /// `D`: direct writes, no crash consistency.
+    Direct,
+    /// `R`: recovery, no tag checks, no replay, read-only.
+    Recovery,
+}
+
+impl Mode {
+    /// The kernel's letter.
+    pub fn letter(self) -> char {
+        match self {
+            Mode::Journal => 'J',
+            Mode::Bitmap => 'B',
+            Mode::Direct => 'D',
+            Mode::Recovery => 'R',
+        }
+    }
+}
+
+impl fmt::Display for Mode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.letter())
+    }
+}
+
+/// Where everything is on the device, in 512-byte sectors unless named otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// log2 of 512-byte sectors per integrity block.
+    pub log2_spb: u32,
+    /// Bytes per tag.
+    pub tag_size: u32,
+    /// log2 of data sectors per interleave area.
+    pub log2_interleave: u32,
+    /// Sectors of tags before each area's data (padded).
+    pub metadata_run: u64,
+    /// Superblock plus journal, sectors.
+    pub initial_sectors: u64,
+    /// Logical sectors the device provides.
+    pub provided_data_sectors: u64,
+    /// Journal sections.
+    pub journal_sections: u32,
+    /// Bytes per journal entry.
+    pub journal_entry_size: u32,
+    /// Journal entries per 512-byte journal sector.
+    pub journal_entries_per_sector: u32,
+    /// Journal entries per section.
+    pub journal_section_entries: u32,
+    /// Sectors per journal section.
+    pub journal_section_sectors: u32,
+}
+
+/// Why a superblock cannot be served.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct LayoutError(pub String);
+
+impl Layout {
+    /// Compute the geometry from a superblock on a device of `device_sectors` sectors,
+    /// refusing what the kernel's constructor refuses.
+    pub fn from_superblock(sb: &RawSuperblock, device_sectors: u64) -> Result<Layout, LayoutError> {
+        let bad = |m: String| Err(LayoutError(m));
+        if !sb.has_magic() {
+            return bad("not a dm-integrity device (no superblock magic \"integrt\")".into());
+        }
+        if sb.version() == 0 || sb.version() > 6 {
+            return bad(format!("unknown superblock version {}", sb.version()));
+        }
+        let flags = sb.flags();
+        if flags & SB_FLAG_INLINE != 0 {
+            return bad("inline mode (tags in the device's own metadata) is not supported".into());
+        }
+        if flags & SB_FLAG_HAVE_JOURNAL_MAC != 0 {
+            return bad("journal MAC (--journal-integrity) is not supported".into());
+        }
+        let log2_spb = u32::from(sb.log2_sectors_per_block());
+        if log2_spb > 3 {
+            return bad(format!("invalid sector size 512 << {log2_spb}"));
+        }
+        let tag_size = u32::from(sb.tag_size());
+        // MAX_TAG_SIZE: 504 - 8 - offsetof(last_bytes[8]) = 424.
+        if tag_size == 0 || tag_size > 424 {
+            return bad(format!("invalid tag size {tag_size}"));
+        }
+        let journal_sections = sb.journal_sections();
+        if journal_sections == 0 {
+            return bad("corrupted superblock, journal_sections is 0".into());
+        }
+        let log2_interleave = u32::from(sb.log2_interleave_sectors());
+        if !(3..=31).contains(&log2_interleave) {
+            return bad(format!(
+                "invalid interleave_sectors 2^{log2_interleave} in the superblock"
+            ));
+        }
+        let spb = 1u32 << log2_spb;
+        let journal_entry_size = (8 + 8 * spb + tag_size).div_ceil(8) * 8;
+        let journal_entries_per_sector = JOURNAL_SECTOR_DATA as u32 / journal_entry_size;
+        let journal_section_entries = journal_entries_per_sector * JOURNAL_BLOCK_SECTORS as u32;
+        let journal_section_sectors =
+            (journal_section_entries << log2_spb) + JOURNAL_BLOCK_SECTORS as u32;
+        let initial_sectors =
+            SB_SECTORS + u64::from(journal_section_sectors) * u64::from(journal_sections);
+        if initial_sectors + METADATA_PADDING_SECTORS >= device_sectors
+            || initial_sectors > u64::from(u32::MAX)
+        {
+            return bad(format!(
+                "the journal ({initial_sectors} sectors) does not fit the device ({device_sectors} sectors)"
+            ));
+        }
+        let padding = if flags & SB_FLAG_FIXED_PADDING != 0 {
+            METADATA_PADDING_SECTORS << 9
+        } else {
+            512u64 << METADATA_PADDING_SECTORS
+        };
+        let metadata_run =
+            ((u64::from(tag_size) << (log2_interleave - log2_spb)).div_ceil(padding) * padding)
+                >> 9;
+        let provided = sb.provided_data_sectors();
+        if provided == 0 || provided & (u64::from(spb) - 1) != 0 || provided > device_sectors {
+            return bad(format!(
+                "invalid provided_data_sectors {provided} (device: {device_sectors} sectors): truncated?"
+            ));
+        }
+        // The whole journal is held in memory, as the kernel holds it.
+        if u64::from(journal_section_sectors) * u64::from(journal_sections) > MAX_JOURNAL_SECTORS {
+            return bad(format!(
+                "the journal ({journal_sections} sections of {journal_section_sectors} sectors) is larger than the {} MiB dmkit holds in memory",
+                MAX_JOURNAL_SECTORS >> 11
+            ));
+        }
+        let l = Layout {
+            log2_spb,
+            tag_size,
+            log2_interleave,
+            metadata_run,
+            initial_sectors,
+            provided_data_sectors: provided,
+            journal_sections,
+            journal_entry_size,
+            journal_entries_per_sector,
+            journal_section_entries,
+            journal_section_sectors,
+        };
+        let last = l.data_sector(provided - 1);
+        if last >= device_sectors {
+            return bad(format!(
+                "provided_data_sectors {provided} does not fit the device ({device_sectors} sectors): truncated?"
+            ));
+        }
+        Ok(l)
+    }
+
+    /// 512-byte sectors per block.
+    pub fn spb(&self) -> u64 {
+        1 << self.log2_spb
+    }
+    /// Bytes per block (the integrity sector size).
+    pub fn block_size(&self) -> usize {
+        512 << self.log2_spb
+    }
+    /// Total journal entries.
+    pub fn journal_entries(&self) -> u32 {
+        self.journal_section_entries * self.journal_sections
+    }
+    /// Bytes of the journal area.
+    pub fn journal_bytes(&self) -> usize {
+        self.journal_sections as usize * self.journal_section_sectors as usize * 512
+    }
+    /// Byte offset of the journal on the device.
+    pub fn journal_offset(&self) -> u64 {
+        SB_SECTORS * 512
+    }
+    /// Interleave area and offset in it of a logical sector.
+    pub fn area_offset(&self, sector: u64) -> (u64, u64) {
+        (
+            sector >> self.log2_interleave,
+            sector & ((1u64 << self.log2_interleave) - 1),
+        )
+    }
+    /// Device sector of a logical sector (`get_data_sector`).
+    pub fn data_sector(&self, sector: u64) -> u64 {
+        let (area, offset) = self.area_offset(sector);
+        (area << self.log2_interleave)
+            + (area + 1) * self.metadata_run
+            + self.initial_sectors
+            + offset
+    }
+    /// Device byte offset of the tag of the block at a logical sector.
+    pub fn tag_offset(&self, sector: u64) -> u64 {
+        let (area, offset) = self.area_offset(sector);
+        let ms = (area << self.log2_interleave) + area * self.metadata_run;
+        (self.initial_sectors + ms) * 512 + (offset >> self.log2_spb) * u64::from(self.tag_size)
+    }
+    /// Logical sectors from `sector` to the end of its interleave area.
+    pub fn area_remaining(&self, sector: u64) -> u64 {
+        (1u64 << self.log2_interleave) - self.area_offset(sector).1
+    }
+}

@@ -1,0 +1,581 @@
+//! Crash safety and corruption detection of the read-write device, on memory and on the
+//! fault-injecting device, with devices laid out as the kernel's first activation lays them
+//! out (a small formatter here mirrors `initialize_superblock`, `init_journal` and a wipe).
+
+use super::journal::init_sections;
+use super::rw_meta::*;
+use super::tags::{TagAlgorithm, TagHasher};
+use super::*;
+use crate::block::{for_each_crash_state, BlockDevice, BlockError, FaultyDevice, MemoryDevice};
+use std::sync::Arc;
+use zeroize::Zeroizing;
+
+/// Format parameters (integritysetup's options of the same names).
+#[derive(Clone)]
+pub(crate) struct Fmt {
+    pub sector_size: u32,
+    pub alg: TagAlgorithm,
+    pub tag_size: u16,
+    pub key: Option<Vec<u8>>,
+    pub journal_sectors: u32,
+    pub interleave: u32,
+    pub salt: Option<[u8; 16]>,
+}
+
+impl Fmt {
+    pub fn new(sector_size: u32, alg: TagAlgorithm) -> Fmt {
+        Fmt {
+            sector_size,
+            alg,
+            tag_size: alg.digest_size() as u16,
+            key: None,
+            journal_sectors: 704,
+            interleave: 256,
+            salt: Some(*b"0123456789abcdef"),
+        }
+    }
+}
+
+/// Lay out `dev` as the kernel does on first activation, then give every sector the tag of
+/// its (zero) contents.
+pub(crate) fn format(dev: &dyn BlockDevice, f: &Fmt) -> Layout {
+    let sectors = dev.size() / 512;
+    let mut sb = RawSuperblock(vec![0u8; 4096]);
+    sb.0[..8].copy_from_slice(SB_MAGIC);
+    sb.0[10..12].copy_from_slice(&f.tag_size.to_le_bytes());
+    let log2_spb = (f.sector_size / 512).trailing_zeros();
+    sb.0[28] = log2_spb as u8;
+    let mut flags = SB_FLAG_FIXED_PADDING;
+    if let Some(s) = f.salt {
+        flags |= SB_FLAG_FIXED_HMAC;
+        sb.0[48..64].copy_from_slice(&s);
+    }
+    sb.set_flags(flags);
+    let spb = 1u32 << log2_spb;
+    let entry = (8 + 8 * spb + u32::from(f.tag_size)).div_ceil(8) * 8;
+    let section_sectors = (((JOURNAL_SECTOR_DATA as u32 / entry) * 8) << log2_spb) + 8;
+    let sections = (f.journal_sectors / section_sectors).max(1);
+    sb.0[12..16].copy_from_slice(&sections.to_le_bytes());
+    sb.0[9] = (31 - f.interleave.leading_zeros()).clamp(3, 31) as u8;
+    sb.0[8] = 1;
+    let mut provided = 0u64;
+    for bit in (3..64 - sectors.leading_zeros()).rev() {
+        let prev = provided;
+        provided |= 1 << bit;
+        sb.0[16..24].copy_from_slice(&provided.to_le_bytes());
+        if Layout::from_superblock(&sb, sectors).is_err() {
+            provided = prev;
+        }
+    }
+    sb.0[16..24].copy_from_slice(&provided.to_le_bytes());
+    sb.set_version_for(Mode::Journal);
+    let l = Layout::from_superblock(&sb, sectors).expect("test format fits");
+    let mut mem = vec![0u8; l.journal_bytes()];
+    init_sections(&l, &mut mem, 0, l.journal_sections, 0);
+    dev.write_at(&mem, l.journal_offset()).unwrap();
+    dev.write_at(&sb.0, 0).unwrap();
+    let tagger = TagHasher::new(
+        f.alg,
+        f.key.as_deref(),
+        f.salt,
+        l.tag_size as usize,
+        l.block_size(),
+    )
+    .unwrap();
+    let zero = vec![0u8; l.block_size()];
+    let mut tags = Vec::new();
+    let mut t = vec![0u8; l.tag_size as usize];
+    let mut s = 0;
+    while s < l.provided_data_sectors {
+        let n = l.area_remaining(s).min(l.provided_data_sectors - s);
+        tags.clear();
+        for k in (0..n).step_by(spb as usize) {
+            tagger.tag(s + k, &zero, &mut t);
+            tags.extend_from_slice(&t);
+        }
+        dev.write_at(&tags, l.tag_offset(s)).unwrap();
+        s += n;
+    }
+    dev.flush().unwrap();
+    l
+}
+
+fn opts(mode: Mode, f: &Fmt) -> IntegrityOptions {
+    let mut o = IntegrityOptions::new("t", mode, f.alg);
+    o.key = f.key.clone().map(Zeroizing::new);
+    o.commit_time_ms = 3_600_000;
+    o.bitmap_flush_ms = 3_600_000;
+    o
+}
+
+/// A tiny deterministic generator.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+enum AppOp {
+    /// Blocks written (block, fill byte), and the log length once acknowledged.
+    Write(Vec<(u64, u8)>),
+    /// A flush, acknowledged at this log length.
+    Flush(usize),
+}
+
+/// Run a scripted workload on a freshly formatted device in `mode`, then check every state a
+/// power cut could leave: the device opens (replay or recalculation), every block reads back
+/// without error as one version written to it (a whole block of one fill byte), never older
+/// than what the last acknowledged flush covered. Returns the number of states checked.
+fn crash_run(mode: Mode, f: &Fmt, sectors_per_bit: Option<u64>, seed: u64, rounds: usize) -> usize {
+    let mem = MemoryDevice::new("m", 1 << 20);
+    let l = format(&mem, f);
+    let base = mem.contents();
+    let faulty = Arc::new(FaultyDevice::new(MemoryDevice::from_vec("m", base.clone())));
+    let bs = l.block_size();
+    let blocks = l.provided_data_sectors >> l.log2_spb;
+    let mut o = opts(mode, f);
+    o.sectors_per_bit = sectors_per_bit;
+    // Commits and write-backs on the writing thread: one I/O order to cut.
+    o.background_writeback = false;
+    faulty.start_log();
+    let dev = IntegrityDevice::open(faulty.clone(), o.clone()).unwrap();
+    let mut ops = Vec::new();
+    let mut rng = Rng(seed);
+    let mut fill = 1u8;
+    for round in 0..rounds {
+        for _ in 0..1 + rng.below(2) {
+            let n = 1 + rng.below(3);
+            let start = rng.below(blocks - n + 1);
+            let mut buf = vec![0u8; n as usize * bs];
+            let mut w = Vec::new();
+            for k in 0..n {
+                buf[k as usize * bs..(k as usize + 1) * bs].fill(fill);
+                w.push((start + k, fill));
+                fill = fill.wrapping_add(1).max(1);
+            }
+            dev.write_at(&buf, start * bs as u64).unwrap();
+            ops.push(AppOp::Write(w));
+        }
+        if mode == Mode::Bitmap && round % 5 == 4 {
+            dev.clean_bitmap().unwrap();
+        }
+        if round % 3 != 2 || mode == Mode::Journal {
+            dev.flush().unwrap();
+            ops.push(AppOp::Flush(faulty.log_len()));
+        }
+    }
+    dev.close().unwrap();
+    ops.push(AppOp::Flush(faulty.log_len()));
+    drop(dev);
+    let log = faulty.take_log();
+    let mut states = 0;
+    for_each_crash_state(&base, &log, |what, img| {
+        states += 1;
+        let cut: usize = what
+            .strip_prefix("power cut before operation ")
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("state description");
+        // The versions allowed for each block.
+        let acked = ops
+            .iter()
+            .rposition(|op| matches!(op, AppOp::Flush(at) if *at <= cut));
+        let lower = Arc::new(MemoryDevice::from_vec("img", img.to_vec()));
+        let d = IntegrityDevice::open(lower, o.clone())
+            .unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
+        let mut all = vec![0u8; (blocks as usize) * bs];
+        d.read_at(&mut all, 0)
+            .unwrap_or_else(|e| panic!("{what}: read failed: {e}"));
+        for b in 0..blocks {
+            let got = &all[b as usize * bs..(b as usize + 1) * bs];
+            let v = got[0];
+            assert!(got.iter().all(|&x| x == v), "{what}: block {b} is a mix");
+            let mut versions = vec![(usize::MAX, 0u8)];
+            for (i, op) in ops.iter().enumerate() {
+                if let AppOp::Write(w) = op {
+                    for &(blk, fl) in w {
+                        if blk == b {
+                            versions.push((i, fl));
+                        }
+                    }
+                }
+            }
+            let floor = match acked {
+                Some(a) => versions
+                    .iter()
+                    .rposition(|&(i, _)| i == usize::MAX || i < a)
+                    .unwrap_or(0),
+                None => 0,
+            };
+            assert!(
+                versions[floor..].iter().any(|&(_, fl)| fl == v),
+                "{what}: block {b} holds {v:#x}, not one of {:?}",
+                &versions[floor..]
+            );
+        }
+    });
+    states
+}
+
+#[test]
+fn crash_journal_mode_512() {
+    let n = crash_run(
+        Mode::Journal,
+        &Fmt::new(512, TagAlgorithm::Crc32c),
+        None,
+        1,
+        40,
+    );
+    eprintln!("journal mode, 512-byte sectors: {n} crash states checked");
+    assert!(n > 1000, "{n}");
+}
+
+#[test]
+fn crash_journal_mode_4096_sha256() {
+    let mut f = Fmt::new(4096, TagAlgorithm::Sha256);
+    f.journal_sectors = 400;
+    let n = crash_run(Mode::Journal, &f, None, 2, 30);
+    eprintln!("journal mode, 4096-byte sectors: {n} crash states checked");
+    assert!(n > 500, "{n}");
+}
+
+#[test]
+fn crash_bitmap_mode() {
+    let n = crash_run(
+        Mode::Bitmap,
+        &Fmt::new(512, TagAlgorithm::Crc32c),
+        Some(64),
+        3,
+        60,
+    );
+    eprintln!("bitmap mode, 512-byte sectors: {n} crash states checked");
+    assert!(n > 1000, "{n}");
+    let n = crash_run(
+        Mode::Bitmap,
+        &Fmt::new(4096, TagAlgorithm::Crc32),
+        Some(64),
+        4,
+        30,
+    );
+    eprintln!("bitmap mode, 4096-byte sectors: {n} crash states checked");
+    assert!(n > 500, "{n}");
+}
+
+fn open_fmt(mode: Mode, f: &Fmt) -> (Arc<MemoryDevice>, IntegrityDevice, Layout) {
+    let mem = Arc::new(MemoryDevice::new("m", 1 << 20));
+    let l = format(&*mem, f);
+    let d = IntegrityDevice::open(mem.clone(), opts(mode, f)).unwrap();
+    (mem, d, l)
+}
+
+fn flip(mem: &MemoryDevice, byte: u64) {
+    let mut b = [0u8];
+    mem.read_at(&mut b, byte).unwrap();
+    b[0] ^= 0x10;
+    mem.write_at(&b, byte).unwrap();
+}
+
+fn expect_corrupt(d: &IntegrityDevice, block: u64) {
+    let bs = d.logical_block_size() as usize;
+    let mut buf = vec![0u8; bs];
+    match d.read_at(&mut buf, block * bs as u64) {
+        Err(BlockError::Corrupt {
+            block: b, device, ..
+        }) => {
+            assert_eq!(b, block);
+            assert_eq!(device, "t");
+        }
+        other => panic!("block {block}: expected a corruption, got {other:?}"),
+    }
+    // Its neighbours are fine.
+    for n in [block.wrapping_sub(1), block + 1] {
+        if n < d.size() / bs as u64 {
+            d.read_at(&mut buf, n * bs as u64).unwrap();
+        }
+    }
+}
+
+#[test]
+fn flipped_data_and_tag_bits_are_reported_at_their_block() {
+    for mode in [Mode::Direct, Mode::Bitmap, Mode::Journal] {
+        for ss in [512u32, 4096] {
+            let f = Fmt::new(ss, TagAlgorithm::Crc32c);
+            let (mem, d, l) = open_fmt(mode, &f);
+            let bs = l.block_size();
+            d.write_at(&vec![0xabu8; bs * 8], 0).unwrap();
+            d.close().unwrap();
+            drop(d);
+            let d = IntegrityDevice::open(mem.clone(), opts(mode, &f)).unwrap();
+            let data_block = 5u64;
+            flip(&mem, l.data_sector(data_block << l.log2_spb) * 512 + 17);
+            expect_corrupt(&d, data_block);
+            let tag_block = (l.provided_data_sectors >> l.log2_spb) * 2 / 3;
+            flip(&mem, l.tag_offset(tag_block << l.log2_spb) + 1);
+            expect_corrupt(&d, tag_block);
+            assert_eq!(
+                d.stats()
+                    .mismatches
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                2
+            );
+        }
+    }
+}
+
+#[test]
+fn flipped_journal_bits_fail_the_replay_at_their_sector() {
+    let f = Fmt::new(512, TagAlgorithm::Crc32c);
+    let (mem, d, l) = open_fmt(Mode::Journal, &f);
+    d.write_at(&[7u8; 512], 40 * 512).unwrap();
+    d.flush().unwrap();
+    // The state of a power cut now: committed, not written in place.
+    let img = mem.contents();
+    d.close().unwrap();
+    // Data of the first journal entry (section 0, entry 0).
+    let m = journal::JournalMap(&l);
+    let mut bad = img.clone();
+    bad[l.journal_offset() as usize + m.data(0, 0) + 3] ^= 1;
+    let e = IntegrityDevice::open(
+        Arc::new(MemoryDevice::from_vec("x", bad)),
+        opts(Mode::Journal, &f),
+    )
+    .err()
+    .expect("replay must fail");
+    assert!(e.to_string().contains("at sector 40"), "{e}");
+    // A commit id.
+    let mut bad = img.clone();
+    bad[l.journal_offset() as usize + m.sector(0, 3) + 505] ^= 1;
+    let e = IntegrityDevice::open(
+        Arc::new(MemoryDevice::from_vec("x", bad)),
+        opts(Mode::Journal, &f),
+    )
+    .err()
+    .expect("replay must fail");
+    assert!(
+        e.to_string().contains("commit id of section 0 sector 3"),
+        "{e}"
+    );
+    // Untouched, the replay brings the write back.
+    let d = IntegrityDevice::open(
+        Arc::new(MemoryDevice::from_vec("x", img)),
+        opts(Mode::Journal, &f),
+    )
+    .unwrap();
+    let mut b = [0u8; 512];
+    d.read_at(&mut b, 40 * 512).unwrap();
+    assert_eq!(b, [7u8; 512]);
+    assert_eq!(
+        d.stats()
+            .replayed_blocks
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[test]
+fn wrong_key_or_algorithm_is_refused_at_open() {
+    let mut f = Fmt::new(512, TagAlgorithm::HmacSha256);
+    f.key = Some(b"right key".to_vec());
+    let mem = Arc::new(MemoryDevice::new("m", 1 << 20));
+    format(&*mem, &f);
+    let mut o = opts(Mode::Journal, &f);
+    o.key = Some(Zeroizing::new(b"wrong key".to_vec()));
+    let e = IntegrityDevice::open(mem.clone(), o).err().unwrap();
+    assert!(
+        e.to_string().contains("wrong --integrity algorithm or key"),
+        "{e}"
+    );
+    let mut o = opts(Mode::Journal, &f);
+    o.alg = TagAlgorithm::Sha256;
+    o.key = None;
+    assert!(IntegrityDevice::open(mem.clone(), o).is_err());
+    IntegrityDevice::open(mem.clone(), opts(Mode::Journal, &f)).unwrap();
+    // Recovery mode reads without checking.
+    let mut o = opts(Mode::Recovery, &f);
+    o.key = Some(Zeroizing::new(b"wrong key".to_vec()));
+    let d = IntegrityDevice::open(mem, o).unwrap();
+    let mut b = [1u8; 512];
+    d.read_at(&mut b, 0).unwrap();
+    assert_eq!(b, [0u8; 512]);
+    assert!(d.write_at(&b, 0).is_err());
+}
+
+#[test]
+fn data_survives_reopen_in_every_mode_and_mode_switch() {
+    let f = Fmt::new(4096, TagAlgorithm::Sha1);
+    let mem = Arc::new(MemoryDevice::new("m", 1 << 20));
+    let l = format(&*mem, &f);
+    let bs = l.block_size();
+    let n = (l.provided_data_sectors >> l.log2_spb) as usize;
+    let mut expect = vec![0u8; n * bs];
+    let mut rng = Rng(9);
+    for (round, mode) in [
+        Mode::Journal,
+        Mode::Bitmap,
+        Mode::Direct,
+        Mode::Journal,
+        Mode::Bitmap,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = IntegrityDevice::open(mem.clone(), opts(mode, &f)).unwrap();
+        for _ in 0..50 {
+            let k = 1 + rng.below(9) as usize;
+            let s = rng.below((n - k) as u64) as usize;
+            let v = (round * 50 + 1) as u8 ^ rng.below(255) as u8;
+            expect[s * bs..(s + k) * bs].fill(v);
+            d.write_at(&expect[s * bs..(s + k) * bs], (s * bs) as u64)
+                .unwrap();
+        }
+        let mut got = vec![0u8; n * bs];
+        d.read_at(&mut got, 0).unwrap();
+        assert!(got == expect, "mode {mode}: read back before close");
+        drop(d);
+        let d = IntegrityDevice::open(mem.clone(), opts(Mode::Direct, &f)).unwrap();
+        d.read_at(&mut got, 0).unwrap();
+        assert!(got == expect, "mode {mode}: read back after reopen");
+    }
+}
+
+#[test]
+fn concurrent_writers_and_readers_keep_tags_consistent() {
+    for mode in [Mode::Journal, Mode::Bitmap, Mode::Direct] {
+        let f = Fmt::new(512, TagAlgorithm::Crc32c);
+        let (_mem, d, l) = open_fmt(mode, &f);
+        let d = Arc::new(d);
+        let blocks = l.provided_data_sectors >> l.log2_spb;
+        std::thread::scope(|s| {
+            for t in 0..4u64 {
+                let d = d.clone();
+                s.spawn(move || {
+                    let mut rng = Rng(t);
+                    let mut buf = vec![0u8; 4 * 512];
+                    for i in 0..400 {
+                        let b = rng.below(blocks - 4);
+                        if i % 2 == 0 {
+                            buf.fill(t as u8 + i as u8);
+                            d.write_at(&buf, b * 512).unwrap();
+                        } else {
+                            d.read_at(&mut buf, b * 512).unwrap();
+                        }
+                        if i % 97 == 0 {
+                            d.flush().unwrap();
+                        }
+                    }
+                });
+            }
+        });
+    }
+}
+
+#[test]
+fn batched_tags_equal_single_tags() {
+    for alg in [
+        TagAlgorithm::Crc32c,
+        TagAlgorithm::Crc32,
+        TagAlgorithm::Sha256,
+    ] {
+        for bs in [512usize, 4096] {
+            for salt in [None, Some(*b"fedcba9876543210")] {
+                for ts in [4usize, 8] {
+                    let h = TagHasher::new(alg, None, salt, ts, bs).unwrap();
+                    let mut rng = Rng(bs as u64);
+                    let data: Vec<u8> = (0..9 * bs).map(|_| rng.next() as u8).collect();
+                    for n in 1..=9 {
+                        let mut batch = vec![0u8; n * ts];
+                        h.tag_blocks(77 * 8, &data[..n * bs], &mut batch);
+                        for k in 0..n {
+                            let mut one = vec![0u8; ts];
+                            h.tag(
+                                77 * 8 + (k * bs / 512) as u64,
+                                &data[k * bs..(k + 1) * bs],
+                                &mut one,
+                            );
+                            assert_eq!(
+                                batch[k * ts..(k + 1) * ts],
+                                one[..],
+                                "{alg} bs {bs} n {n} k {k}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn replayed_entries_are_not_written_again_after_the_journal_wraps() {
+    let f = Fmt::new(512, TagAlgorithm::Crc32c);
+    let mem = Arc::new(MemoryDevice::new("m", 1 << 20));
+    let l = format(&*mem, &f);
+    assert_eq!(l.journal_sections, 4);
+    let mut o = opts(Mode::Journal, &f);
+    o.background_writeback = false;
+    let d = IntegrityDevice::open(mem.clone(), o.clone()).unwrap();
+    d.write_at(&[7u8; 5 * 512], 40 * 512).unwrap();
+    d.flush().unwrap();
+    // A power cut: the journal holds blocks 40..45, nothing is in place.
+    let img = mem.contents();
+    drop(d);
+    let mem = Arc::new(MemoryDevice::from_vec("x", img));
+    let d = IntegrityDevice::open(mem.clone(), o.clone()).unwrap();
+    d.write_at(&[9u8; 512], 42 * 512).unwrap();
+    d.flush().unwrap();
+    // Go round the journal: the replayed section is filled again and written back.
+    for k in 0..8u64 {
+        d.write_at(&[k as u8 + 1; 512], (100 + k) * 512).unwrap();
+        d.flush().unwrap();
+    }
+    drop(d);
+    let d = IntegrityDevice::open(mem, o).unwrap();
+    let mut b = [0u8; 512];
+    d.read_at(&mut b, 42 * 512).unwrap();
+    assert_eq!(
+        b, [9u8; 512],
+        "a replayed entry came back over a newer write"
+    );
+    d.read_at(&mut b, 41 * 512).unwrap();
+    assert_eq!(b, [7u8; 512]);
+}
+
+#[test]
+fn reads_of_journalled_blocks_during_background_writeback_do_not_deadlock() {
+    // A one-section journal written back by the background thread at every flush while other
+    // threads read the very blocks being written back.
+    let mut f = Fmt::new(512, TagAlgorithm::Crc32c);
+    f.journal_sectors = 176;
+    let (_mem, d, l) = open_fmt(Mode::Journal, &f);
+    assert_eq!(l.journal_sections, 1);
+    let d = Arc::new(d);
+    std::thread::scope(|s| {
+        for t in 0..3u64 {
+            let d = d.clone();
+            s.spawn(move || {
+                let mut buf = vec![0u8; 8 * 512];
+                let mut all = vec![0u8; 64 * 512];
+                for i in 0..3000u64 {
+                    let b = (i * 8) % 64;
+                    if t == 0 {
+                        buf.fill(i as u8);
+                        d.write_at(&buf, b * 512).unwrap();
+                        if i % 4 == 0 {
+                            d.flush().unwrap();
+                        }
+                    } else {
+                        d.read_at(&mut all, 0).unwrap();
+                    }
+                }
+            });
+        }
+    });
+}
