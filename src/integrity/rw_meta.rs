@@ -1,41 +1,30 @@
-//! What the read-write device needs to know of the on-disk format, taken from the kernel's
-//! `dm-integrity.c`: the superblock fields it reads and updates (flags, `recalc_sector`,
-//! `log2_blocks_per_bitmap_bit`, the version `sb_set_version` derives), the geometry
-//! (`calculate_journal_section_size`, `calculate_device_limits`, `get_area_and_offset`,
-//! `get_data_sector`, `get_metadata_sector_and_offset`). Tags are [`super::tags::TagHasher`]'s.
+//! What the read-write device needs of the on-disk format: the superblock kept raw, with the
+//! fields it reads and updates (flags, `recalc_sector`, `log2_blocks_per_bitmap_bit`, the
+//! version `sb_set_version` derives), and [`Layout`], the numbers of [`Geometry`] the hot path
+//! uses, copied out once at open. Fields are validated by [`Superblock::parse`], the layout
+//! is [`Geometry`]'s; tags are [`super::tags::TagHasher`]'s.
 //!
 //! The superblock is kept as its raw 4096 bytes and only the fields the device changes are
 //! rewritten, so every other byte stays as the formatter (ours or the kernel's) left it.
 
 use std::fmt;
 
-/// Superblock magic.
-pub const SB_MAGIC: &[u8; 8] = b"integrt\0";
-/// Sectors of the superblock area.
-pub const SB_SECTORS: u64 = 8;
-/// `SB_FLAG_HAVE_JOURNAL_MAC`.
-pub const SB_FLAG_HAVE_JOURNAL_MAC: u32 = 0x1;
-/// `SB_FLAG_RECALCULATING`.
-pub const SB_FLAG_RECALCULATING: u32 = 0x2;
-/// `SB_FLAG_DIRTY_BITMAP`.
-pub const SB_FLAG_DIRTY_BITMAP: u32 = 0x4;
-/// `SB_FLAG_FIXED_PADDING`.
-pub const SB_FLAG_FIXED_PADDING: u32 = 0x8;
-/// `SB_FLAG_FIXED_HMAC`.
-pub const SB_FLAG_FIXED_HMAC: u32 = 0x10;
-/// `SB_FLAG_INLINE`.
-pub const SB_FLAG_INLINE: u32 = 0x20;
+use super::geometry::BITMAP_BLOCK_SIZE as BITMAP_BLOCK_BYTES;
+pub use super::superblock::{
+    MAGIC as SB_MAGIC, SB_FLAG_DIRTY_BITMAP, SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING,
+    SB_FLAG_HAVE_JOURNAL_MAC, SB_FLAG_INLINE, SB_FLAG_RECALCULATING, SB_SECTORS,
+};
+use super::geometry::{Geometry, GeometryOptions};
+use super::superblock::Superblock;
 /// Sectors at the start of each journal section holding its entries.
-pub const JOURNAL_BLOCK_SECTORS: u64 = 8;
+pub const JOURNAL_BLOCK_SECTORS: u64 = super::geometry::JOURNAL_BLOCK_SECTORS as u64;
 /// Bytes of a journal sector before its commit id.
-pub const JOURNAL_SECTOR_DATA: usize = 504;
-/// `METADATA_PADDING_SECTORS`.
-const METADATA_PADDING_SECTORS: u64 = 8;
+pub const JOURNAL_SECTOR_DATA: usize = super::geometry::JOURNAL_SECTOR_DATA as usize;
 /// Largest journal a device may have here, in sectors (1 GiB; the kernel's own default
 /// maximum is 64 MiB).
 pub const MAX_JOURNAL_SECTORS: u64 = 1 << 21;
-/// `BITMAP_BLOCK_SIZE`.
-pub const BITMAP_BLOCK_SIZE: usize = 4096;
+/// `BITMAP_BLOCK_SIZE`, in bytes.
+pub const BITMAP_BLOCK_SIZE: usize = BITMAP_BLOCK_BYTES as usize;
 
 /// The superblock, raw, with accessors for the fields the device uses.
 #[derive(Clone)]
@@ -197,97 +186,44 @@ pub struct LayoutError(pub String);
 
 impl Layout {
     /// Compute the geometry from a superblock on a device of `device_sectors` sectors,
-    /// refusing what the kernel's constructor refuses.
+    /// refusing what the kernel's constructor refuses. The fields are checked by
+    /// [`Superblock::parse`] and the layout is [`Geometry`]'s (one implementation of the
+    /// kernel's formulas); this adds what the read-write device does not serve.
     pub fn from_superblock(sb: &RawSuperblock, device_sectors: u64) -> Result<Layout, LayoutError> {
         let bad = |m: String| Err(LayoutError(m));
         if !sb.has_magic() {
             return bad("not a dm-integrity device (no superblock magic \"integrt\")".into());
         }
-        if sb.version() == 0 || sb.version() > 6 {
-            return bad(format!("unknown superblock version {}", sb.version()));
-        }
-        let flags = sb.flags();
-        if flags & SB_FLAG_INLINE != 0 {
-            return bad("inline mode (tags in the device's own metadata) is not supported".into());
-        }
-        if flags & SB_FLAG_HAVE_JOURNAL_MAC != 0 {
+        let parsed = Superblock::parse(&sb.0).map_err(|e| LayoutError(e.to_string()))?;
+        if parsed.has(SB_FLAG_HAVE_JOURNAL_MAC) {
             return bad("journal MAC (--journal-integrity) is not supported".into());
         }
-        let log2_spb = u32::from(sb.log2_sectors_per_block());
-        if log2_spb > 3 {
-            return bad(format!("invalid sector size 512 << {log2_spb}"));
+        if parsed.log2_interleave_sectors == 0 {
+            return bad("a separate metadata device (--data-device) is not supported by open".into());
         }
-        let tag_size = u32::from(sb.tag_size());
-        // MAX_TAG_SIZE: 504 - 8 - offsetof(last_bytes[8]) = 424.
-        if tag_size == 0 || tag_size > 424 {
-            return bad(format!("invalid tag size {tag_size}"));
-        }
-        let journal_sections = sb.journal_sections();
-        if journal_sections == 0 {
-            return bad("corrupted superblock, journal_sections is 0".into());
-        }
-        let log2_interleave = u32::from(sb.log2_interleave_sectors());
-        if !(3..=31).contains(&log2_interleave) {
-            return bad(format!(
-                "invalid interleave_sectors 2^{log2_interleave} in the superblock"
-            ));
-        }
-        let spb = 1u32 << log2_spb;
-        let journal_entry_size = (8 + 8 * spb + tag_size).div_ceil(8) * 8;
-        let journal_entries_per_sector = JOURNAL_SECTOR_DATA as u32 / journal_entry_size;
-        let journal_section_entries = journal_entries_per_sector * JOURNAL_BLOCK_SECTORS as u32;
-        let journal_section_sectors =
-            (journal_section_entries << log2_spb) + JOURNAL_BLOCK_SECTORS as u32;
-        let initial_sectors =
-            SB_SECTORS + u64::from(journal_section_sectors) * u64::from(journal_sections);
-        if initial_sectors + METADATA_PADDING_SECTORS >= device_sectors
-            || initial_sectors > u64::from(u32::MAX)
-        {
-            return bad(format!(
-                "the journal ({initial_sectors} sectors) does not fit the device ({device_sectors} sectors)"
-            ));
-        }
-        let padding = if flags & SB_FLAG_FIXED_PADDING != 0 {
-            METADATA_PADDING_SECTORS << 9
-        } else {
-            512u64 << METADATA_PADDING_SECTORS
-        };
-        let metadata_run =
-            ((u64::from(tag_size) << (log2_interleave - log2_spb)).div_ceil(padding) * padding)
-                >> 9;
-        let provided = sb.provided_data_sectors();
-        if provided == 0 || provided & (u64::from(spb) - 1) != 0 || provided > device_sectors {
-            return bad(format!(
-                "invalid provided_data_sectors {provided} (device: {device_sectors} sectors): truncated?"
-            ));
-        }
+        let g = Geometry::new(&parsed, device_sectors, &GeometryOptions::default())
+            .map_err(|e| LayoutError(e.to_string()))?;
+        let (sections, section_sectors) = (g.journal_sections(), g.journal_section_sectors());
         // The whole journal is held in memory, as the kernel holds it.
-        if u64::from(journal_section_sectors) * u64::from(journal_sections) > MAX_JOURNAL_SECTORS {
+        if u64::from(section_sectors) * u64::from(sections) > MAX_JOURNAL_SECTORS {
             return bad(format!(
-                "the journal ({journal_sections} sections of {journal_section_sectors} sectors) is larger than the {} MiB dmkit holds in memory",
+                "the journal ({sections} sections of {section_sectors} sectors) is larger than the {} MiB dmkit holds in memory",
                 MAX_JOURNAL_SECTORS >> 11
             ));
         }
-        let l = Layout {
-            log2_spb,
-            tag_size,
-            log2_interleave,
-            metadata_run,
-            initial_sectors,
-            provided_data_sectors: provided,
-            journal_sections,
-            journal_entry_size,
-            journal_entries_per_sector,
-            journal_section_entries,
-            journal_section_sectors,
-        };
-        let last = l.data_sector(provided - 1);
-        if last >= device_sectors {
-            return bad(format!(
-                "provided_data_sectors {provided} does not fit the device ({device_sectors} sectors): truncated?"
-            ));
-        }
-        Ok(l)
+        Ok(Layout {
+            log2_spb: g.log2_sectors_per_block(),
+            tag_size: g.tag_size(),
+            log2_interleave: u32::from(parsed.log2_interleave_sectors),
+            metadata_run: g.metadata_run_sectors(),
+            initial_sectors: g.initial_sectors(),
+            provided_data_sectors: g.provided_data_sectors(),
+            journal_sections: sections,
+            journal_entry_size: g.journal_entry_size(),
+            journal_entries_per_sector: g.journal_entries_per_sector(),
+            journal_section_entries: g.journal_section_entries(),
+            journal_section_sectors: section_sectors,
+        })
     }
 
     /// 512-byte sectors per block.
