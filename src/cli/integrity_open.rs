@@ -81,9 +81,14 @@ pub fn open(a: OpenArgs) -> CliResult {
         OpenError::Io(e) => CliError::invalid(format!("{}: {e}", a.device.display())),
     })?;
     let l = integrity.layout().clone();
+    // What open found: a sentence for the status line, as the kernel's log would say it.
     let replay = integrity
         .replay_report()
-        .map(|r| json!({ "replayed_sections": r.replayed_sections, "journal_cleared": r.cleared }));
+        .map(|r| match (r.replayed_sections, r.cleared) {
+            (0, false) => "journal clean, nothing to replay".to_string(),
+            (0, true) => "journal empty, re-initialised".to_string(),
+            (n, _) => format!("{n} journal section(s) replayed at open"),
+        });
     let stats = integrity.stats();
     let backing = std::fs::canonicalize(&a.device).unwrap_or_else(|_| a.device.clone());
     let details = json!({

@@ -10,12 +10,12 @@
 use std::fmt;
 
 use super::geometry::BITMAP_BLOCK_SIZE as BITMAP_BLOCK_BYTES;
+use super::geometry::{Geometry, GeometryOptions};
+use super::superblock::Superblock;
 pub use super::superblock::{
     MAGIC as SB_MAGIC, SB_FLAG_DIRTY_BITMAP, SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING,
     SB_FLAG_HAVE_JOURNAL_MAC, SB_FLAG_INLINE, SB_FLAG_RECALCULATING, SB_SECTORS,
 };
-use super::geometry::{Geometry, GeometryOptions};
-use super::superblock::Superblock;
 /// Sectors at the start of each journal section holding its entries.
 pub const JOURNAL_BLOCK_SECTORS: u64 = super::geometry::JOURNAL_BLOCK_SECTORS as u64;
 /// Bytes of a journal sector before its commit id.
@@ -199,7 +199,9 @@ impl Layout {
             return bad("journal MAC (--journal-integrity) is not supported".into());
         }
         if parsed.log2_interleave_sectors == 0 {
-            return bad("a separate metadata device (--data-device) is not supported by open".into());
+            return bad(
+                "a separate metadata device (--data-device) is not supported by open".into(),
+            );
         }
         let g = Geometry::new(&parsed, device_sectors, &GeometryOptions::default())
             .map_err(|e| LayoutError(e.to_string()))?;
