@@ -25,6 +25,7 @@ use super::rw_meta::{
     Layout, Mode, RawSuperblock, SB_FLAG_DIRTY_BITMAP, SB_FLAG_FIXED_HMAC, SB_FLAG_RECALCULATING,
     SB_SECTORS,
 };
+use super::tag_cache::TagCache;
 use super::tags::{TagAlgorithm, TagHasher};
 use crate::block::{check_range, BlockDevice, BlockError, Result};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -217,6 +218,9 @@ pub struct Inner {
     pub tagger: TagHasher,
     /// Range locks.
     pub ranges: RangeLock,
+    /// The tag area's pages, as the kernel's dm-bufio keeps them: every tag read and write
+    /// goes through it.
+    pub tag_cache: TagCache,
     /// The journal (mode J).
     pub journal: Option<Journal>,
     /// The bitmap (mode B).
@@ -296,7 +300,8 @@ impl Inner {
         }
         let ts = l.tag_size as usize;
         let mut stored = vec![0u8; blocks * ts];
-        self.lower.read_at(&mut stored, l.tag_offset(sector))?;
+        self.tag_cache
+            .read(&*self.lower, l.tag_offset(sector), &mut stored)?;
         let mut computed = vec![0u8; blocks * ts];
         self.tagger.tag_blocks(sector, buf, &mut computed);
         if computed != stored {
@@ -371,7 +376,8 @@ impl Inner {
             b.mark(self, sector, n).inspect_err(|e| self.fail(e))?;
         }
         self.lower.write_at(data, l.data_sector(sector) * 512)?;
-        self.lower.write_at(tags, l.tag_offset(sector))
+        self.tag_cache
+            .write(&*self.lower, l.tag_offset(sector), tags)
     }
 
     /// `integrity_recalc`, run to the end before the device is served.
@@ -413,7 +419,7 @@ impl Inner {
                 tags.resize((cnt >> l.log2_spb) as usize * ts, 0);
                 self.lower.read_at(&mut buf, l.data_sector(s) * 512)?;
                 self.tagger.tag_blocks(s, &buf, &mut tags);
-                self.lower.write_at(&tags, l.tag_offset(s))?;
+                self.tag_cache.write(&*self.lower, l.tag_offset(s), &tags)?;
                 self.stats
                     .recalculated_sectors
                     .fetch_add(cnt, Ordering::Relaxed);
@@ -586,6 +592,7 @@ impl IntegrityDevice {
             mode,
             tagger,
             ranges: RangeLock::default(),
+            tag_cache: TagCache::new(size),
             journal: None,
             sb: Mutex::new(sb.clone()),
             stats: Arc::new(IntegrityStats::default()),

@@ -589,6 +589,8 @@ pub fn copy_section(
 fn flush_run(inner: &Inner, sector: u64, data: &[u8], tags: &[u8]) -> Result<()> {
     let l = &inner.layout;
     let _r = inner.ranges.lock(sector, (data.len() / 512) as u64);
-    inner.lower.write_at(tags, l.tag_offset(sector))?;
+    inner
+        .tag_cache
+        .write(&*inner.lower, l.tag_offset(sector), tags)?;
     inner.lower.write_at(data, l.data_sector(sector) * 512)
 }

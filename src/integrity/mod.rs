@@ -22,6 +22,7 @@ pub mod journal_layout;
 pub mod replay;
 pub mod rw_meta;
 pub mod superblock;
+pub mod tag_cache;
 pub mod tags;
 pub mod verify;
 
