@@ -415,6 +415,25 @@ mod tests {
     use crate::integrity::format::{plan, write, FormatParams};
     use crate::integrity::tags::TagAlgorithm;
 
+    /// `verify` of a device formatted by `plan`, on `threads` threads, without progress.
+    fn scrub(
+        data: &dyn BlockDevice,
+        meta: &dyn BlockDevice,
+        plan: &crate::integrity::format::FormatPlan,
+        threads: usize,
+    ) -> VerifyReport {
+        verify(
+            data,
+            meta,
+            &plan.superblock,
+            &plan.geometry,
+            &plan.hasher,
+            threads,
+            &mut |_, _| {},
+        )
+        .unwrap()
+    }
+
     #[test]
     fn finds_exactly_the_flipped_blocks() {
         for (alg, ss, il) in [
@@ -431,16 +450,7 @@ mod tests {
             write(&dev, None, &plan, &mut |_, _| {}).unwrap();
             let g = &plan.geometry;
             let spb = u64::from(g.sectors_per_block());
-            let r = verify(
-                &dev,
-                &dev,
-                &plan.superblock,
-                g,
-                &plan.hasher,
-                3,
-                &mut |_, _| {},
-            )
-            .unwrap();
+            let r = scrub(&dev, &dev, &plan, 3);
             assert!(r.clean(), "{alg}: {r:?}");
             assert_eq!(r.blocks_checked, g.provided_blocks());
             assert_eq!(r.journal, JournalState::Clean);
@@ -456,16 +466,7 @@ mod tests {
             flip(g.data_physical_sector(0) * 512 + 7);
             flip(g.tag_byte_offset(mid));
             flip(g.data_physical_sector(last) * 512 + u64::from(g.sector_size()) - 1);
-            let r = verify(
-                &dev,
-                &dev,
-                &plan.superblock,
-                g,
-                &plan.hasher,
-                2,
-                &mut |_, _| {},
-            )
-            .unwrap();
+            let r = scrub(&dev, &dev, &plan, 2);
             assert_eq!(r.bad_sectors, vec![0, mid, last], "{alg}");
         }
     }
@@ -482,30 +483,11 @@ mod tests {
         assert_eq!(plan.superblock.log2_interleave_sectors, 0);
         assert_eq!(plan.superblock.provided_data_sectors, 8192);
         write(&meta, Some(&data), &plan, &mut |_, _| {}).unwrap();
-        let g = &plan.geometry;
-        let r = verify(
-            &data,
-            &meta,
-            &plan.superblock,
-            g,
-            &plan.hasher,
-            2,
-            &mut |_, _| {},
-        )
-        .unwrap();
+        let r = scrub(&data, &meta, &plan, 2);
         assert!(r.clean(), "{r:?}");
         assert_eq!(r.blocks_checked, 1024);
         data.write_at(&[1], 4096 * 7 + 9).unwrap();
-        let r = verify(
-            &data,
-            &meta,
-            &plan.superblock,
-            g,
-            &plan.hasher,
-            2,
-            &mut |_, _| {},
-        )
-        .unwrap();
+        let r = scrub(&data, &meta, &plan, 2);
         assert_eq!(r.bad_sectors, vec![56]);
     }
 
@@ -535,16 +517,7 @@ mod tests {
         encode_entry(g, &mut sec, 0, &e);
         dev.write_at(&sec, g.journal_section_start(0) * 512)
             .unwrap();
-        let r = verify(
-            &dev,
-            &dev,
-            &plan.superblock,
-            g,
-            &plan.hasher,
-            2,
-            &mut |_, _| {},
-        )
-        .unwrap();
+        let r = scrub(&dev, &dev, &plan, 2);
         assert_eq!(r.stale_sectors, vec![40]);
         assert_eq!(r.bad_sectors, vec![41]);
         assert_eq!(
@@ -557,16 +530,7 @@ mod tests {
         // Garbage commit ids: the journal is unreadable, the mismatches are all corrupt.
         dev.write_at(&[0x55; 8], g.journal_section_start(0) * 512 + 504)
             .unwrap();
-        let r = verify(
-            &dev,
-            &dev,
-            &plan.superblock,
-            g,
-            &plan.hasher,
-            2,
-            &mut |_, _| {},
-        )
-        .unwrap();
+        let r = scrub(&dev, &dev, &plan, 2);
         assert!(
             matches!(r.journal, JournalState::Unreadable { .. }),
             "{r:?}"
