@@ -24,6 +24,8 @@ packages=(
   libgcrypt20
   # The rootless-serving test creates an unprivileged user (useradd) and runs as it (setpriv).
   passwd
+  # The passphrase tests type at a terminal through script(1).
+  bsdutils
 )
 
 # busybox and busybox-static conflict; either serves the test guest, so keep the one installed.
