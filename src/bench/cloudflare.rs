@@ -140,14 +140,33 @@ fn run_fio(
     scratch: &Path,
     interrupt: &Interrupt,
 ) -> Result<RwResult, BenchError> {
+    fio_rw(
+        &job.name,
+        &job.args(file, size, runtime_ms),
+        file,
+        runtime_ms,
+        scratch,
+        interrupt,
+    )
+}
+
+/// Run fio with `args` (one job named `label`, on `file`, for `runtime_ms`) and return both
+/// directions' bandwidth; a failure names the job and the file.
+pub(super) fn fio_rw(
+    label: &str,
+    args: &[String],
+    file: &Path,
+    runtime_ms: u64,
+    scratch: &Path,
+    interrupt: &Interrupt,
+) -> Result<RwResult, BenchError> {
     let mut cmd = Command::new("fio");
-    cmd.args(job.args(file, size, runtime_ms));
+    cmd.args(args);
     let limit = Duration::from_millis(runtime_ms) + Duration::from_secs(120);
     let out = harness::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
     if !out.status.success() {
         return Err(BenchError::Fio(format!(
-            "{} on {} failed ({}): {}",
-            job.name,
+            "{label} on {} failed ({}): {}",
             file.display(),
             out.status,
             out.stderr.trim()
@@ -155,8 +174,7 @@ fn run_fio(
     }
     parse_rw(&out.stdout).map_err(|e| {
         BenchError::Fio(format!(
-            "{} on {}: {e} {}",
-            job.name,
+            "{label} on {}: {e} {}",
             file.display(),
             out.stderr.trim()
         ))
@@ -219,7 +237,8 @@ impl SeedReport {
     }
 }
 
-fn say(progress: bool, msg: String) {
+/// Print a progress line when `progress` is on.
+pub(super) fn say(progress: bool, msg: String) {
     if progress {
         eprintln!("{msg}");
     }

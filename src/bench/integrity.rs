@@ -11,12 +11,10 @@
 //! was written.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::cloudflare::{parse_rw, RwResult};
+use super::cloudflare::{fio_rw, say};
 use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
 use super::model::Stats;
 use super::rw::RwBenchOptions;
@@ -192,12 +190,6 @@ pub struct IntegrityReport {
     pub rows: Vec<Row>,
 }
 
-fn say(progress: bool, msg: String) {
-    if progress {
-        eprintln!("{msg}");
-    }
-}
-
 fn fio(
     job: &Job,
     file: &Path,
@@ -205,21 +197,8 @@ fn fio(
     scratch: &Path,
     interrupt: &Interrupt,
 ) -> Result<f64, BenchError> {
-    let mut cmd = Command::new("fio");
-    cmd.args(job.args(file, o.size, o.runtime_ms));
-    let limit = Duration::from_millis(o.runtime_ms) + Duration::from_secs(120);
-    let out = harness::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
-    if !out.status.success() {
-        return Err(BenchError::Fio(format!(
-            "{} on {} failed ({}): {}",
-            job.label(),
-            file.display(),
-            out.status,
-            out.stderr.trim()
-        )));
-    }
-    let r: RwResult = parse_rw(&out.stdout)
-        .map_err(|e| BenchError::Fio(format!("{} on {}: {e}", job.label(), file.display())))?;
+    let args = job.args(file, o.size, o.runtime_ms);
+    let r = fio_rw(&job.label(), &args, file, o.runtime_ms, scratch, interrupt)?;
     Ok(if job.writes() { r.write } else { r.read })
 }
 

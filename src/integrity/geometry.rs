@@ -748,11 +748,18 @@ impl Geometry {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::integrity::superblock::{SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING};
 
-    fn fmt(tag: u16, ss: u32, journal: u32, interleave: u32, sectors: u64) -> FormatFields {
+    /// The layout integritysetup's defaults give (fixed padding, no journal MAC, buffer 128).
+    pub(crate) fn fmt(
+        tag: u16,
+        ss: u32,
+        journal: u32,
+        interleave: u32,
+        sectors: u64,
+    ) -> FormatFields {
         Geometry::for_format(
             &FormatLayout {
                 tag_size: tag,
@@ -769,7 +776,8 @@ mod tests {
         .unwrap()
     }
 
-    fn sb(f: FormatFields, tag: u16) -> Superblock {
+    /// The superblock a format with `f` writes (v5, fix_padding, fix_hmac, zero salt).
+    pub(crate) fn sb(f: FormatFields, tag: u16) -> Superblock {
         Superblock {
             version: 5,
             log2_interleave_sectors: f.log2_interleave_sectors,

@@ -363,39 +363,13 @@ pub fn summarize(geom: &Geometry, journal: &[u8]) -> Result<JournalSummary> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::integrity::geometry::{FormatLayout, GeometryOptions};
-    use crate::integrity::superblock::{Superblock, SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING};
+    use crate::integrity::geometry::tests::{fmt, sb};
+    use crate::integrity::geometry::GeometryOptions;
 
     fn geom(tag: u16, ss: u32) -> Geometry {
         let sectors = 32768;
-        let f = Geometry::for_format(
-            &FormatLayout {
-                tag_size: tag,
-                sector_size: ss,
-                journal_sectors: 0,
-                interleave_sectors: 0,
-                fixed_padding: true,
-                journal_mac: false,
-                buffer_sectors: 128,
-                meta_device_sectors: None,
-            },
-            sectors,
-        )
-        .unwrap();
-        let sb = Superblock {
-            version: 5,
-            log2_interleave_sectors: f.log2_interleave_sectors,
-            integrity_tag_size: tag,
-            journal_sections: f.journal_sections,
-            provided_data_sectors: f.provided_data_sectors,
-            flags: SB_FLAG_FIXED_PADDING | SB_FLAG_FIXED_HMAC,
-            log2_sectors_per_block: f.log2_sectors_per_block,
-            log2_blocks_per_bitmap_bit: 0,
-            recalc_sector: 0,
-            transaction_id: 0,
-            salt: [0; 16],
-        };
-        Geometry::new(&sb, sectors, &GeometryOptions::default()).unwrap()
+        let f = fmt(tag, ss, 0, 0, sectors);
+        Geometry::new(&sb(f, tag), sectors, &GeometryOptions::default()).unwrap()
     }
 
     #[test]
