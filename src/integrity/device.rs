@@ -106,6 +106,9 @@ pub struct IntegrityStats {
     pub journal_commits: AtomicU64,
     /// Journal write-backs in place.
     pub journal_writebacks: AtomicU64,
+    /// Writes that found the journal full and waited for a write-back (the kernel's
+    /// `sleep_on_endio_wait`): many mean the write-back is the bottleneck.
+    pub journal_full_waits: AtomicU64,
     /// Blocks replayed from the journal at open.
     pub replayed_blocks: AtomicU64,
     /// Sectors whose tags were recalculated at open (mode B after an unclean stop).
@@ -124,6 +127,7 @@ impl IntegrityStats {
             "blocks_written": g(&self.blocks_written),
             "journal_commits": g(&self.journal_commits),
             "journal_writebacks": g(&self.journal_writebacks),
+            "journal_full_waits": g(&self.journal_full_waits),
             "replayed_blocks": g(&self.replayed_blocks),
             "recalculated_sectors": g(&self.recalculated_sectors),
             "bitmap_cleanings": g(&self.bitmap_cleanings),
@@ -270,7 +274,7 @@ impl Inner {
         }
     }
 
-    fn check_failed(&self, offset: u64) -> Result<()> {
+    pub(crate) fn check_failed(&self, offset: u64) -> Result<()> {
         if self.failed.load(Ordering::SeqCst) {
             return Err(BlockError::Io {
                 device: self.name.clone(),
@@ -335,34 +339,34 @@ impl Inner {
         // block absent from the journal has its newest version in place (a write-back drops
         // its blocks from the journal only once they are there); the range lock below keeps
         // a write-back from changing it under the read.
-        let blocks = buf.len() / bs;
-        let mut from_disk: Vec<bool> = vec![true; blocks];
-        {
+        let first = sector >> l.log2_spb;
+        let blocks = (buf.len() / bs) as u64;
+        let in_journal = {
             let st = j.lock();
-            if !st.newest.is_empty() {
-                for (k, slot) in from_disk.iter_mut().enumerate() {
-                    let block = (sector >> l.log2_spb) + k as u64;
-                    if let Some(&pos) = st.newest.get(&block) {
-                        journal::read_block(l, j, pos, &mut buf[k * bs..(k + 1) * bs]);
-                        *slot = false;
-                    }
+            let runs = st.newest.overlapping(first, blocks);
+            for &(b, n, pos) in &runs {
+                for k in 0..n {
+                    let o = ((b - first + k) as usize) * bs;
+                    journal::read_block(l, j, pos + k as u32, &mut buf[o..o + bs]);
                 }
             }
-        }
-        let mut k = 0;
-        while k < blocks {
-            if !from_disk[k] {
-                k += 1;
-                continue;
+            runs
+        };
+        // The gaps between the journal's runs come from the disk.
+        let mut next = first;
+        let gaps = in_journal
+            .iter()
+            .map(|&(b, n, _)| (b, b + n))
+            .chain(std::iter::once((first + blocks, first + blocks)));
+        for (b, e) in gaps {
+            if b > next {
+                let o = ((next - first) as usize) * bs;
+                let len = ((b - next) as usize) * bs;
+                let s = next << l.log2_spb;
+                let _r = self.ranges.lock(s, (len / 512) as u64);
+                self.read_checked(s, &mut buf[o..o + len], check)?;
             }
-            let mut e = k;
-            while e < blocks && from_disk[e] {
-                e += 1;
-            }
-            let s = sector + k as u64 * l.spb();
-            let _r = self.ranges.lock(s, ((e - k) * bs / 512) as u64);
-            self.read_checked(s, &mut buf[k * bs..e * bs], check)?;
-            k = e;
+            next = e;
         }
         Ok(())
     }

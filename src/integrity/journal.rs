@@ -10,11 +10,11 @@
 //! `writer_lock` serialise commits and write-backs).
 
 use super::device::Inner;
+pub use super::newest_map::NewestMap;
 use super::rw_meta::{Layout, JOURNAL_BLOCK_SECTORS, JOURNAL_SECTOR_DATA};
 use crate::block::Result;
-use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
 /// `N_COMMIT_IDS`.
@@ -179,28 +179,6 @@ impl JState {
     }
 }
 
-/// A hasher for block numbers (a multiplicative mix: block numbers are not adversarial, and
-/// SipHash showed up in profiles of mode J).
-#[derive(Default, Clone, Copy)]
-pub struct BlockHasher(u64);
-
-impl std::hash::Hasher for BlockHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = (v ^ (v >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-/// Block number -> newest journal position.
-pub type NewestMap = HashMap<u64, u32, std::hash::BuildHasherDefault<BlockHasher>>;
-
 /// The journal of an open device.
 pub struct Journal {
     /// Positions.
@@ -213,6 +191,8 @@ pub struct Journal {
     pub writer_lock: Mutex<Vec<u8>>,
     /// `free_sectors_threshold`: commit and write back when this few entries are free.
     pub threshold: u32,
+    /// Signalled (with `state`) when a write-back frees sections.
+    pub space: Condvar,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -235,6 +215,7 @@ impl Journal {
             commit_lock: Mutex::new(()),
             writer_lock: Mutex::new(Vec::new()),
             threshold,
+            space: Condvar::new(),
         }
     }
 
@@ -258,6 +239,12 @@ fn write_section(inner: &Inner, sec: &[u8], i: u32) -> Result<()> {
 }
 
 /// A write of `data` (whole blocks, `tags` computed) at logical `sector` into the journal.
+///
+/// As the kernel's `dm_integrity_map_continue`: entries are reserved with the state locked
+/// (positions and the newest-entry map), then filled with only their sections locked, so
+/// other writers, commits and write-backs are not held up by the copy. A commit or a reader
+/// that reaches a section still being filled waits for its lock (the kernel's
+/// `journal_entry_is_inprogress` wait).
 pub fn journal_write(
     inner: &Inner,
     j: &Journal,
@@ -269,53 +256,80 @@ pub fn journal_write(
     let bs = l.block_size();
     let ts = l.tag_size as usize;
     let m = JournalMap(l);
+    let per_section = l.journal_section_entries;
     let blocks = data.len() / bs;
     let mut done = 0usize;
     while done < blocks {
         let mut st = j.lock();
         if st.free_sectors == 0 {
-            drop(st);
+            inner
+                .stats
+                .journal_full_waits
+                .fetch_add(1, Ordering::Relaxed);
+            // The kernel sleeps until the writer frees sections; without a background thread
+            // (or if it does not answer in time, e.g. after a failure) do the work here.
+            if inner.kick_background() {
+                let (g, timeout) = j
+                    .space
+                    .wait_timeout(st, SPACE_WAIT)
+                    .unwrap_or_else(|e| e.into_inner());
+                if !timeout.timed_out() || g.free_sectors > 0 {
+                    continue;
+                }
+                drop(g);
+            } else {
+                drop(st);
+            }
+            inner.check_failed(sector * 512)?;
             commit(inner, j)?;
             writeback(inner, j)?;
             continue;
         }
-        let n = (blocks - done).min(st.free_sectors as usize);
-        st.free_sectors -= n as u32;
-        let mut k = done;
-        while k < done + n {
-            let i = st.free_section;
-            let mut sec = j.section(i);
-            while k < done + n {
-                let e = st.free_section_entry;
-                let eo = m.entry(0, e);
-                let d = m.data(0, e);
-                sec[d..d + bs].copy_from_slice(&data[k * bs..(k + 1) * bs]);
-                for s in 0..l.spb() as usize {
-                    let from = d + s * 512 + JOURNAL_SECTOR_DATA;
-                    sec.copy_within(from..from + 8, eo + 8 + 8 * s);
-                }
-                let t = m.tag(0, e);
-                sec[t..t + ts].copy_from_slice(&tags[k * ts..(k + 1) * ts]);
-                sec[eo..eo + 8].copy_from_slice(&sector.to_le_bytes());
-                let pos = i * l.journal_section_entries + e;
-                st.newest.insert(sector >> l.log2_spb, pos);
-                sector += l.spb();
-                k += 1;
-                st.free_section_entry += 1;
-                if st.free_section_entry == l.journal_section_entries {
-                    st.free_section_entry = 0;
-                    st.free_section = (st.free_section + 1) % l.journal_sections;
-                    st.n_uncommitted += 1;
-                    break;
-                }
-            }
-        }
+        let n = (blocks - done).min(st.free_sectors as usize) as u32;
+        st.free_sectors -= n;
+        let (first_section, first_entry) = (st.free_section, st.free_section_entry);
+        let touched = (first_entry + n).div_ceil(per_section);
+        // Lock the sections to fill before the state is released (state, then sections).
+        let mut secs: Vec<MutexGuard<'_, Vec<u8>>> = (0..touched)
+            .map(|k| j.section((first_section + k) % l.journal_sections))
+            .collect();
+        // The positions, split where they wrap around the end of the journal.
+        let pos = first_section * per_section + first_entry;
+        let before_wrap = n.min(l.journal_entries() - pos);
+        let block = sector >> l.log2_spb;
+        st.newest.insert(block, u64::from(before_wrap), pos);
+        st.newest.insert(
+            block + u64::from(before_wrap),
+            u64::from(n - before_wrap),
+            0,
+        );
+        let next = first_entry + n;
+        st.free_section_entry = next % per_section;
+        st.free_section = (first_section + next / per_section) % l.journal_sections;
+        st.n_uncommitted += next / per_section;
         if st.dirty_since.is_none() {
             st.dirty_since = Some(Instant::now());
         }
         let full = st.free_sectors <= j.threshold;
         drop(st);
-        done += n;
+        for k in 0..n as usize {
+            let e = (first_entry as usize + k) % per_section as usize;
+            let sec = &mut secs[(first_entry as usize + k) / per_section as usize];
+            let b = done + k;
+            let eo = m.entry(0, e as u32);
+            let d = m.data(0, e as u32);
+            sec[d..d + bs].copy_from_slice(&data[b * bs..(b + 1) * bs]);
+            for s in 0..l.spb() as usize {
+                let from = d + s * 512 + JOURNAL_SECTOR_DATA;
+                sec.copy_within(from..from + 8, eo + 8 + 8 * s);
+            }
+            let t = m.tag(0, e as u32);
+            sec[t..t + ts].copy_from_slice(&tags[b * ts..(b + 1) * ts]);
+            sec[eo..eo + 8].copy_from_slice(&sector.to_le_bytes());
+            sector += l.spb();
+        }
+        drop(secs);
+        done += n as usize;
         if full && !inner.kick_background() {
             commit(inner, j)?;
             writeback_if_below(inner, j)?;
@@ -323,6 +337,10 @@ pub fn journal_write(
     }
     Ok(())
 }
+
+/// How long a write waits for the background thread to free journal space before doing the
+/// commit and write-back itself.
+const SPACE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// Copy block `pos`'s data out of the journal into `out` (with the state locked).
 pub fn read_block(l: &Layout, j: &Journal, pos: u32, out: &mut [u8]) {
@@ -412,36 +430,52 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
     let l = &inner.layout;
     let mut tags = lock(&j.writer_lock);
     let m = JournalMap(l);
-    // The used entries (block, position) of the committed sections, and those a newer
-    // committed entry of the same block makes pointless ("don't write if there is newer
-    // committed sector").
-    let (start, n, used, skip) = {
+    let (start, n) = {
         let st = j.lock();
-        let (start, n) = (st.committed_section, st.n_committed);
-        if n == 0 {
-            return Ok(());
+        (st.committed_section, st.n_committed)
+    };
+    if n == 0 {
+        return Ok(());
+    }
+    // The used entries of the committed sections, as runs (first block, blocks, first
+    // position) of consecutive blocks in consecutive entries. Committed sections are only read
+    // by others, so they are scanned with the state unlocked.
+    let mut used: Vec<(u64, u64, u32)> = Vec::new();
+    for k in 0..n {
+        let i = (start + k) % l.journal_sections;
+        let sec = j.section(i);
+        for e in 0..l.journal_section_entries {
+            let off = m.entry(0, e);
+            if entry_unused(&sec, off) {
+                continue;
+            }
+            let block = entry_sector(&sec, off) >> l.log2_spb;
+            let pos = i * l.journal_section_entries + e;
+            match used.last_mut() {
+                Some((b, len, p)) if *b + *len == block && *p + *len as u32 == pos => *len += 1,
+                _ => used.push((block, 1, pos)),
+            }
         }
-        let mut used = Vec::new();
+    }
+    // Entries a newer committed entry of the same block makes pointless ("don't write if
+    // there is newer committed sector"); a run still newest as a whole has none.
+    let skip: Vec<u32> = {
+        let st = j.lock();
         let mut skip = Vec::new();
-        for k in 0..n {
-            let i = (start + k) % l.journal_sections;
-            let sec = j.section(i);
-            for e in 0..l.journal_section_entries {
-                let off = m.entry(0, e);
-                if entry_unused(&sec, off) {
-                    continue;
-                }
-                let pos = i * l.journal_section_entries + e;
-                let block = entry_sector(&sec, off) >> l.log2_spb;
-                used.push((block, pos));
-                if let Some(&newest) = st.newest.get(&block) {
-                    if newest != pos && is_committed(l, &st, newest) {
-                        skip.push(pos);
+        for &(block, len, pos) in &used {
+            if st.newest.maps_run(block, len, pos) {
+                continue;
+            }
+            for k in 0..len {
+                let p = pos + k as u32;
+                if let Some(newest) = st.newest.get(block + k) {
+                    if newest != p && is_committed(l, &st, newest) {
+                        skip.push(p);
                     }
                 }
             }
         }
-        (start, n, used, skip)
+        skip
     };
     let mut problem = None;
     let res = (0..n).try_for_each(|k| {
@@ -458,15 +492,14 @@ pub fn writeback(inner: &Inner, j: &Journal) -> Result<()> {
     }
     {
         let mut st = j.lock();
-        for (block, pos) in used {
-            if st.newest.get(&block) == Some(&pos) {
-                st.newest.remove(&block);
-            }
+        for (block, len, pos) in used {
+            st.newest.remove_run(block, len, pos);
         }
         st.committed_section = (st.committed_section + n) % l.journal_sections;
         st.n_committed -= n;
         st.free_sectors += n * l.journal_section_entries;
     }
+    j.space.notify_all();
     inner
         .stats
         .journal_writebacks

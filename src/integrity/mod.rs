@@ -19,6 +19,7 @@ pub mod format;
 pub mod geometry;
 pub mod journal;
 pub mod journal_layout;
+pub mod newest_map;
 pub mod replay;
 pub mod rw_meta;
 pub mod superblock;

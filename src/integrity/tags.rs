@@ -153,7 +153,7 @@ impl std::fmt::Debug for TagHasher {
     }
 }
 
-/// Whether [`crc32c_4`] can run here (SSE 4.2).
+/// Whether [`crc32c_lanes`] can run here (SSE 4.2).
 fn crc32c_lanes_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
@@ -165,44 +165,42 @@ fn crc32c_lanes_available() -> bool {
     }
 }
 
-/// CRC-32C registers `regs` (not inverted) over le64(sector) then each block of `blocks`
-/// (equal lengths, multiples of 8), lane `l` at sector `first + l * step`, interleaved.
+/// CRC-32C registers (not inverted), each started at `seed`, over le64(sector) then one
+/// block, for the `L` consecutive blocks of `bs` bytes at the start of `data`, block `l` at
+/// sector `first + l * step`, interleaved: the `crc32` instruction has a latency of three
+/// cycles, so a block's CRC alone is latency-bound, and eight independent streams keep the
+/// unit busy (measured on Zen 5: 8 lanes 25 us/MiB, 4 lanes 30, 1 lane about 75).
+///
+/// # Safety
+/// SSE 4.2 must be available. (Lengths are checked: `data` holds at least `L` blocks and
+/// `bs` is a multiple of 8.)
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse4.2")]
-unsafe fn crc32c_4(regs: &mut [u32; 4], blocks: &[&[u8]], first: u64, step: u64) {
+unsafe fn crc32c_lanes<const L: usize>(
+    data: &[u8],
+    bs: usize,
+    seed: u32,
+    first: u64,
+    step: u64,
+) -> [u32; L] {
     use std::arch::x86_64::_mm_crc32_u64;
-    let lanes = blocks.len();
-    let mut r = regs.map(u64::from);
-    for (l, reg) in r.iter_mut().enumerate().take(lanes) {
+    assert!(bs.is_multiple_of(8) && data.len() >= L * bs, "whole blocks");
+    let mut r = [u64::from(seed); L];
+    for (l, reg) in r.iter_mut().enumerate() {
         *reg = _mm_crc32_u64(*reg, first + l as u64 * step);
     }
-    let words = blocks.first().map_or(0, |b| b.len() / 8);
-    let word = |b: &[u8], k: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&b[k * 8..k * 8 + 8]);
-        u64::from_le_bytes(w)
-    };
-    if lanes == 4 {
-        for k in 0..words {
-            r[0] = _mm_crc32_u64(r[0], word(blocks[0], k));
-            r[1] = _mm_crc32_u64(r[1], word(blocks[1], k));
-            r[2] = _mm_crc32_u64(r[2], word(blocks[2], k));
-            r[3] = _mm_crc32_u64(r[3], word(blocks[3], k));
+    let base = data.as_ptr();
+    let mut off = 0;
+    while off < bs {
+        for (l, reg) in r.iter_mut().enumerate() {
+            // SAFETY: l * bs + off + 8 <= L * bs <= data.len(), checked above.
+            let word = unsafe { base.add(l * bs + off).cast::<u64>().read_unaligned() };
+            *reg = _mm_crc32_u64(*reg, u64::from_le(word));
         }
-    } else {
-        for k in 0..words {
-            for l in 0..lanes {
-                r[l] = _mm_crc32_u64(r[l], word(blocks[l], k));
-            }
-        }
+        off += 8;
     }
-    for l in 0..lanes {
-        regs[l] = r[l] as u32;
-    }
+    r.map(|x| x as u32)
 }
-
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn crc32c_4(_: &mut [u32; 4], _: &[&[u8]], _: u64, _: u64) {}
 
 /// Blocks per call of the multi-buffer kernels (bounded stack staging of prefixes).
 const BATCH: usize = 64;
@@ -352,7 +350,7 @@ impl TagHasher {
                 self.sha256_batches(first_sector, data, out)
             }
             TagAlgorithm::Crc32c if n >= 2 && crc32c_lanes_available() => {
-                self.crc32c_lanes(first_sector, data, out)
+                self.crc32c_interleaved(first_sector, data, out)
             }
             _ => {
                 for (i, (block, tag)) in data
@@ -366,10 +364,10 @@ impl TagHasher {
         }
     }
 
-    /// CRC-32C of four blocks at a time, interleaved: the `crc32` instruction has a latency
-    /// of three cycles and a throughput of one, so four independent streams run about three
-    /// times as fast as one (a block's CRC alone is latency-bound).
-    fn crc32c_lanes(&self, first_sector: u64, data: &[u8], out: &mut [u8]) {
+    /// CRC-32C of eight (then four, then one) blocks at a time, interleaved
+    /// ([`crc32c_lanes`]).
+    #[cfg(target_arch = "x86_64")]
+    fn crc32c_interleaved(&self, first_sector: u64, data: &[u8], out: &mut [u8]) {
         let bs = self.block_size;
         let ts = self.tag_size;
         let step = (bs / 512) as u64;
@@ -377,29 +375,32 @@ impl TagHasher {
         let n = data.len() / bs;
         let mut i = 0;
         while i < n {
-            let lanes = (n - i).min(4);
-            let mut regs = [seed; 4];
-            let mut blocks: [&[u8]; 4] = [&[]; 4];
-            for l in 0..lanes {
-                blocks[l] = &data[(i + l) * bs..(i + l + 1) * bs];
-            }
-            // SAFETY: crc32c_lanes_available() checked SSE4.2.
-            unsafe {
-                crc32c_4(
-                    &mut regs,
-                    &blocks[..lanes],
-                    first_sector + i as u64 * step,
-                    step,
-                )
+            let d = &data[i * bs..];
+            let s = first_sector + i as u64 * step;
+            let t = &mut out[i * ts..];
+            // SAFETY: the caller checked crc32c_lanes_available() (SSE 4.2).
+            let lanes = match n - i {
+                8.. => self.put_crcs(&unsafe { crc32c_lanes::<8>(d, bs, seed, s, step) }, t),
+                4.. => self.put_crcs(&unsafe { crc32c_lanes::<4>(d, bs, seed, s, step) }, t),
+                _ => self.put_crcs(&unsafe { crc32c_lanes::<1>(d, bs, seed, s, step) }, t),
             };
-            for (l, r) in regs.iter().take(lanes).enumerate() {
-                self.put(
-                    &(!r).to_le_bytes(),
-                    &mut out[(i + l) * ts..(i + l + 1) * ts],
-                );
-            }
             i += lanes;
         }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    fn crc32c_interleaved(&self, _: u64, _: &[u8], _: &mut [u8]) {
+        unreachable!("crc32c_lanes_available() is false off x86_64")
+    }
+
+    /// Store the tags of CRC registers `regs` (inverted as the final step) at the start of
+    /// `out`; returns how many.
+    fn put_crcs(&self, regs: &[u32], out: &mut [u8]) -> usize {
+        let ts = self.tag_size;
+        for (r, tag) in regs.iter().zip(out.chunks_exact_mut(ts)) {
+            self.put(&(!r).to_le_bytes(), tag);
+        }
+        regs.len()
     }
 
     /// SHA-256 and HMAC-SHA-256 through the multi-buffer kernel: the per-block prefix
