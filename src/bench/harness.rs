@@ -324,6 +324,39 @@ pub fn read_through(path: &Path) -> Result<u64, BenchError> {
     })
 }
 
+/// Whether `dir` is on a tmpfs (RAM), where the page cache is the storage and cannot be
+/// dropped.
+pub fn on_tmpfs(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes into the zeroed struct we own, through a valid C string path.
+    unsafe {
+        let mut st: libc::statfs = std::mem::zeroed();
+        libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == TMPFS_MAGIC
+    }
+}
+
+/// Write `path`'s dirty pages and drop it from the page cache, so the next run reads it from
+/// the disk (every side of a comparison gets the same treatment).
+pub fn evict_from_page_cache(path: &Path) -> Result<(), BenchError> {
+    use std::os::fd::AsRawFd;
+    let io_err = |source| BenchError::Io {
+        what: format!("evicting {} from the page cache", path.display()),
+        source,
+    };
+    let f = File::open(path).map_err(io_err)?;
+    f.sync_data().map_err(io_err)?;
+    // SAFETY: posix_fadvise on a descriptor we own, with integer arguments.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        return Err(io_err(io::Error::from_raw_os_error(rc)));
+    }
+    Ok(())
+}
+
 /// How to run this very `dmkit` binary as a subprocess (never a fork of this process).
 #[derive(Debug, Clone)]
 pub struct Dmkit {

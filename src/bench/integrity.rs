@@ -180,6 +180,9 @@ pub struct IntegrityReport {
     pub runtime_ms: u64,
     /// Where the files were.
     pub dir: PathBuf,
+    /// Whether each side's backing file was dropped from the page cache before every run (a
+    /// disk directory; tmpfs cannot).
+    pub page_cache_dropped: bool,
     /// The modes measured, after `plain`.
     pub modes: Vec<Mode>,
     /// The commands that prepared and opened each side.
@@ -271,6 +274,11 @@ pub fn run(
     let modes = Mode::ALL.to_vec();
     let mut commands = Vec::new();
     let mut exports: Vec<Export> = Vec::new();
+    // On a disk, every side's backing file leaves the page cache before each run: the plain
+    // image was written through the cache and the integrity images with O_DIRECT, and reads
+    // would otherwise compare RAM with the disk.
+    let evict = !harness::on_tmpfs(&o.dir);
+    let mut images: Vec<PathBuf> = Vec::new();
 
     let data = ws.path("plain.img");
     say(
@@ -291,9 +299,11 @@ pub fn run(
     ];
     commands.push(format!("dmkit {}", args.join(" ")));
     exports.push(dmkit.open(&name, &args, ws.dir(), interrupt)?);
+    images.push(data);
     for &m in &modes {
         say(o.progress, format!("formatting integrity ({})", m.letter()));
         exports.push(open_integrity(&dmkit, m, o, &ws, interrupt, &mut commands)?);
+        images.push(ws.path(&format!("integrity-{}.img", m.letter())));
     }
 
     let jobs = Job::all();
@@ -316,6 +326,9 @@ pub fn run(
             for k in 0..n {
                 let side = (k + run) % n;
                 interrupt.check()?;
+                if evict {
+                    harness::evict_from_page_cache(&images[side])?;
+                }
                 let bw = fio(&row.job, exports[side].path(), o, ws.dir(), interrupt)?;
                 say(
                     o.progress,
@@ -338,6 +351,7 @@ pub fn run(
     Ok(IntegrityReport {
         size: o.size,
         runs: o.runs,
+        page_cache_dropped: evict,
         runtime_ms: o.runtime_ms,
         dir: o.dir.clone(),
         modes,
@@ -407,11 +421,16 @@ pub fn render(r: &IntegrityReport) -> String {
     let mut out = format!(
         "dm-integrity overhead on dmkit: {} per side in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
 plain = `dmkit linear open`; integrity = crc32c, 4-byte tags, 512-byte sectors, modes J (journal), B (bitmap), D (direct)\n\
-fio libaio, queue depth 1, 4 KiB unless named; buffered writes end with an fsync\n\n",
+fio libaio, queue depth 1, 4 KiB unless named; buffered writes end with an fsync{}\n\n",
         format_size(r.size),
         r.dir.display(),
         r.runs,
         r.runtime_ms as f64 / 1000.0,
+        if r.page_cache_dropped {
+            "\non a disk: every backing file is dropped from the page cache before each run"
+        } else {
+            ""
+        },
     );
     out.push_str(&t.render());
     out.push_str(&format!(
@@ -488,6 +507,7 @@ mod tests {
             runs: 1,
             runtime_ms: 1000,
             dir: "/dev/shm".into(),
+            page_cache_dropped: false,
             modes: vec![Mode::Journal],
             commands: vec![],
             fio_command: "fio".into(),

@@ -155,9 +155,9 @@ impl Bitmap {
     /// `bitmap_flush_work`: flush data and tags, wait for every request in flight, flush
     /// again, clear the bits up to `limit` sectors, write the bitmap.
     pub fn clean(&self, inner: &Inner, limit: u64) -> Result<()> {
-        inner.lower.flush()?;
+        inner.flush_lower()?;
         let _all = inner.ranges.lock(0, inner.layout.provided_data_sectors);
-        inner.lower.flush()?;
+        inner.flush_lower()?;
         let mut st = self.lock();
         op(&mut st.disk, self.shift, 0, limit, Op::Clear);
         op(&mut st.may_write, self.shift, 0, limit, Op::Clear);

@@ -285,6 +285,13 @@ impl Inner {
         Ok(())
     }
 
+    /// Write the tag cache's dirty pages, then flush the device below (what the kernel's
+    /// `dm_integrity_flush_buffers` does with dm-bufio).
+    pub fn flush_lower(&self) -> Result<()> {
+        self.tag_cache.flush(&*self.lower)?;
+        self.lower.flush()
+    }
+
     fn write_sb(&self, sb: &mut RawSuperblock) -> Result<()> {
         sb.set_version_for(self.mode);
         self.lower.write_at(&sb.0, 0)?;
@@ -380,8 +387,10 @@ impl Inner {
             b.mark(self, sector, n).inspect_err(|e| self.fail(e))?;
         }
         self.lower.write_at(data, l.data_sector(sector) * 512)?;
+        // Tags wait in the cache for the next flush, as in dm-bufio: mode D promises nothing
+        // after a crash and mode B recalculates the regions its bitmap marks.
         self.tag_cache
-            .write(&*self.lower, l.tag_offset(sector), tags)
+            .write_back(&*self.lower, l.tag_offset(sector), tags)
     }
 
     /// `integrity_recalc`, run to the end before the device is served.
@@ -510,7 +519,7 @@ impl Inner {
                 j.lock().wrote_to_journal = false;
             }
             Mode::Bitmap => {
-                self.lower.flush()?;
+                self.flush_lower()?;
                 let l = &self.layout;
                 let mut mem = vec![0u8; l.journal_bytes()];
                 init_sections(l, &mut mem, 0, l.journal_sections, 0);
@@ -520,7 +529,7 @@ impl Inner {
                 sb.set_flags(f);
                 self.write_sb(&mut sb)?;
             }
-            Mode::Direct => self.lower.flush()?,
+            Mode::Direct => self.flush_lower()?,
             Mode::Recovery => {}
         }
         Ok(())
@@ -936,7 +945,7 @@ impl BlockDevice for IntegrityDevice {
                 }
                 Ok(())
             }
-            None => self.inner.lower.flush(),
+            None => self.inner.flush_lower(),
         }
     }
 }
