@@ -312,6 +312,35 @@ pub fn write_random_file(path: &Path, size: u64, interrupt: &Interrupt) -> Resul
     f.sync_all().map_err(io_err)
 }
 
+/// Copy the first `size` bytes of `from` into the existing file `to` (a device export), in
+/// 1 MiB writes, then sync it.
+pub fn fill_from(
+    from: &Path,
+    to: &Path,
+    size: u64,
+    interrupt: &Interrupt,
+) -> Result<(), BenchError> {
+    let io_err = |source| BenchError::Io {
+        what: format!("copying {} into {}", from.display(), to.display()),
+        source,
+    };
+    let mut src = File::open(from).map_err(io_err)?;
+    let mut dst = fs::OpenOptions::new()
+        .write(true)
+        .open(to)
+        .map_err(io_err)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = size;
+    while left > 0 {
+        interrupt.check()?;
+        let n = left.min(buf.len() as u64) as usize;
+        src.read_exact(&mut buf[..n]).map_err(io_err)?;
+        dst.write_all(&buf[..n]).map_err(io_err)?;
+        left -= n as u64;
+    }
+    dst.sync_all().map_err(io_err)
+}
+
 /// Read a whole file once (to warm the page cache).
 pub fn read_through(path: &Path) -> Result<u64, BenchError> {
     let mut f = File::open(path).map_err(|source| BenchError::Io {

@@ -299,11 +299,24 @@ pub fn run(
     ];
     commands.push(format!("dmkit {}", args.join(" ")));
     exports.push(dmkit.open(&name, &args, ws.dir(), interrupt)?);
-    images.push(data);
+    images.push(data.clone());
     for &m in &modes {
         say(o.progress, format!("formatting integrity ({})", m.letter()));
         exports.push(open_integrity(&dmkit, m, o, &ws, interrupt, &mut commands)?);
         images.push(ws.path(&format!("integrity-{}.img", m.letter())));
+    }
+
+    // Every side serves the same data, written through it: reads then check real tags over
+    // real data, and on a disk no side reads never-written (unwritten, free) extents.
+    for (k, &m) in modes.iter().enumerate() {
+        say(
+            o.progress,
+            format!(
+                "writing the plain image's data through integrity ({})",
+                m.letter()
+            ),
+        );
+        harness::fill_from(&data, exports[k + 1].path(), o.size, interrupt)?;
     }
 
     let jobs = Job::all();

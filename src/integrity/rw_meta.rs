@@ -11,7 +11,7 @@ use std::fmt;
 
 use super::geometry::BITMAP_BLOCK_SIZE as BITMAP_BLOCK_BYTES;
 use super::geometry::{Geometry, GeometryOptions};
-use super::superblock::Superblock;
+use super::superblock::{offset, Superblock};
 pub use super::superblock::{
     MAGIC as SB_MAGIC, SB_FLAG_DIRTY_BITMAP, SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING,
     SB_FLAG_HAVE_JOURNAL_MAC, SB_FLAG_INLINE, SB_FLAG_RECALCULATING, SB_SECTORS,
@@ -50,74 +50,63 @@ impl RawSuperblock {
     }
     /// `version`.
     pub fn version(&self) -> u8 {
-        self.0[8]
+        self.0[offset::VERSION]
     }
     /// `log2_interleave_sectors`.
     pub fn log2_interleave_sectors(&self) -> u8 {
-        self.0[9]
+        self.0[offset::LOG2_INTERLEAVE_SECTORS]
     }
     /// `integrity_tag_size`.
     pub fn tag_size(&self) -> u16 {
-        self.u16(10)
+        self.u16(offset::INTEGRITY_TAG_SIZE)
     }
     /// `journal_sections`.
     pub fn journal_sections(&self) -> u32 {
-        self.u32(12)
+        self.u32(offset::JOURNAL_SECTIONS)
     }
     /// `provided_data_sectors`.
     pub fn provided_data_sectors(&self) -> u64 {
-        self.u64(16)
+        self.u64(offset::PROVIDED_DATA_SECTORS)
     }
     /// `flags`.
     pub fn flags(&self) -> u32 {
-        self.u32(24)
+        self.u32(offset::FLAGS)
     }
     /// Set `flags`.
     pub fn set_flags(&mut self, f: u32) {
-        self.0[24..28].copy_from_slice(&f.to_le_bytes());
+        self.0[offset::FLAGS..offset::FLAGS + 4].copy_from_slice(&f.to_le_bytes());
     }
     /// `log2_sectors_per_block`.
     pub fn log2_sectors_per_block(&self) -> u8 {
-        self.0[28]
+        self.0[offset::LOG2_SECTORS_PER_BLOCK]
     }
     /// `log2_blocks_per_bitmap_bit`.
     pub fn log2_blocks_per_bitmap_bit(&self) -> u8 {
-        self.0[29]
+        self.0[offset::LOG2_BLOCKS_PER_BITMAP_BIT]
     }
     /// Set `log2_blocks_per_bitmap_bit`.
     pub fn set_log2_blocks_per_bitmap_bit(&mut self, v: u8) {
-        self.0[29] = v;
+        self.0[offset::LOG2_BLOCKS_PER_BITMAP_BIT] = v;
     }
     /// `recalc_sector`.
     pub fn recalc_sector(&self) -> u64 {
-        self.u64(32)
+        self.u64(offset::RECALC_SECTOR)
     }
     /// Set `recalc_sector`.
     pub fn set_recalc_sector(&mut self, v: u64) {
-        self.0[32..40].copy_from_slice(&v.to_le_bytes());
+        self.0[offset::RECALC_SECTOR..offset::RECALC_SECTOR + 8].copy_from_slice(&v.to_le_bytes());
     }
     /// `salt`.
     pub fn salt(&self) -> [u8; 16] {
         let mut s = [0u8; 16];
-        s.copy_from_slice(&self.0[48..64]);
+        s.copy_from_slice(&self.0[offset::SALT..offset::SALT + 16]);
         s
     }
-    /// The version the kernel's `sb_set_version` writes for these flags in `mode`.
+    /// The version the kernel's `sb_set_version` writes for these flags in `mode` (open has
+    /// no separate metadata device).
     pub fn set_version_for(&mut self, mode: Mode) {
-        let f = self.flags();
-        self.0[8] = if f & SB_FLAG_INLINE != 0 {
-            6
-        } else if f & SB_FLAG_FIXED_HMAC != 0 {
-            5
-        } else if f & SB_FLAG_FIXED_PADDING != 0 {
-            4
-        } else if mode == Mode::Bitmap || f & SB_FLAG_DIRTY_BITMAP != 0 {
-            3
-        } else if f & SB_FLAG_RECALCULATING != 0 {
-            2
-        } else {
-            1
-        };
+        self.0[offset::VERSION] =
+            Superblock::version_for(self.flags(), mode == Mode::Bitmap, false);
     }
 }
 

@@ -92,6 +92,33 @@ fn le64(b: &[u8], off: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// Byte offsets of the superblock's fields (`struct superblock` in dm-integrity.c), shared by
+/// [`Superblock`] and the device's raw copy ([`super::rw_meta::RawSuperblock`]).
+pub mod offset {
+    /// `version` (u8).
+    pub const VERSION: usize = 8;
+    /// `log2_interleave_sectors` (u8).
+    pub const LOG2_INTERLEAVE_SECTORS: usize = 9;
+    /// `integrity_tag_size` (le16).
+    pub const INTEGRITY_TAG_SIZE: usize = 10;
+    /// `journal_sections` (le32).
+    pub const JOURNAL_SECTIONS: usize = 12;
+    /// `provided_data_sectors` (le64).
+    pub const PROVIDED_DATA_SECTORS: usize = 16;
+    /// `flags` (le32).
+    pub const FLAGS: usize = 24;
+    /// `log2_sectors_per_block` (u8).
+    pub const LOG2_SECTORS_PER_BLOCK: usize = 28;
+    /// `log2_blocks_per_bitmap_bit` (u8).
+    pub const LOG2_BLOCKS_PER_BITMAP_BIT: usize = 29;
+    /// `recalc_sector` (le64).
+    pub const RECALC_SECTOR: usize = 32;
+    /// `transaction_id` (le64).
+    pub const TRANSACTION_ID: usize = 40;
+    /// `salt` (16 bytes).
+    pub const SALT: usize = 48;
+}
+
 impl Superblock {
     /// Parse and validate the first 512 bytes of a device. Every field is checked before it
     /// is used, as the kernel's constructor checks it.
@@ -104,18 +131,18 @@ impl Superblock {
             return Err(IntegrityError::Magic);
         }
         let mut salt = [0u8; SALT_SIZE];
-        salt.copy_from_slice(&b[48..64]);
+        salt.copy_from_slice(&b[offset::SALT..offset::SALT + SALT_SIZE]);
         let sb = Superblock {
-            version: b[8],
-            log2_interleave_sectors: b[9],
-            integrity_tag_size: le16(b, 10),
-            journal_sections: le32(b, 12),
-            provided_data_sectors: le64(b, 16),
-            flags: le32(b, 24),
-            log2_sectors_per_block: b[28],
-            log2_blocks_per_bitmap_bit: b[29],
-            recalc_sector: le64(b, 32),
-            transaction_id: le64(b, 40),
+            version: b[offset::VERSION],
+            log2_interleave_sectors: b[offset::LOG2_INTERLEAVE_SECTORS],
+            integrity_tag_size: le16(b, offset::INTEGRITY_TAG_SIZE),
+            journal_sections: le32(b, offset::JOURNAL_SECTIONS),
+            provided_data_sectors: le64(b, offset::PROVIDED_DATA_SECTORS),
+            flags: le32(b, offset::FLAGS),
+            log2_sectors_per_block: b[offset::LOG2_SECTORS_PER_BLOCK],
+            log2_blocks_per_bitmap_bit: b[offset::LOG2_BLOCKS_PER_BITMAP_BIT],
+            recalc_sector: le64(b, offset::RECALC_SECTOR),
+            transaction_id: le64(b, offset::TRANSACTION_ID),
             salt,
         };
         sb.validate()?;
@@ -208,17 +235,36 @@ impl Superblock {
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
         let mut b = [0u8; SUPERBLOCK_SIZE];
         b[0..8].copy_from_slice(MAGIC);
-        b[8] = self.version;
-        b[9] = self.log2_interleave_sectors;
-        b[10..12].copy_from_slice(&self.integrity_tag_size.to_le_bytes());
-        b[12..16].copy_from_slice(&self.journal_sections.to_le_bytes());
-        b[16..24].copy_from_slice(&self.provided_data_sectors.to_le_bytes());
-        b[24..28].copy_from_slice(&self.flags.to_le_bytes());
-        b[28] = self.log2_sectors_per_block;
-        b[29] = self.log2_blocks_per_bitmap_bit;
-        b[32..40].copy_from_slice(&self.recalc_sector.to_le_bytes());
-        b[40..48].copy_from_slice(&self.transaction_id.to_le_bytes());
-        b[48..64].copy_from_slice(&self.salt);
+        let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
+        put(offset::VERSION, &[self.version]);
+        put(
+            offset::LOG2_INTERLEAVE_SECTORS,
+            &[self.log2_interleave_sectors],
+        );
+        put(
+            offset::INTEGRITY_TAG_SIZE,
+            &self.integrity_tag_size.to_le_bytes(),
+        );
+        put(
+            offset::JOURNAL_SECTIONS,
+            &self.journal_sections.to_le_bytes(),
+        );
+        put(
+            offset::PROVIDED_DATA_SECTORS,
+            &self.provided_data_sectors.to_le_bytes(),
+        );
+        put(offset::FLAGS, &self.flags.to_le_bytes());
+        put(
+            offset::LOG2_SECTORS_PER_BLOCK,
+            &[self.log2_sectors_per_block],
+        );
+        put(
+            offset::LOG2_BLOCKS_PER_BITMAP_BIT,
+            &[self.log2_blocks_per_bitmap_bit],
+        );
+        put(offset::RECALC_SECTOR, &self.recalc_sector.to_le_bytes());
+        put(offset::TRANSACTION_ID, &self.transaction_id.to_le_bytes());
+        put(offset::SALT, &self.salt);
         b
     }
 
