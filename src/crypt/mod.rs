@@ -4,6 +4,7 @@
 //! The crypto runs inline on the thread serving the request (the lesson of the Cloudflare
 //! study, "Speeding up Linux disk encryption", 2020): no queues, no thread hops, the fastest synchronous primitive.
 
+pub mod aead;
 mod aes_x86;
 mod block_cipher;
 mod cbc;

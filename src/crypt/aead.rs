@@ -1,0 +1,498 @@
+//! dm-crypt's authenticated sector modes (LUKS2 `--integrity`): one encryption sector sealed
+//! with its per-sector metadata, the bytes dm-integrity stores beside it.
+//!
+//! What the kernel does (`crypt_convert_block_aead`, and `crypt_convert_block_skcipher` for
+//! `integrity:N:none`):
+//!
+//! - the metadata of a sector is the authentication tag, then the IV when the IV mode is
+//!   `random` (fresh random bytes for every write), zero padded to dm-integrity's tag size;
+//! - the additional data is le64(sector) || IV, where the sector counts 512-byte sectors from
+//!   the start of the segment even with 4 KiB encryption sectors (LUKS2 does not set
+//!   `iv_large_sectors`), and a `plain64` IV is that same sector number, little endian, zero
+//!   padded;
+//! - `authenc(hmac(H),xts(aes))` encrypts with XTS, then takes HMAC-H over the additional data
+//!   and the ciphertext (encrypt-then-MAC); its volume key is the XTS key followed by the HMAC
+//!   key;
+//! - `gcm(aes)` and `rfc7539(chacha20,poly1305)` are the standard AEADs with a 12-byte IV.
+//!
+//! A sector whose tag does not verify is never decrypted into the caller's buffer.
+
+use openssl::hash::MessageDigest;
+use openssl::memcmp;
+use openssl::pkey::PKey;
+use openssl::sign::Signer;
+use openssl::symm::{Cipher, Crypter, Mode};
+use zeroize::Zeroizing;
+
+/// How the sectors of a LUKS2 segment with integrity are protected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AeadKind {
+    /// `capi:authenc(hmac(sha256|sha512),xts(aes))-plain64|random`.
+    AuthencXts {
+        /// The HMAC's hash: SHA-256 (tags of 32 bytes) or SHA-512 (64).
+        sha512: bool,
+        /// The IV is random and stored in the metadata (else `plain64`).
+        random_iv: bool,
+    },
+    /// `capi:gcm(aes)-random`: AES-GCM, 16-byte tag, 12-byte random IV.
+    AesGcm,
+    /// `capi:rfc7539(chacha20,poly1305)-random`: 16-byte tag, 12-byte random IV.
+    ChaCha20Poly1305,
+    /// `capi:xts(aes)-random` with `integrity:16:none`: no authentication, the random IV alone
+    /// is stored.
+    XtsRandom,
+}
+
+/// Why a LUKS2 cipher and integrity pair cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AeadError {
+    /// The pair is not one the kernel supports with LUKS2.
+    #[error("cipher {cipher} with integrity {integrity} is not supported")]
+    Unsupported {
+        /// The cipher (`aes-xts-plain64`).
+        cipher: String,
+        /// The integrity (`hmac(sha256)`, `aead`, `poly1305`, `none`).
+        integrity: String,
+    },
+    /// The volume key has the wrong size for the pair.
+    #[error("a {kind} volume key has {want} bytes, not {got}")]
+    KeySize {
+        /// The mode.
+        kind: &'static str,
+        /// The size it needs.
+        want: String,
+        /// The size given.
+        got: usize,
+    },
+    /// A sector's tag does not verify.
+    #[error("authentication failed")]
+    Auth,
+    /// The sector or metadata buffer has the wrong size (a caller's mistake).
+    #[error("{0}")]
+    Buffer(String),
+}
+
+impl AeadKind {
+    /// The mode of a LUKS2 segment's `cipher` and `integrity` fields (`integrity.type`, as
+    /// `luksDump` prints it: `hmac(sha256)`, `aead`, `poly1305`, `none`).
+    pub fn from_luks2(cipher: &str, integrity: &str) -> Result<AeadKind, AeadError> {
+        let unsupported = || AeadError::Unsupported {
+            cipher: cipher.into(),
+            integrity: integrity.into(),
+        };
+        Ok(match (cipher, integrity) {
+            ("aes-xts-plain64", "hmac(sha256)") => AeadKind::AuthencXts {
+                sha512: false,
+                random_iv: false,
+            },
+            ("aes-xts-plain64", "hmac(sha512)") => AeadKind::AuthencXts {
+                sha512: true,
+                random_iv: false,
+            },
+            ("aes-xts-random", "hmac(sha256)") => AeadKind::AuthencXts {
+                sha512: false,
+                random_iv: true,
+            },
+            ("aes-xts-random", "hmac(sha512)") => AeadKind::AuthencXts {
+                sha512: true,
+                random_iv: true,
+            },
+            ("aes-gcm-random", "aead") => AeadKind::AesGcm,
+            ("chacha20-random", "poly1305") => AeadKind::ChaCha20Poly1305,
+            ("aes-xts-random", "none") => AeadKind::XtsRandom,
+            _ => return Err(unsupported()),
+        })
+    }
+
+    /// Bytes of the authentication tag.
+    pub fn auth_size(self) -> usize {
+        match self {
+            AeadKind::AuthencXts { sha512: false, .. } => 32,
+            AeadKind::AuthencXts { sha512: true, .. } => 64,
+            AeadKind::AesGcm | AeadKind::ChaCha20Poly1305 => 16,
+            AeadKind::XtsRandom => 0,
+        }
+    }
+
+    /// Bytes of the IV (stored in the metadata when random).
+    pub fn iv_size(self) -> usize {
+        match self {
+            AeadKind::AuthencXts { .. } | AeadKind::XtsRandom => 16,
+            AeadKind::AesGcm | AeadKind::ChaCha20Poly1305 => 12,
+        }
+    }
+
+    /// Whether the IV is random and stored after the tag.
+    pub fn stores_iv(self) -> bool {
+        !matches!(
+            self,
+            AeadKind::AuthencXts {
+                random_iv: false,
+                ..
+            }
+        )
+    }
+
+    /// Metadata bytes per sector: dm-integrity's tag size for this mode.
+    pub fn metadata_size(self) -> usize {
+        self.auth_size() + if self.stores_iv() { self.iv_size() } else { 0 }
+    }
+
+    /// The volume key sizes this mode takes.
+    fn key_sizes(self) -> &'static [usize] {
+        match self {
+            // XTS-AES-128 or -256, then the HMAC key (as long as the hash's output).
+            AeadKind::AuthencXts { sha512: false, .. } => &[64, 96],
+            AeadKind::AuthencXts { sha512: true, .. } => &[96, 128],
+            AeadKind::AesGcm => &[16, 24, 32],
+            AeadKind::ChaCha20Poly1305 => &[32],
+            AeadKind::XtsRandom => &[32, 64],
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            AeadKind::AuthencXts { sha512: false, .. } => "authenc(hmac(sha256),xts(aes))",
+            AeadKind::AuthencXts { sha512: true, .. } => "authenc(hmac(sha512),xts(aes))",
+            AeadKind::AesGcm => "gcm(aes)",
+            AeadKind::ChaCha20Poly1305 => "rfc7539(chacha20,poly1305)",
+            AeadKind::XtsRandom => "xts(aes)",
+        }
+    }
+}
+
+/// Seals and opens the sectors of one segment.
+pub struct SectorAead {
+    kind: AeadKind,
+    /// The encryption key (XTS: both halves).
+    enc_key: Zeroizing<Vec<u8>>,
+    /// The HMAC key (authenc only).
+    mac_key: Zeroizing<Vec<u8>>,
+    sector_size: usize,
+}
+
+impl std::fmt::Debug for SectorAead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SectorAead")
+            .field("kind", &self.kind)
+            .field("sector_size", &self.sector_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SectorAead {
+    /// A sealer for `kind` with `volume_key` over encryption sectors of `sector_size` bytes.
+    pub fn new(
+        kind: AeadKind,
+        volume_key: &[u8],
+        sector_size: usize,
+    ) -> Result<SectorAead, AeadError> {
+        if !kind.key_sizes().contains(&volume_key.len()) {
+            return Err(AeadError::KeySize {
+                kind: kind.name(),
+                want: format!("{:?}", kind.key_sizes()),
+                got: volume_key.len(),
+            });
+        }
+        if !sector_size.is_power_of_two() || !(512..=4096).contains(&sector_size) {
+            return Err(AeadError::Buffer(format!(
+                "sector size {sector_size} is not a power of two in 512..4096"
+            )));
+        }
+        let mac_len = match kind {
+            AeadKind::AuthencXts { .. } => kind.auth_size(),
+            _ => 0,
+        };
+        let split = volume_key.len() - mac_len;
+        Ok(SectorAead {
+            kind,
+            enc_key: Zeroizing::new(volume_key[..split].to_vec()),
+            mac_key: Zeroizing::new(volume_key[split..].to_vec()),
+            sector_size,
+        })
+    }
+
+    /// The mode.
+    pub fn kind(&self) -> AeadKind {
+        self.kind
+    }
+
+    /// The IV of a sector: `random` takes `stored` (the bytes after the tag), `plain64` the
+    /// 512-byte sector number.
+    fn iv(&self, sector: u64, stored: &[u8]) -> Zeroizing<Vec<u8>> {
+        let n = self.kind.iv_size();
+        let mut iv = Zeroizing::new(vec![0u8; n]);
+        if self.kind.stores_iv() {
+            iv.copy_from_slice(&stored[..n]);
+        } else {
+            iv[..8].copy_from_slice(&sector.to_le_bytes());
+        }
+        iv
+    }
+
+    fn check(&self, data: &[u8], meta: &[u8]) -> Result<(), AeadError> {
+        if data.len() != self.sector_size || meta.len() < self.kind.metadata_size() {
+            return Err(AeadError::Buffer(format!(
+                "a sector of {} bytes with {} metadata bytes, not {} and {}",
+                self.sector_size,
+                self.kind.metadata_size(),
+                data.len(),
+                meta.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Encrypt `data` (one sector, at 512-byte `sector`) in place and write its metadata to
+    /// `meta` (at least [`AeadKind::metadata_size`] bytes; the rest zeroed). `random_iv` is the
+    /// IV a `random` mode uses (the caller draws it, so writes can be reproduced in tests).
+    pub fn seal(
+        &self,
+        sector: u64,
+        data: &mut [u8],
+        meta: &mut [u8],
+        random_iv: &[u8],
+    ) -> Result<(), AeadError> {
+        self.check(data, meta)?;
+        let k = self.kind;
+        let (auth, iv_len) = (k.auth_size(), k.iv_size());
+        meta.fill(0);
+        if k.stores_iv() {
+            if random_iv.len() != iv_len {
+                return Err(AeadError::Buffer(format!(
+                    "a random IV of {iv_len} bytes, not {}",
+                    random_iv.len()
+                )));
+            }
+            meta[auth..auth + iv_len].copy_from_slice(random_iv);
+        }
+        let iv = self.iv(sector, &meta[auth..]);
+        match k {
+            AeadKind::AuthencXts { .. } => {
+                self.xts(Mode::Encrypt, &iv, data)?;
+                let mac = self.hmac(sector, &iv, data)?;
+                meta[..auth].copy_from_slice(&mac[..auth]);
+            }
+            AeadKind::XtsRandom => self.xts(Mode::Encrypt, &iv, data)?,
+            AeadKind::AesGcm | AeadKind::ChaCha20Poly1305 => {
+                let tag = self.aead(Mode::Encrypt, sector, &iv, data, None)?;
+                meta[..auth].copy_from_slice(&tag);
+            }
+        }
+        Ok(())
+    }
+
+    /// Verify `data` (one sector of ciphertext at 512-byte `sector`) against its metadata and
+    /// decrypt it in place; on [`AeadError::Auth`] `data` is left as it was.
+    pub fn open(&self, sector: u64, data: &mut [u8], meta: &[u8]) -> Result<(), AeadError> {
+        self.check(data, meta)?;
+        let k = self.kind;
+        let auth = k.auth_size();
+        let iv = self.iv(sector, &meta[auth..]);
+        match k {
+            AeadKind::AuthencXts { .. } => {
+                let mac = self.hmac(sector, &iv, data)?;
+                if !memcmp::eq(&mac[..auth], &meta[..auth]) {
+                    return Err(AeadError::Auth);
+                }
+                self.xts(Mode::Decrypt, &iv, data)
+            }
+            AeadKind::XtsRandom => self.xts(Mode::Decrypt, &iv, data),
+            AeadKind::AesGcm | AeadKind::ChaCha20Poly1305 => {
+                let mut plain = Zeroizing::new(data.to_vec());
+                self.aead(Mode::Decrypt, sector, &iv, &mut plain, Some(&meta[..auth]))?;
+                data.copy_from_slice(&plain);
+                Ok(())
+            }
+        }
+    }
+
+    fn xts(&self, mode: Mode, iv: &[u8], data: &mut [u8]) -> Result<(), AeadError> {
+        let cipher = match self.enc_key.len() {
+            32 => Cipher::aes_128_xts(),
+            _ => Cipher::aes_256_xts(),
+        };
+        let out = run_crypter(cipher, mode, &self.enc_key, iv, data, None, None)?;
+        data.copy_from_slice(&out);
+        Ok(())
+    }
+
+    /// HMAC over le64(sector) || IV || ciphertext.
+    fn hmac(&self, sector: u64, iv: &[u8], ct: &[u8]) -> Result<Zeroizing<Vec<u8>>, AeadError> {
+        let md = match self.kind {
+            AeadKind::AuthencXts { sha512: true, .. } => MessageDigest::sha512(),
+            _ => MessageDigest::sha256(),
+        };
+        let crypto = |e: openssl::error::ErrorStack| AeadError::Buffer(format!("openssl: {e}"));
+        let key = PKey::hmac(&self.mac_key).map_err(crypto)?;
+        let mut s = Signer::new(md, &key).map_err(crypto)?;
+        s.update(&sector.to_le_bytes()).map_err(crypto)?;
+        s.update(iv).map_err(crypto)?;
+        s.update(ct).map_err(crypto)?;
+        Ok(Zeroizing::new(s.sign_to_vec().map_err(crypto)?))
+    }
+
+    /// GCM or ChaCha20-Poly1305 over `data` in place with AAD le64(sector) || IV; returns the
+    /// tag when encrypting, checks `tag` when decrypting.
+    fn aead(
+        &self,
+        mode: Mode,
+        sector: u64,
+        iv: &[u8],
+        data: &mut [u8],
+        tag: Option<&[u8]>,
+    ) -> Result<Vec<u8>, AeadError> {
+        let cipher = match (self.kind, self.enc_key.len()) {
+            (AeadKind::ChaCha20Poly1305, _) => Cipher::chacha20_poly1305(),
+            (_, 16) => Cipher::aes_128_gcm(),
+            (_, 24) => Cipher::aes_192_gcm(),
+            _ => Cipher::aes_256_gcm(),
+        };
+        let mut aad = Zeroizing::new(sector.to_le_bytes().to_vec());
+        aad.extend_from_slice(iv);
+        let out = run_crypter(
+            cipher,
+            mode,
+            &self.enc_key,
+            iv,
+            data,
+            Some(&aad),
+            match mode {
+                Mode::Decrypt => tag,
+                Mode::Encrypt => None,
+            },
+        )
+        .map_err(|e| match mode {
+            Mode::Decrypt => AeadError::Auth,
+            Mode::Encrypt => e,
+        })?;
+        data.copy_from_slice(&out);
+        Ok(out.tag.clone().unwrap_or_default())
+    }
+}
+
+/// The output of one OpenSSL call, with the AEAD tag when one was made.
+struct CrypterOut {
+    bytes: Zeroizing<Vec<u8>>,
+    tag: Option<Vec<u8>>,
+}
+
+impl std::ops::Deref for CrypterOut {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes
+    }
+}
+
+fn run_crypter(
+    cipher: Cipher,
+    mode: Mode,
+    key: &[u8],
+    iv: &[u8],
+    data: &[u8],
+    aad: Option<&[u8]>,
+    expect_tag: Option<&[u8]>,
+) -> Result<CrypterOut, AeadError> {
+    let crypto = |e: openssl::error::ErrorStack| AeadError::Buffer(format!("openssl: {e}"));
+    let mut c = Crypter::new(cipher, mode, key, Some(iv)).map_err(crypto)?;
+    c.pad(false);
+    if let Some(a) = aad {
+        c.aad_update(a).map_err(crypto)?;
+    }
+    if let Some(t) = expect_tag {
+        c.set_tag(t).map_err(crypto)?;
+    }
+    let mut out = Zeroizing::new(vec![0u8; data.len() + cipher.block_size()]);
+    let mut n = c.update(data, &mut out).map_err(crypto)?;
+    n += c.finalize(&mut out[n..]).map_err(crypto)?;
+    out.truncate(n);
+    let tag = if aad.is_some() && matches!(mode, Mode::Encrypt) {
+        let mut t = vec![0u8; 16];
+        c.get_tag(&mut t).map_err(crypto)?;
+        Some(t)
+    } else {
+        None
+    };
+    Ok(CrypterOut { bytes: out, tag })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> Vec<(AeadKind, usize)> {
+        vec![
+            (
+                AeadKind::from_luks2("aes-xts-plain64", "hmac(sha256)").unwrap(),
+                96,
+            ),
+            (
+                AeadKind::from_luks2("aes-xts-plain64", "hmac(sha512)").unwrap(),
+                128,
+            ),
+            (
+                AeadKind::from_luks2("aes-xts-random", "hmac(sha256)").unwrap(),
+                96,
+            ),
+            (AeadKind::from_luks2("aes-gcm-random", "aead").unwrap(), 32),
+            (
+                AeadKind::from_luks2("chacha20-random", "poly1305").unwrap(),
+                32,
+            ),
+            (AeadKind::from_luks2("aes-xts-random", "none").unwrap(), 64),
+        ]
+    }
+
+    #[test]
+    fn metadata_sizes_are_the_kernels() {
+        let sizes: Vec<usize> = all().iter().map(|(k, _)| k.metadata_size()).collect();
+        // `dmsetup table` in the guest: integrity:32, :64, :48, :28, :28, :16.
+        assert_eq!(sizes, [32, 64, 48, 28, 28, 16]);
+    }
+
+    #[test]
+    fn seal_then_open_round_trips_and_any_flipped_bit_fails() {
+        for (kind, key_len) in all() {
+            for ss in [512usize, 4096] {
+                let key: Vec<u8> = (0..key_len as u8).collect();
+                let a = SectorAead::new(kind, &key, ss).unwrap();
+                let plain: Vec<u8> = (0..ss).map(|i| (i * 7 % 251) as u8).collect();
+                let mut data = plain.clone();
+                let mut meta = vec![0u8; kind.metadata_size() + 3];
+                let iv = vec![0x5au8; kind.iv_size()];
+                a.seal(80, &mut data, &mut meta, &iv).unwrap();
+                assert_ne!(data, plain);
+                let mut back = data.clone();
+                a.open(80, &mut back, &meta).unwrap();
+                assert_eq!(back, plain, "{kind:?} {ss}");
+                if kind == AeadKind::XtsRandom {
+                    continue;
+                }
+                for (what, sector, flip_data) in [("data", 80u64, true), ("sector", 88, false)] {
+                    let mut d = data.clone();
+                    let mut m = meta.clone();
+                    if flip_data {
+                        d[ss / 2] ^= 1;
+                    }
+                    assert_eq!(
+                        a.open(sector, &mut d, &m),
+                        Err(AeadError::Auth),
+                        "{kind:?} {what}"
+                    );
+                    m[0] ^= 0x80;
+                    assert_eq!(a.open(80, &mut data.clone(), &m), Err(AeadError::Auth));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn wrong_pairs_and_key_sizes_are_refused() {
+        assert!(AeadKind::from_luks2("aes-cbc-essiv:sha256", "hmac(sha256)").is_err());
+        let k = AeadKind::AesGcm;
+        assert!(matches!(
+            SectorAead::new(k, &[0u8; 33], 512),
+            Err(AeadError::KeySize { .. })
+        ));
+    }
+}
