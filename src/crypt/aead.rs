@@ -298,12 +298,10 @@ impl SectorAead {
                 self.xts(Mode::Decrypt, &iv, data)
             }
             AeadKind::XtsRandom => self.xts(Mode::Decrypt, &iv, data),
-            AeadKind::AesGcm | AeadKind::ChaCha20Poly1305 => {
-                let mut plain = Zeroizing::new(data.to_vec());
-                self.aead(Mode::Decrypt, sector, &iv, &mut plain, Some(&meta[..auth]))?;
-                data.copy_from_slice(&plain);
-                Ok(())
-            }
+            // aead() writes `data` only once the tag has verified.
+            AeadKind::AesGcm | AeadKind::ChaCha20Poly1305 => self
+                .aead(Mode::Decrypt, sector, &iv, data, Some(&meta[..auth]))
+                .map(|_| ()),
         }
     }
 
@@ -367,7 +365,7 @@ impl SectorAead {
             Mode::Encrypt => e,
         })?;
         data.copy_from_slice(&out);
-        Ok(out.tag.clone().unwrap_or_default())
+        Ok(out.tag.unwrap_or_default())
     }
 }
 

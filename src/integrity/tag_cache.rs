@@ -115,6 +115,27 @@ impl TagCache {
         Ok(())
     }
 
+    /// Put `page`, absent from `shard`, into it: read from the disk, or zeroed when the caller
+    /// is about to `overwrite` all of it; a full shard is emptied first.
+    fn insert_missing<'s>(
+        &self,
+        lower: &dyn BlockDevice,
+        shard: &'s mut Shard,
+        page: u64,
+        overwrite: bool,
+    ) -> Result<&'s mut Page> {
+        let p = if overwrite {
+            Page {
+                bytes: vec![0u8; PAGE as usize].into_boxed_slice(),
+                dirty: None,
+            }
+        } else {
+            self.load(lower, page)?
+        };
+        self.make_room(lower, shard)?;
+        Ok(shard.entry(page).or_insert(p))
+    }
+
     /// Fill `out` with the tag area's bytes at `offset`, from the cache where it can.
     pub fn read(&self, lower: &dyn BlockDevice, offset: u64, out: &mut [u8]) -> Result<()> {
         for (page, at, from, n) in Self::pieces(offset, out.len()) {
@@ -123,10 +144,8 @@ impl TagCache {
                 out[from..from + n].copy_from_slice(&p.bytes[at..at + n]);
                 continue;
             }
-            let p = self.load(lower, page)?;
+            let p = self.insert_missing(lower, &mut shard, page, false)?;
             out[from..from + n].copy_from_slice(&p.bytes[at..at + n]);
-            self.make_room(lower, &mut shard)?;
-            shard.insert(page, p);
         }
         Ok(())
     }
@@ -157,18 +176,9 @@ impl TagCache {
         for (page, at, from, n) in Self::pieces(offset, data.len()) {
             let mut shard = self.shard(page);
             if !shard.contains_key(&page) {
-                let p = if at == 0 && n == PAGE as usize {
-                    Page {
-                        bytes: vec![0u8; PAGE as usize].into_boxed_slice(),
-                        dirty: None,
-                    }
-                } else {
-                    self.load(lower, page)?
-                };
-                self.make_room(lower, &mut shard)?;
-                shard.insert(page, p);
+                self.insert_missing(lower, &mut shard, page, at == 0 && n == PAGE as usize)?;
             }
-            let p = shard.get_mut(&page).expect("inserted above");
+            let p = shard.get_mut(&page).expect("present or inserted above");
             p.bytes[at..at + n].copy_from_slice(&data[from..from + n]);
             p.dirty = match p.dirty {
                 Some((lo, hi)) => Some((lo.min(at), hi.max(at + n))),
