@@ -9,6 +9,7 @@ mod claim;
 mod faulty;
 mod file;
 mod memory;
+mod window;
 
 pub use claim::{range_text, Claim, ClaimError, ClaimInfo};
 pub use faulty::{
@@ -16,6 +17,7 @@ pub use faulty::{
 };
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
+pub use window::Window;
 
 use std::io;
 
@@ -130,6 +132,20 @@ pub trait BlockDevice: Send + Sync {
     }
 }
 
+/// A block device that stores a tag beside every block and takes it from the layer above
+/// (the kernel's bio integrity payload): dm-integrity without internal hash, under dm-crypt's
+/// authenticated modes. The tags of a request are one `tag_size` slice per logical block, in
+/// order.
+pub trait TaggedBlockDevice: BlockDevice {
+    /// Bytes of tag per logical block.
+    fn tag_size(&self) -> usize;
+    /// Fill `buf` from `offset` and `tags` with the blocks' stored tags (unchecked: checking
+    /// is the caller's job).
+    fn read_tagged(&self, buf: &mut [u8], tags: &mut [u8], offset: u64) -> Result<()>;
+    /// Write `buf` at `offset` with its `tags`; a block and its tag change together.
+    fn write_tagged(&self, buf: &[u8], tags: &[u8], offset: u64) -> Result<()>;
+}
+
 /// Check that `[offset, offset + len)` lies inside a device of `size` bytes.
 pub fn check_range(device: &str, offset: u64, len: usize, size: u64) -> Result<()> {
     let len = len as u64;
@@ -144,7 +160,11 @@ pub fn check_range(device: &str, offset: u64, len: usize, size: u64) -> Result<(
     }
 }
 
-impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
+/// A shared or borrowed device is the device: `Arc<dyn BlockDevice>` and `&dyn BlockDevice`
+/// stack like the device itself.
+macro_rules! forward_block_device {
+    ($($ptr:ty),*) => {$(
+impl<T: BlockDevice + ?Sized> BlockDevice for $ptr {
     fn name(&self) -> &str {
         (**self).name()
     }
@@ -173,3 +193,7 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
         (**self).write_zeroes(offset, len)
     }
 }
+    )*};
+}
+
+forward_block_device!(std::sync::Arc<T>, &T);

@@ -248,7 +248,7 @@ fn read_superblock(dev: &FileDevice, path: &Path) -> Result<Superblock, CliError
     crate::integrity::superblock::read_superblock(dev).map_err(|e| named(path, e))
 }
 
-fn progress_printer(what: &'static str) -> impl FnMut(u64, u64) {
+pub(super) fn progress_printer(what: &'static str) -> impl FnMut(u64, u64) {
     let tty = std::io::stderr().is_terminal();
     let mut last = u64::MAX;
     move |done, total| {
@@ -340,6 +340,7 @@ fn format_cmd(a: FormatArgs) -> CliResult {
         salt,
         wipe: !a.no_wipe,
         data_device_bytes: None,
+        external_tags: false,
     };
     let dev = open_direct_or_buffered(&a.device, true)?;
     let _claim = super::files::claim(dev.file(), &a.device, 0, 0, true)?;

@@ -9,6 +9,7 @@ use crate::block::{BlockDevice, FileDevice};
 use crate::crypt::luks1::{self, Luks1Header};
 use crate::crypt::luks2::activate::{self, ActivateOptions, DataSegment};
 use crate::crypt::luks2::header::{self, luks_version};
+use crate::crypt::luks2::integrity as luks2_integrity;
 use crate::crypt::luks2::{
     self, dump, keyslot, FormatParams, Luks2Header, LuksError, PbkdfKind, PbkdfParams, VolumeKey,
 };
@@ -212,6 +213,21 @@ pub struct FormatArgs {
     /// Overwrite an existing LUKS header without asking.
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
+    /// Authenticated encryption (LUKS2): hmac-sha256 or hmac-sha512 (with aes-xts-plain64 or
+    /// aes-xts-random), aead (aes-gcm-random), poly1305 (chacha20-random), none
+    /// (aes-xts-random). A dm-integrity device without internal hash holds the tags.
+    #[arg(long, short = 'I')]
+    integrity: Option<String>,
+    /// With --integrity: accepted as cryptsetup does (it wipes faster without a journal);
+    /// dmkit's initialisation writes in place and never goes through the journal.
+    #[arg(long, requires = "integrity")]
+    integrity_no_journal: bool,
+    /// With --integrity: do not initialise the sectors (reading one never written fails).
+    #[arg(long, requires = "integrity")]
+    integrity_no_wipe: bool,
+    /// With --integrity hmac-*: MAC key size in bits (default: the hash's output size).
+    #[arg(long, requires = "integrity")]
+    integrity_key_size: Option<u32>,
 }
 
 /// Arguments of `luks open`.
@@ -253,6 +269,10 @@ pub struct OpenArgs {
     /// Serve in the foreground until interrupted.
     #[arg(long)]
     foreground: bool,
+    /// LUKS2 with integrity: open the integrity device without its journal (mode D: no
+    /// crash consistency between data and tags).
+    #[arg(long)]
+    integrity_no_journal: bool,
 }
 
 /// Arguments of `luks dump`.
@@ -502,15 +522,45 @@ fn format(a: FormatArgs) -> CliResult {
         key.key_file = a.key_file_arg.clone();
     }
     let pbkdf = a.pbkdf.params(luks1)?;
-    let spec = crate::crypt::cipher::CipherSpec::parse(&a.cipher)
-        .map_err(|e| CliError::invalid(format!("--cipher: {e}")))?;
-    let key_bits = a.key_size.unwrap_or(spec.default_key_size() as u32 * 8);
-    if !key_bits.is_multiple_of(8) || spec.check_key_size(key_bits as usize / 8).is_err() {
-        return Err(CliError::invalid(format!(
-            "--key-size: {key_bits} bits is not valid for {}",
-            a.cipher
-        )));
-    }
+    let integrity = match &a.integrity {
+        Some(_) if luks1 => {
+            return Err(CliError::invalid(
+                "--integrity needs LUKS2 (--type luks2)",
+            ))
+        }
+        Some(_) if a.header.is_some() => {
+            return Err(CliError::invalid(
+                "--integrity with a detached --header is not supported (the integrity superblock lives on DEVICE at the data offset)",
+            ))
+        }
+        Some(name) => {
+            let itype = luks2_integrity::integrity_type(name).map_err(luks_err)?;
+            let (kind, vk_len) = luks2_integrity::key_layout(
+                &a.cipher,
+                itype,
+                a.key_size,
+                a.integrity_key_size,
+            )
+            .map_err(luks_err)?;
+            Some((itype, kind, vk_len))
+        }
+        None => None,
+    };
+    let key_bits = match &integrity {
+        Some((_, _, vk_len)) => *vk_len as u32 * 8,
+        None => {
+            let spec = crate::crypt::cipher::CipherSpec::parse(&a.cipher)
+                .map_err(|e| CliError::invalid(format!("--cipher: {e}")))?;
+            let key_bits = a.key_size.unwrap_or(spec.default_key_size() as u32 * 8);
+            if !key_bits.is_multiple_of(8) || spec.check_key_size(key_bits as usize / 8).is_err() {
+                return Err(CliError::invalid(format!(
+                    "--key-size: {key_bits} bits is not valid for {}",
+                    a.cipher
+                )));
+            }
+            key_bits
+        }
+    };
     if !a.device.exists() {
         return Err(CliError::no_device(format!(
             "{}: no such device or file",
@@ -588,6 +638,7 @@ fn format(a: FormatArgs) -> CliResult {
         data_offset: a.offset.map(|o| o.saturating_mul(512)),
         detached: a.header.is_some(),
         volume_key,
+        integrity: integrity.map(|(t, _, _)| t.to_string()),
     };
     let data_size = data.size();
     let (hdr_dev, _header_claim) = match &a.header {
@@ -615,7 +666,48 @@ fn format(a: FormatArgs) -> CliResult {
         }
         None => (data, None),
     };
+    let mut p = p;
+    if let Some((_, kind, _)) = integrity {
+        format_integrity(&hdr_dev, &mut p, kind, !a.integrity_no_wipe)?;
+    }
     luks2::format(&hdr_dev, data_size, &p, &pass).map_err(luks_err)?;
+    Ok(())
+}
+
+/// The integrity half of `luksFormat --integrity`, before the header is written: the old
+/// header goes first (a format cut short leaves no header that opens), then the integrity
+/// superblock and journal, then (with `wipe`) every sector sealed. The volume key is drawn
+/// here (or taken from `--volume-key-file`) and handed on in `p`.
+fn format_integrity(
+    dev: &FileDevice,
+    p: &mut FormatParams,
+    kind: crate::crypt::aead::AeadKind,
+    wipe: bool,
+) -> CliResult {
+    let (keyslots_size, data_offset) = luks2::format::layout(p).map_err(luks_err)?;
+    let sector_size = luks2::format::sector_size(p, data_offset, dev.size()).map_err(luks_err)?;
+    p.sector_size = Some(sector_size);
+    let plan =
+        luks2_integrity::plan(kind, sector_size, dev.size(), data_offset).map_err(luks_err)?;
+    let vk = match p.volume_key.take() {
+        Some(k) if k.len() == p.key_size => k,
+        Some(k) => {
+            return Err(CliError::invalid(format!(
+                "--volume-key-file: the volume key has {} bytes, {} with {:?} needs {}",
+                k.len(),
+                p.cipher,
+                p.integrity.as_deref().unwrap_or(""),
+                p.key_size
+            )))
+        }
+        None => crate::crypt::cipher::random_key(p.key_size)
+            .map_err(|e| CliError::invalid(e.to_string()))?,
+    };
+    luks2::keyslot::wipe(dev, 0, 2 * p.metadata_size + keyslots_size).map_err(luks_err)?;
+    let mut progress = super::integrity::progress_printer("Wiping");
+    luks2_integrity::format(dev, data_offset, &plan, kind, &vk, wipe, &mut progress)
+        .map_err(luks_err)?;
+    p.volume_key = Some(vk);
     Ok(())
 }
 
@@ -675,9 +767,25 @@ fn open(a: OpenArgs) -> CliResult {
         allow_discards: a.allow_discards,
         read_only: a.read_only,
     };
-    let dev = activate::crypt_device(&seg, Arc::new(data), &vk, &opts).map_err(luks_err)?;
+    let (device, stats): (Arc<dyn BlockDevice>, crate::export::StatsFn) = match &seg.integrity {
+        Some(itype) => {
+            let iopts = luks2_integrity::IntegrityActivation {
+                no_journal: a.integrity_no_journal,
+            };
+            let dev =
+                luks2_integrity::crypt_device(&seg, itype, Arc::new(data), &vk, &opts, &iopts)
+                    .map_err(luks_err)?;
+            let stats = dev.stats();
+            (Arc::new(dev), Arc::new(move || stats.to_json()))
+        }
+        None => {
+            let dev = activate::crypt_device(&seg, Arc::new(data), &vk, &opts).map_err(luks_err)?;
+            let stats = dev.stats();
+            (Arc::new(dev), Arc::new(move || stats.to_json()))
+        }
+    };
     drop(vk);
-    let stats = dev.stats();
+    let size = device.size();
     let details = serde_json::json!({
         "type": match t.header { Header::V2(_) => "LUKS2", Header::V1(_) => "LUKS1" },
         "uuid": t.uuid(),
@@ -687,20 +795,26 @@ fn open(a: OpenArgs) -> CliResult {
         "device": absolute(&a.device),
         "header": a.header.as_deref().map(absolute),
         "offset_sectors": seg.offset / 512,
-        "size_sectors": seg.size / 512,
+        "size_sectors": size / 512,
         "sector_size": seg.sector_size,
+        "integrity": seg.integrity,
+        "integrity_mode": seg.integrity.as_ref().map(|_| match (a.read_only, a.integrity_no_journal) {
+            (true, _) => "R",
+            (false, true) => "D",
+            (false, false) => "J",
+        }),
         "keyslot": slot,
     });
     let spec = ExportSpec {
         name,
-        device: Arc::new(dev),
+        device,
         kind: "crypt".to_string(),
         loop_device: a.loop_device,
         direct_io_loop: true,
         allow_discards: a.allow_discards || seg.allow_discards,
         threads: a.threads.max(1),
         details,
-        stats: Some(Arc::new(move || stats.to_json())),
+        stats: Some(stats),
         claims: vec![claim],
     };
     super::device::open_export(spec, a.foreground)
@@ -749,6 +863,7 @@ pub(super) fn data_segment(t: &Target, data: &FileDevice) -> Result<DataSegment,
                 sector_size: 512,
                 iv_tweak: 0,
                 allow_discards: false,
+                integrity: None,
             })
         }
     }

@@ -5,6 +5,7 @@
 //! study, "Speeding up Linux disk encryption", 2020): no queues, no thread hops, the fastest synchronous primitive.
 
 pub mod aead;
+pub mod aead_device;
 mod aes_x86;
 mod block_cipher;
 mod cbc;

@@ -151,6 +151,72 @@ pub fn sha256_prefixed_blocks(
     }
 }
 
+/// HMAC-SHA-256 of every `block_size` block of `blocks`, each behind its own message prefix:
+/// tag `i` is `HMAC(key, prefixes[i*prefix_len..][..prefix_len] || block i)`, written to
+/// `out[32*i..]`. `pads` holds the key's inner then outer pad (`key ^ 0x36`, `key ^ 0x5c`, 64
+/// bytes each; see [`hmac_sha256_pads`]). Both passes run multi-buffer where
+/// [`sha256_prefixed_blocks`] does, a batch of up to 64 blocks at a time.
+pub fn hmac_sha256_prefixed_blocks(
+    pads: &[u8; 128],
+    prefixes: &[u8],
+    prefix_len: usize,
+    blocks: &[u8],
+    block_size: usize,
+    out: &mut [u8],
+) {
+    const BATCH: usize = 64;
+    assert!(block_size > 0 && blocks.len().is_multiple_of(block_size));
+    let n = blocks.len() / block_size;
+    assert_eq!(prefixes.len(), n * prefix_len);
+    assert_eq!(out.len(), n * 32);
+    let full = 64 + prefix_len;
+    let mut staged = zeroize::Zeroizing::new(vec![0u8; BATCH * full]);
+    let mut outer = zeroize::Zeroizing::new(vec![0u8; BATCH * 64]);
+    for c in outer.chunks_exact_mut(64) {
+        c.copy_from_slice(&pads[64..]);
+    }
+    let mut inner = zeroize::Zeroizing::new([0u8; BATCH * 32]);
+    for (b, (chunk, tags)) in blocks
+        .chunks(BATCH * block_size)
+        .zip(out.chunks_mut(BATCH * 32))
+        .enumerate()
+    {
+        let k = chunk.len() / block_size;
+        for i in 0..k {
+            let dst = &mut staged[i * full..(i + 1) * full];
+            dst[..64].copy_from_slice(&pads[..64]);
+            let p = (b * BATCH + i) * prefix_len;
+            dst[64..].copy_from_slice(&prefixes[p..p + prefix_len]);
+        }
+        sha256_prefixed_blocks(
+            &staged[..k * full],
+            full,
+            chunk,
+            block_size,
+            &mut inner[..k * 32],
+        );
+        sha256_prefixed_blocks(&outer[..k * 64], 64, &inner[..k * 32], 32, tags);
+    }
+}
+
+/// The inner and outer pads of an HMAC-SHA-256 key (a key longer than 64 bytes is hashed
+/// first, as RFC 2104 and the kernel's `hmac()` do).
+pub fn hmac_sha256_pads(key: &[u8]) -> zeroize::Zeroizing<[u8; 128]> {
+    use sha2::Digest;
+    let mut k = zeroize::Zeroizing::new([0u8; 64]);
+    if key.len() > 64 {
+        k[..32].copy_from_slice(&sha2::Sha256::digest(key));
+    } else {
+        k[..key.len()].copy_from_slice(key);
+    }
+    let mut pads = zeroize::Zeroizing::new([0u8; 128]);
+    for i in 0..64 {
+        pads[i] = k[i] ^ 0x36;
+        pads[64 + i] = k[i] ^ 0x5c;
+    }
+    pads
+}
+
 /// Name of the implementation [`hash_blocks`] uses for SHA-256 batches on this CPU: the
 /// multi-buffer kernel of the `tape-sha256` crate (`"avx512-2x16"`, `"avx512-16"`,
 /// `"avx2-8"`, `"shani-x4"`), or `"sha2"` when none applies and blocks are hashed one at

@@ -27,7 +27,7 @@ use super::rw_meta::{
 };
 use super::tag_cache::TagCache;
 use super::tags::{TagAlgorithm, TagHasher};
-use crate::block::{check_range, BlockDevice, BlockError, Result};
+use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -44,8 +44,9 @@ pub struct IntegrityOptions {
     pub name: String,
     /// J, B, D or R.
     pub mode: Mode,
-    /// The internal hash.
-    pub alg: TagAlgorithm,
+    /// The internal hash; `None` for none: the tags come from the layer above (dm-crypt's
+    /// authenticated modes), through [`TaggedBlockDevice`].
+    pub alg: Option<TagAlgorithm>,
     /// Its key (hmac-sha256 only).
     pub key: Option<Zeroizing<Vec<u8>>>,
     /// `journal_watermark`, percent (mode J).
@@ -65,12 +66,22 @@ pub struct IntegrityOptions {
 }
 
 impl IntegrityOptions {
+    /// The kernel's defaults for a device without internal hash, whose tags the layer above
+    /// supplies (the integrity target under LUKS2 `--integrity`).
+    pub fn external_tags(name: &str, mode: Mode) -> IntegrityOptions {
+        IntegrityOptions {
+            alg: None,
+            check_key: false,
+            ..IntegrityOptions::new(name, mode, TagAlgorithm::Crc32c)
+        }
+    }
+
     /// The kernel's defaults for `mode` and `alg`.
     pub fn new(name: &str, mode: Mode, alg: TagAlgorithm) -> IntegrityOptions {
         IntegrityOptions {
             name: name.to_string(),
             mode,
-            alg,
+            alg: Some(alg),
             key: None,
             journal_watermark: 50,
             commit_time_ms: 10_000,
@@ -218,8 +229,8 @@ pub struct Inner {
     pub layout: Layout,
     /// Mode.
     pub mode: Mode,
-    /// Tags.
-    pub tagger: TagHasher,
+    /// The internal hash's tagger; `None` when the layer above supplies the tags.
+    pub tagger: Option<TagHasher>,
     /// Range locks.
     pub ranges: RangeLock,
     /// The tag area's pages, as the kernel's dm-bufio keeps them: every tag read and write
@@ -298,23 +309,36 @@ impl Inner {
         self.lower.flush()
     }
 
-    /// Read blocks at logical `sector` (within one area) into `buf` and check their tags.
-    fn read_checked(&self, sector: u64, buf: &mut [u8], check: bool) -> Result<()> {
+    /// Read blocks at logical `sector` (within one area) into `buf` and check their tags;
+    /// without internal hash, hand the stored tags to `tags_out` instead.
+    fn read_checked(
+        &self,
+        sector: u64,
+        buf: &mut [u8],
+        check: bool,
+        tags_out: Option<&mut [u8]>,
+    ) -> Result<()> {
         let l = &self.layout;
         self.lower.read_at(buf, l.data_sector(sector) * 512)?;
         let blocks = buf.len() / l.block_size();
         self.stats
             .blocks_read
             .fetch_add(blocks as u64, Ordering::Relaxed);
+        let ts = l.tag_size as usize;
+        let Some(tagger) = &self.tagger else {
+            return match tags_out {
+                Some(t) => self.tag_cache.read(&*self.lower, l.tag_offset(sector), t),
+                None => Ok(()),
+            };
+        };
         if !check {
             return Ok(());
         }
-        let ts = l.tag_size as usize;
         let mut stored = vec![0u8; blocks * ts];
         self.tag_cache
             .read(&*self.lower, l.tag_offset(sector), &mut stored)?;
         let mut computed = vec![0u8; blocks * ts];
-        self.tagger.tag_blocks(sector, buf, &mut computed);
+        tagger.tag_blocks(sector, buf, &mut computed);
         if computed != stored {
             let k = computed
                 .chunks_exact(ts)
@@ -332,14 +356,16 @@ impl Inner {
         Ok(())
     }
 
-    /// Read one area's piece, from the journal where it holds newer data.
-    fn read_piece(&self, sector: u64, buf: &mut [u8]) -> Result<()> {
+    /// Read one area's piece, from the journal where it holds newer data; `tags` (external
+    /// tags only) receives the blocks' tags.
+    fn read_piece(&self, sector: u64, buf: &mut [u8], mut tags: Option<&mut [u8]>) -> Result<()> {
         let l = &self.layout;
         let bs = l.block_size();
+        let ts = l.tag_size as usize;
         let check = self.mode != Mode::Recovery;
         let Some(j) = &self.journal else {
             let _r = self.ranges.lock(sector, (buf.len() / 512) as u64);
-            return self.read_checked(sector, buf, check);
+            return self.read_checked(sector, buf, check, tags);
         };
         // The journal first, holding no range: a write-back holds a section's lock while it
         // waits for a range, so a range must never be held while waiting for a section. A
@@ -353,8 +379,9 @@ impl Inner {
             let runs = st.newest.overlapping(first, blocks);
             for &(b, n, pos) in &runs {
                 for k in 0..n {
-                    let o = ((b - first + k) as usize) * bs;
-                    journal::read_block(l, j, pos + k as u32, &mut buf[o..o + bs]);
+                    let i = (b - first + k) as usize;
+                    let tag = tags.as_deref_mut().map(|t| &mut t[i * ts..(i + 1) * ts]);
+                    journal::read_block(l, j, pos + k as u32, &mut buf[i * bs..(i + 1) * bs], tag);
                 }
             }
             runs
@@ -371,7 +398,10 @@ impl Inner {
                 let len = ((b - next) as usize) * bs;
                 let s = next << l.log2_spb;
                 let _r = self.ranges.lock(s, (len / 512) as u64);
-                self.read_checked(s, &mut buf[o..o + len], check)?;
+                let t = tags
+                    .as_deref_mut()
+                    .map(|t| &mut t[o / bs * ts..(o + len) / bs * ts]);
+                self.read_checked(s, &mut buf[o..o + len], check, t)?;
             }
             next = e;
         }
@@ -398,6 +428,11 @@ impl Inner {
         let l = &self.layout;
         let mut sb = self.sb.lock().unwrap_or_else(|e| e.into_inner()).clone();
         let mut pos = sb.recalc_sector();
+        let Some(tagger) = &self.tagger else {
+            // Without internal hash there is nothing to recalculate (the kernel refuses
+            // `recalculate` then): the layer above owns the tags.
+            return Ok(());
+        };
         let ts = l.tag_size as usize;
         let mut buf = Vec::new();
         let mut tags = Vec::new();
@@ -431,7 +466,7 @@ impl Inner {
                 buf.resize((cnt * 512) as usize, 0);
                 tags.resize((cnt >> l.log2_spb) as usize * ts, 0);
                 self.lower.read_at(&mut buf, l.data_sector(s) * 512)?;
-                self.tagger.tag_blocks(s, &buf, &mut tags);
+                tagger.tag_blocks(s, &buf, &mut tags);
                 self.tag_cache.write(&*self.lower, l.tag_offset(s), &tags)?;
                 self.stats
                     .recalculated_sectors
@@ -581,14 +616,23 @@ impl IntegrityDevice {
         }
         let flags = sb.flags();
         let salt = (flags & SB_FLAG_FIXED_HMAC != 0).then(|| sb.salt());
-        let tagger = TagHasher::new(
-            opts.alg,
-            opts.key.as_ref().map(|k| k.as_slice()),
-            salt,
-            layout.tag_size as usize,
-            layout.block_size(),
-        )
-        .map_err(|e| inv(e.to_string()))?;
+        let tagger = match opts.alg {
+            Some(alg) => Some(
+                TagHasher::new(
+                    alg,
+                    opts.key.as_ref().map(|k| k.as_slice()),
+                    salt,
+                    layout.tag_size as usize,
+                    layout.block_size(),
+                )
+                .map_err(|e| inv(e.to_string()))?,
+            ),
+            // The kernel's words: bitmap mode recalculates tags, which needs an internal hash.
+            None if mode == Mode::Bitmap => {
+                return Err(inv("Bitmap mode can be only used with internal hash".into()))
+            }
+            None => None,
+        };
         if flags & SB_FLAG_RECALCULATING != 0
             && sb.recalc_sector() < layout.provided_data_sectors
             && flags & SB_FLAG_FIXED_HMAC != 0
@@ -713,7 +757,7 @@ impl IntegrityDevice {
             }
         }
         let inner = Arc::new(inner);
-        if opts.check_key && mode != Mode::Recovery {
+        if opts.check_key && mode != Mode::Recovery && inner.tagger.is_some() {
             check_samples(&inner)?;
         }
         Ok(IntegrityDevice {
@@ -830,7 +874,7 @@ fn check_samples(inner: &Inner) -> std::result::Result<(), OpenError> {
     let mut good = false;
     for k in 0..n {
         let block = k * (blocks / n);
-        match inner.read_checked(block << l.log2_spb, &mut buf, true) {
+        match inner.read_checked(block << l.log2_spb, &mut buf, true, None) {
             Ok(()) => {
                 good = true;
                 break;
@@ -848,7 +892,7 @@ fn check_samples(inner: &Inner) -> std::result::Result<(), OpenError> {
     Err(OpenError::Invalid(format!(
         "{}: no sampled sector has a valid {} tag: wrong --integrity algorithm or key (or a device formatted with --no-wipe and never written; --integrity-recovery-mode reads it unchecked)",
         inner.lower.name(),
-        inner.tagger.algorithm().name()
+        inner.tagger.as_ref().map_or("none", |t| t.algorithm().name())
     )))
 }
 
@@ -889,19 +933,92 @@ impl BlockDevice for IntegrityDevice {
         self.read_only
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        if self.inner.tagger.is_none() && self.inner.mode != Mode::Recovery {
+            return Err(self.no_internal_hash());
+        }
+        self.read_blocks(buf, None, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let Some(tagger) = &self.inner.tagger else {
+            return Err(self.no_internal_hash());
+        };
+        let l = &self.inner.layout;
+        let mut tags = vec![0u8; buf.len() / l.block_size() * l.tag_size as usize];
+        if buf.len().is_multiple_of(l.block_size()) {
+            tagger.tag_blocks(offset / 512, buf, &mut tags);
+        }
+        self.write_blocks(buf, &tags, offset)
+    }
+    fn flush(&self) -> Result<()> {
+        self.flush_device()
+    }
+}
+
+impl TaggedBlockDevice for IntegrityDevice {
+    fn tag_size(&self) -> usize {
+        self.inner.layout.tag_size as usize
+    }
+    fn read_tagged(&self, buf: &mut [u8], tags: &mut [u8], offset: u64) -> Result<()> {
+        self.check_tags(buf.len(), tags.len(), offset)?;
+        self.read_blocks(buf, Some(tags), offset)
+    }
+    fn write_tagged(&self, buf: &[u8], tags: &[u8], offset: u64) -> Result<()> {
+        self.check_tags(buf.len(), tags.len(), offset)?;
+        self.write_blocks(buf, tags, offset)
+    }
+}
+
+impl IntegrityDevice {
+    /// Plain reads and writes of a device whose tags come from above: refused (the kernel
+    /// fails such bios too, there being no tag to store or return).
+    fn no_internal_hash(&self) -> BlockError {
+        BlockError::Unsupported {
+            device: self.inner.name.clone(),
+            op: "I/O without tags on a device without internal hash",
+        }
+    }
+
+    /// Tagged I/O needs a device without internal hash and one tag per block.
+    fn check_tags(&self, len: usize, tags: usize, offset: u64) -> Result<()> {
+        let l = &self.inner.layout;
+        if self.inner.tagger.is_some() {
+            return Err(BlockError::Unsupported {
+                device: self.inner.name.clone(),
+                op: "tags from above on a device with an internal hash",
+            });
+        }
+        if tags != len / l.block_size() * l.tag_size as usize {
+            return Err(BlockError::Io {
+                device: self.inner.name.clone(),
+                offset,
+                source: std::io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        }
+        Ok(())
+    }
+
+    /// Read whole blocks at `offset`; `tags` receives their tags (external tags only).
+    fn read_blocks(&self, buf: &mut [u8], mut tags: Option<&mut [u8]>, offset: u64) -> Result<()> {
         self.check(offset, buf.len())?;
         let l = &self.inner.layout;
+        let ts = l.tag_size as usize;
+        let bs = l.block_size();
         let mut sector = offset / 512;
         let mut done = 0usize;
         while done < buf.len() {
             let n = (l.area_remaining(sector) as usize * 512).min(buf.len() - done);
-            self.inner.read_piece(sector, &mut buf[done..done + n])?;
+            let t = tags
+                .as_deref_mut()
+                .map(|t| &mut t[done / bs * ts..(done + n) / bs * ts]);
+            self.inner.read_piece(sector, &mut buf[done..done + n], t)?;
             done += n;
             sector += (n / 512) as u64;
         }
         Ok(())
     }
-    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+
+    /// Write whole blocks at `offset` with their `tags`.
+    fn write_blocks(&self, buf: &[u8], tags: &[u8], offset: u64) -> Result<()> {
         if self.read_only {
             return Err(BlockError::ReadOnly {
                 device: self.inner.name.clone(),
@@ -912,14 +1029,12 @@ impl BlockDevice for IntegrityDevice {
         let inner = &self.inner;
         let l = &inner.layout;
         let ts = l.tag_size as usize;
-        let mut tags = vec![0u8; buf.len() / l.block_size() * ts];
-        inner.tagger.tag_blocks(offset / 512, buf, &mut tags);
         inner
             .stats
             .blocks_written
             .fetch_add((buf.len() / l.block_size()) as u64, Ordering::Relaxed);
         if let Some(j) = &inner.journal {
-            return journal::journal_write(inner, j, offset / 512, buf, &tags);
+            return journal::journal_write(inner, j, offset / 512, buf, tags);
         }
         let mut sector = offset / 512;
         let mut done = 0usize;
@@ -933,7 +1048,8 @@ impl BlockDevice for IntegrityDevice {
         }
         Ok(())
     }
-    fn flush(&self) -> Result<()> {
+
+    fn flush_device(&self) -> Result<()> {
         self.inner.check_failed(0)?;
         self.start_timer();
         match &self.inner.journal {

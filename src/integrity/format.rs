@@ -59,6 +59,11 @@ pub struct FormatParams {
     /// Size in bytes of a separate data device (integritysetup's `--data-device`): the
     /// device formatted then holds only the superblock, the journal and the tags.
     pub data_device_bytes: Option<u64>,
+    /// No internal hash: the tags come from the layer above (LUKS2 `--integrity`), so
+    /// `algorithm` and `key` are unused, `tag_size` is required, there is no salt (the kernel
+    /// draws one only for an internal or journal MAC with `fix_hmac`), and wiping is the
+    /// upper layer's job.
+    pub external_tags: bool,
 }
 
 impl FormatParams {
@@ -77,6 +82,20 @@ impl FormatParams {
             salt: None,
             wipe: true,
             data_device_bytes: None,
+            external_tags: false,
+        }
+    }
+
+    /// What cryptsetup's `INTEGRITY_format` has the kernel write under a LUKS2 segment with
+    /// integrity: `tag_size` bytes of tag from dm-crypt per `sector_size` block, the kernel's
+    /// default journal, interleave and buffer, `fix_padding`, no wipe.
+    pub fn external_tags(tag_size: u16, sector_size: u32) -> FormatParams {
+        FormatParams {
+            tag_size: Some(tag_size),
+            sector_size,
+            wipe: false,
+            external_tags: true,
+            ..FormatParams::new(TagAlgorithm::Crc32c)
         }
     }
 }
@@ -88,8 +107,8 @@ pub struct FormatPlan {
     pub superblock: Superblock,
     /// Its layout on the device.
     pub geometry: Geometry,
-    /// The tagger (with the salt).
-    pub hasher: TagHasher,
+    /// The tagger (with the salt); `None` with external tags.
+    pub hasher: Option<TagHasher>,
     /// Whether the data is wiped.
     pub wipe: bool,
     /// Size of the device holding the metadata when the data is on a separate device.
@@ -146,8 +165,20 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
     let tag_size = match p.tag_size {
         Some(0) => return Err(IntegrityError::option("--tag-size", "must not be 0")),
         Some(t) => t,
+        None if p.external_tags => {
+            return Err(IntegrityError::option(
+                "--tag-size",
+                "is required without internal hash",
+            ))
+        }
         None => p.algorithm.digest_size() as u16,
     };
+    if p.external_tags && p.wipe {
+        return Err(IntegrityError::option(
+            "--wipe",
+            "without internal hash, the layer that owns the tags initialises the data",
+        ));
+    }
     let fields = Geometry::for_format(
         &FormatLayout {
             tag_size,
@@ -163,6 +194,7 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
         data_sectors,
     )?;
     let salt = match p.salt {
+        _ if p.external_tags => [0u8; SALT_SIZE],
         Some(s) => s,
         None => {
             let mut s = [0u8; SALT_SIZE];
@@ -172,10 +204,15 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
             s
         }
     };
-    let flags = if meta.is_some() {
-        SB_FLAG_FIXED_HMAC
+    let hmac_flag = if p.external_tags {
+        0
     } else {
-        SB_FLAG_FIXED_PADDING | SB_FLAG_FIXED_HMAC
+        SB_FLAG_FIXED_HMAC
+    };
+    let flags = if meta.is_some() {
+        hmac_flag
+    } else {
+        SB_FLAG_FIXED_PADDING | hmac_flag
     };
     let mut sb = Superblock {
         version: Superblock::version_for(flags, p.bitmap_mode, meta.is_some()),
@@ -196,13 +233,17 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
     };
     let geometry = Geometry::new(&sb, data_sectors, &opts)?;
     sb.log2_blocks_per_bitmap_bit = geometry.log2_blocks_per_bitmap_bit(p.sectors_per_bit);
-    let hasher = TagHasher::new(
-        p.algorithm,
-        p.key.as_deref().map(|k| &k[..]),
-        Some(salt),
-        usize::from(tag_size),
-        p.sector_size as usize,
-    )?;
+    let hasher = if p.external_tags {
+        None
+    } else {
+        Some(TagHasher::new(
+            p.algorithm,
+            p.key.as_deref().map(|k| &k[..]),
+            Some(salt),
+            usize::from(tag_size),
+            p.sector_size as usize,
+        )?)
+    };
     Ok(FormatPlan {
         superblock: sb,
         geometry,
@@ -309,8 +350,8 @@ fn fill_chunk(
             .copy_from_slice(&journal[(a - js) as usize..(b - js) as usize]);
         dirty.push(((a - start) as usize, (b - start) as usize));
     }
-    if plan.wipe {
-        fill_tags(plan, zeros, start, buf, &mut dirty, threads);
+    if let (true, Some(h)) = (plan.wipe, &plan.hasher) {
+        fill_tags(plan, h, zeros, start, buf, &mut dirty, threads);
     }
     chunk.dirty = dirty;
 }
@@ -319,6 +360,7 @@ fn fill_chunk(
 /// go to `dirty`.
 fn fill_tags(
     plan: &FormatPlan,
+    hasher: &TagHasher,
     zeros: &[u8],
     start: u64,
     buf: &mut [u8],
@@ -362,7 +404,7 @@ fn fill_tags(
     let l0 = first.first_logical / spb + k0;
     let total: u64 = pieces.iter().map(|p| p.2).sum();
     let mut tags = vec![0u8; (total * ts) as usize];
-    zero_tags(&plan.hasher, zeros, l0, total as usize, &mut tags, threads);
+    zero_tags(hasher, zeros, l0, total as usize, &mut tags, threads);
     let mut pos = 0usize;
     for (area, k0, n) in pieces {
         let t0 = area.metadata_start * 512 + k0 * ts;
@@ -588,7 +630,7 @@ mod tests {
             let mut t = vec![0u8; tsz];
             for b in 0..g.provided_blocks() {
                 let l = b * u64::from(g.sectors_per_block());
-                plan.hasher.tag(l, &zero, &mut t);
+                plan.hasher.as_ref().unwrap().tag(l, &zero, &mut t);
                 let o = g.tag_byte_offset(l) as usize;
                 assert_eq!(&img[o..o + tsz], &t[..], "{alg} block {b}");
             }

@@ -342,14 +342,19 @@ pub fn journal_write(
 /// commit and write-back itself.
 const SPACE_WAIT: std::time::Duration = std::time::Duration::from_millis(200);
 
-/// Copy block `pos`'s data out of the journal into `out` (with the state locked).
-pub fn read_block(l: &Layout, j: &Journal, pos: u32, out: &mut [u8]) {
+/// Copy block `pos`'s data out of the journal into `out`, and its tag into `tag` when asked
+/// (with the state locked).
+pub fn read_block(l: &Layout, j: &Journal, pos: u32, out: &mut [u8], tag: Option<&mut [u8]>) {
     let (i, e) = (
         pos / l.journal_section_entries,
         pos % l.journal_section_entries,
     );
     let sec = j.section(i);
     read_entry_data(l, &sec, 0, e, out);
+    if let Some(t) = tag {
+        let o = JournalMap(l).tag(0, e);
+        t.copy_from_slice(&sec[o..o + t.len()]);
+    }
 }
 
 /// Write the journal back in place if it is filled beyond the watermark (`integrity_commit`
@@ -582,8 +587,11 @@ pub fn copy_section(
         }
         let t = m.tag(0, e);
         if from_replay {
-            inner.tagger.tag(s0, &sec[d..d + bs], &mut check);
-            if check[..] != sec[t..t + ts] {
+            let tagger = inner.tagger.as_ref();
+            if let Some(h) = tagger {
+                h.tag(s0, &sec[d..d + bs], &mut check);
+            }
+            if tagger.is_some() && check[..] != sec[t..t + ts] {
                 problem.get_or_insert(format!(
                     "tag mismatch when replaying the journal, at sector {s0}"
                 ));

@@ -35,4 +35,4 @@ pub use superblock::Superblock;
 pub use tags::{TagAlgorithm, TagHasher};
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

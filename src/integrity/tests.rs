@@ -123,30 +123,27 @@ impl Rng {
     }
 }
 
-enum AppOp {
-    /// Blocks written (block, fill byte), and the log length once acknowledged.
+/// What the application did, in order.
+pub(crate) enum AppOp {
+    /// Blocks written (block, fill byte).
     Write(Vec<(u64, u8)>),
     /// A flush, acknowledged at this log length.
     Flush(usize),
 }
 
-/// Run a scripted workload on a freshly formatted device in `mode`, then check every state a
-/// power cut could leave: the device opens (replay or recalculation), every block reads back
-/// without error as one version written to it (a whole block of one fill byte), never older
-/// than what the last acknowledged flush covered. Returns the number of states checked.
-fn crash_run(mode: Mode, f: &Fmt, sectors_per_bit: Option<u64>, seed: u64, rounds: usize) -> usize {
-    let mem = MemoryDevice::new("m", 1 << 20);
-    let l = format(&mem, f);
-    let base = mem.contents();
-    let faulty = Arc::new(FaultyDevice::new(MemoryDevice::from_vec("m", base.clone())));
-    let bs = l.block_size();
-    let blocks = l.provided_data_sectors >> l.log2_spb;
-    let mut o = opts(mode, f);
-    o.sectors_per_bit = sectors_per_bit;
-    // Commits and write-backs on the writing thread: one I/O order to cut.
-    o.background_writeback = false;
-    faulty.start_log();
-    let dev = IntegrityDevice::open(faulty.clone(), o.clone()).unwrap();
+/// Random writes of whole blocks (each filled with one byte value) and flushes to `dev` over
+/// `faulty`: `rounds` rounds of one or two writes of one to three blocks, a flush after the
+/// rounds `flush_round` picks, `hook(round)` at the end of each.
+pub(crate) fn crash_workload(
+    dev: &dyn BlockDevice,
+    faulty: &FaultyDevice<MemoryDevice>,
+    blocks: u64,
+    seed: u64,
+    rounds: usize,
+    flush_round: impl Fn(usize) -> bool,
+    hook: impl Fn(usize),
+) -> Vec<AppOp> {
+    let bs = dev.logical_block_size() as usize;
     let mut ops = Vec::new();
     let mut rng = Rng(seed);
     let mut fill = 1u8;
@@ -164,37 +161,58 @@ fn crash_run(mode: Mode, f: &Fmt, sectors_per_bit: Option<u64>, seed: u64, round
             dev.write_at(&buf, start * bs as u64).unwrap();
             ops.push(AppOp::Write(w));
         }
-        if mode == Mode::Bitmap && round % 5 == 4 {
-            dev.clean_bitmap().unwrap();
-        }
-        if round % 3 != 2 || mode == Mode::Journal {
+        hook(round);
+        if flush_round(round) {
             dev.flush().unwrap();
             ops.push(AppOp::Flush(faulty.log_len()));
         }
     }
-    dev.close().unwrap();
-    ops.push(AppOp::Flush(faulty.log_len()));
-    drop(dev);
-    let log = faulty.take_log();
+    ops
+}
+
+/// Reopen every state a power cut can leave of `base` after `log` with `open`, and check that
+/// each block holds a version the application may see: the last one written before the last
+/// acknowledged flush, or a later one (never a mix). With `corrupt_ok`, a block may instead
+/// fail its check (`Corrupt`): detected, never wrong data. Returns the number of states.
+pub(crate) fn crash_check(
+    base: &[u8],
+    log: &[crate::block::LoggedOp],
+    ops: &[AppOp],
+    blocks: u64,
+    bs: usize,
+    corrupt_ok: bool,
+    open: impl Fn(&str, Arc<MemoryDevice>) -> Box<dyn BlockDevice>,
+) -> usize {
     let mut states = 0;
-    for_each_crash_state(&base, &log, |what, img| {
+    for_each_crash_state(base, log, |what, img| {
         states += 1;
         let cut: usize = what
             .strip_prefix("power cut before operation ")
             .and_then(|r| r.split(' ').next())
             .and_then(|n| n.parse().ok())
             .expect("state description");
-        // The versions allowed for each block.
         let acked = ops
             .iter()
             .rposition(|op| matches!(op, AppOp::Flush(at) if *at <= cut));
-        let lower = Arc::new(MemoryDevice::from_vec("img", img.to_vec()));
-        let d = IntegrityDevice::open(lower, o.clone())
-            .unwrap_or_else(|e| panic!("{what}: open failed: {e}"));
+        let d = open(what, Arc::new(MemoryDevice::from_vec("img", img.to_vec())));
         let mut all = vec![0u8; (blocks as usize) * bs];
-        d.read_at(&mut all, 0)
-            .unwrap_or_else(|e| panic!("{what}: read failed: {e}"));
+        let mut failed = vec![false; blocks as usize];
+        if corrupt_ok {
+            for (b, chunk) in all.chunks_exact_mut(bs).enumerate() {
+                match d.read_at(chunk, (b * bs) as u64) {
+                    Ok(()) => {}
+                    Err(BlockError::Corrupt { .. }) => failed[b] = true,
+                    Err(e) => panic!("{what}: read of block {b} failed: {e}"),
+                }
+            }
+        } else {
+            d.read_at(&mut all, 0)
+                .unwrap_or_else(|e| panic!("{what}: read failed: {e}"));
+        }
         for b in 0..blocks {
+            if failed[b as usize] {
+                continue;
+            }
             let got = &all[b as usize * bs..(b as usize + 1) * bs];
             let v = got[0];
             assert!(got.iter().all(|&x| x == v), "{what}: block {b} is a mix");
@@ -223,6 +241,44 @@ fn crash_run(mode: Mode, f: &Fmt, sectors_per_bit: Option<u64>, seed: u64, round
         }
     });
     states
+}
+
+fn crash_run(mode: Mode, f: &Fmt, sectors_per_bit: Option<u64>, seed: u64, rounds: usize) -> usize {
+    let mem = MemoryDevice::new("m", 1 << 20);
+    let l = format(&mem, f);
+    let base = mem.contents();
+    let faulty = Arc::new(FaultyDevice::new(MemoryDevice::from_vec("m", base.clone())));
+    let bs = l.block_size();
+    let blocks = l.provided_data_sectors >> l.log2_spb;
+    let mut o = opts(mode, f);
+    o.sectors_per_bit = sectors_per_bit;
+    // Commits and write-backs on the writing thread: one I/O order to cut.
+    o.background_writeback = false;
+    faulty.start_log();
+    let dev = IntegrityDevice::open(faulty.clone(), o.clone()).unwrap();
+    let mut ops = crash_workload(
+        &dev,
+        &faulty,
+        blocks,
+        seed,
+        rounds,
+        |round| round % 3 != 2 || mode == Mode::Journal,
+        |round| {
+            if mode == Mode::Bitmap && round % 5 == 4 {
+                dev.clean_bitmap().unwrap();
+            }
+        },
+    );
+    dev.close().unwrap();
+    ops.push(AppOp::Flush(faulty.log_len()));
+    drop(dev);
+    let log = faulty.take_log();
+    crash_check(&base, &log, &ops, blocks, bs, false, |what, lower| {
+        Box::new(
+            IntegrityDevice::open(lower, o.clone())
+                .unwrap_or_else(|e| panic!("{what}: open failed: {e}")),
+        )
+    })
 }
 
 #[test]
@@ -394,7 +450,7 @@ fn wrong_key_or_algorithm_is_refused_at_open() {
         "{e}"
     );
     let mut o = opts(Mode::Journal, &f);
-    o.alg = TagAlgorithm::Sha256;
+    o.alg = Some(TagAlgorithm::Sha256);
     o.key = None;
     assert!(IntegrityDevice::open(mem.clone(), o).is_err());
     IntegrityDevice::open(mem.clone(), opts(Mode::Journal, &f)).unwrap();

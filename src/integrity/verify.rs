@@ -427,7 +427,7 @@ mod tests {
             meta,
             &plan.superblock,
             &plan.geometry,
-            &plan.hasher,
+            plan.hasher.as_ref().expect("an internal hash"),
             threads,
             &mut |_, _| {},
         )

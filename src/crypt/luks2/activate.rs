@@ -23,6 +23,9 @@ pub struct DataSegment {
     pub iv_tweak: u64,
     /// Whether the header asks for discards (`config.flags` "allow-discards").
     pub allow_discards: bool,
+    /// The segment's `integrity.type` (`hmac(sha256)`, `aead`, ...): dm-crypt in an
+    /// authenticated mode over dm-integrity.
+    pub integrity: Option<String>,
 }
 
 /// Refuse headers whose mandatory requirements we do not implement (online reencryption and
@@ -75,6 +78,11 @@ pub fn data_segment(
         )));
     }
     let ss = s.sector_size as u64;
+    if s.integrity_type().is_some() && s.size.is_some() {
+        return Err(corrupt(
+            "data segment with integrity has a fixed size (it must be \"dynamic\")".into(),
+        ));
+    }
     let size = match s.size {
         Some(n) => {
             if s.offset.checked_add(n).is_none_or(|end| end > data_size) {
@@ -100,6 +108,7 @@ pub fn data_segment(
         sector_size: s.sector_size,
         iv_tweak: s.iv_tweak,
         allow_discards: m.config.flags.iter().any(|f| f == "allow-discards"),
+        integrity: s.integrity_type(),
     })
 }
 

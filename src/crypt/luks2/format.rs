@@ -39,6 +39,10 @@ pub struct FormatParams {
     pub detached: bool,
     /// Use this volume key instead of a random one.
     pub volume_key: Option<VolumeKey>,
+    /// The segment's `integrity.type` (`hmac(sha256)`, `aead`, `poly1305`, `none`): `cipher`
+    /// is then an authenticated mode and `key_size` counts the MAC key too. The integrity
+    /// device under the segment is written separately ([`super::integrity::format`]).
+    pub integrity: Option<String>,
 }
 
 impl Default for FormatParams {
@@ -56,6 +60,7 @@ impl Default for FormatParams {
             data_offset: None,
             detached: false,
             volume_key: None,
+            integrity: None,
         }
     }
 }
@@ -90,7 +95,7 @@ pub fn valid_uuid(s: &str) -> bool {
 }
 
 /// The header layout: (keyslots_size, data_offset).
-fn layout(p: &FormatParams) -> Result<(u64, u64), LuksError> {
+pub fn layout(p: &FormatParams) -> Result<(u64, u64), LuksError> {
     let inv = |s: String| Err(LuksError::Invalid(s));
     if !HEADER_SIZES.contains(&p.metadata_size) {
         return inv(format!(
@@ -129,17 +134,10 @@ fn layout(p: &FormatParams) -> Result<(u64, u64), LuksError> {
     Ok((keyslots_size, data_offset))
 }
 
-/// Format: write a LUKS2 header with keyslot 0 opened by `passphrase` to `hdr_dev` (the data
-/// device itself unless detached; `data_size` is the data device's size). Returns the header
-/// and the volume key.
-pub fn format(
-    hdr_dev: &dyn BlockDevice,
-    data_size: u64,
-    p: &FormatParams,
-    passphrase: &[u8],
-) -> Result<(Luks2Header, VolumeKey), LuksError> {
-    let (keyslots_size, data_offset) = layout(p)?;
-    let sector_size = match p.sector_size {
+/// The encryption sector size of a format: `--sector-size`, else 4096 when the data area is
+/// 4 KiB aligned, else 512.
+pub fn sector_size(p: &FormatParams, data_offset: u64, data_size: u64) -> Result<u32, LuksError> {
+    Ok(match p.sector_size {
         Some(s) if matches!(s, 512 | 1024 | 2048 | 4096) => s,
         Some(s) => {
             return Err(LuksError::Invalid(format!(
@@ -152,7 +150,20 @@ pub fn format(
             4096
         }
         None => 512,
-    };
+    })
+}
+
+/// Format: write a LUKS2 header with keyslot 0 opened by `passphrase` to `hdr_dev` (the data
+/// device itself unless detached; `data_size` is the data device's size). Returns the header
+/// and the volume key.
+pub fn format(
+    hdr_dev: &dyn BlockDevice,
+    data_size: u64,
+    p: &FormatParams,
+    passphrase: &[u8],
+) -> Result<(Luks2Header, VolumeKey), LuksError> {
+    let (keyslots_size, data_offset) = layout(p)?;
+    let sector_size = sector_size(p, data_offset, data_size)?;
     if !data_offset.is_multiple_of(sector_size as u64) {
         return Err(LuksError::Invalid(format!(
             "data offset {data_offset} is not a multiple of the sector size {sector_size}"
@@ -175,13 +186,21 @@ pub fn format(
             hdr_dev.name()
         )));
     }
-    crate::crypt::luks2::area::check(&p.cipher, p.key_size).map_err(|_| {
-        LuksError::Unsupported(format!(
-            "cipher {:?} with a {}-bit key",
-            p.cipher,
-            p.key_size * 8
-        ))
-    })?;
+    match &p.integrity {
+        Some(itype) => {
+            let kind = crate::crypt::aead::AeadKind::from_luks2(&p.cipher, itype)
+                .map_err(|e| LuksError::Unsupported(e.to_string()))?;
+            crate::crypt::aead::SectorAead::new(kind, &vec![0x5a; p.key_size], 512)
+                .map_err(|e| LuksError::Unsupported(e.to_string()))?;
+        }
+        None => crate::crypt::luks2::area::check(&p.cipher, p.key_size).map_err(|_| {
+            LuksError::Unsupported(format!(
+                "cipher {:?} with a {}-bit key",
+                p.cipher,
+                p.key_size * 8
+            ))
+        })?,
+    }
     let uuid = match &p.uuid {
         Some(u) if valid_uuid(u) => u.to_ascii_lowercase(),
         Some(u) => return Err(LuksError::Invalid(format!("--uuid {u:?} is not a UUID"))),
@@ -204,7 +223,7 @@ pub fn format(
         }
     };
     let digest = digest::create(&vk, &p.pbkdf.hash, p.pbkdf.force_iterations.is_none())?;
-    let segment = Segment {
+    let mut segment = Segment {
         kind: "crypt".into(),
         offset: data_offset,
         size: None,
@@ -215,6 +234,9 @@ pub fn format(
         raw: Default::default(),
         problem: None,
     };
+    if let Some(itype) = &p.integrity {
+        segment.set_integrity(itype);
+    }
     let mut h = Luks2Header {
         hdr_size: p.metadata_size,
         seqid: 0,

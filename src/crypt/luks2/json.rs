@@ -745,6 +745,28 @@ impl Segment {
         })
     }
 
+    /// The `integrity.type` of a crypt segment with integrity (`hmac(sha256)`, `aead`, ...).
+    pub fn integrity_type(&self) -> Option<String> {
+        self.raw
+            .get("integrity")?
+            .get("type")?
+            .as_str()
+            .map(str::to_string)
+    }
+
+    /// Give the segment an `integrity` object as cryptsetup writes it (no journal
+    /// encryption or MAC).
+    pub fn set_integrity(&mut self, itype: &str) {
+        self.raw.insert(
+            "integrity".into(),
+            serde_json::json!({
+                "type": itype,
+                "journal_encryption": "none",
+                "journal_integrity": "none",
+            }),
+        );
+    }
+
     /// The segment as cryptsetup writes it.
     pub fn to_value(&self) -> Value {
         let mut o = self.raw.clone();

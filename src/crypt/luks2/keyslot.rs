@@ -347,9 +347,10 @@ pub fn add(
             .find(|i| !m.keyslots.contains_key(i))
             .ok_or_else(|| LuksError::Invalid("all 32 keyslots are in use".into()))?,
     };
-    // Keyslots use the data cipher when it suits a keyslot area, as cryptsetup does.
+    // Keyslots use the data cipher when it suits a keyslot area, as cryptsetup does; never
+    // an authenticated one (`LUKS2_keyslot_cipher_incompatible`: the area has no tags).
     let (encryption, area_key) = match m.segments.get(&0) {
-        Some(s) if area::check(&s.encryption, vk.len()).is_ok() => {
+        Some(s) if s.integrity_type().is_none() && area::check(&s.encryption, vk.len()).is_ok() => {
             (s.encryption.clone(), vk.len() as u32)
         }
         _ => ("aes-xts-plain64".to_string(), 64),

@@ -17,6 +17,9 @@ pub mod dump;
 pub mod format;
 pub mod hash;
 pub mod header;
+pub mod integrity;
+#[cfg(test)]
+mod integrity_tests;
 pub mod json;
 pub mod jsonc;
 pub mod keyslot;

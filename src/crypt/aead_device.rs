@@ -1,0 +1,238 @@
+//! The crypt target in an authenticated mode (LUKS2 `--integrity`): dm-crypt over a
+//! dm-integrity device without internal hash. Every sector is sealed on write, its
+//! metadata (tag, and IV when random) handed down as the integrity device's tag; on read the
+//! tags come back with the data and every sector is verified before it is decrypted.
+//!
+//! A sector that does not verify fails the whole request with `EIO` (`Corrupt`), is logged
+//! (the kernel's `INTEGRITY AEAD ERROR, sector N`) and counted; the caller's buffer is zeroed,
+//! so nothing unauthenticated is ever returned. As in [`super::device`], the work is done
+//! inline on the serving thread.
+
+use super::aead::SectorAead;
+use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice};
+use std::cell::RefCell;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Counters shown by `dmkit status`.
+#[derive(Debug, Default)]
+pub struct AeadStats {
+    /// Sectors verified and decrypted.
+    pub sectors_decrypted: AtomicU64,
+    /// Sectors sealed.
+    pub sectors_encrypted: AtomicU64,
+    /// Sectors whose tag did not verify.
+    pub auth_failures: AtomicU64,
+}
+
+impl AeadStats {
+    /// The counters as JSON.
+    pub fn to_json(&self) -> serde_json::Value {
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        serde_json::json!({
+            "sectors_decrypted": g(&self.sectors_decrypted),
+            "sectors_encrypted": g(&self.sectors_encrypted),
+            "integrity_errors": g(&self.auth_failures),
+        })
+    }
+}
+
+/// Largest piece of a request sealed or opened at once (bounds the scratch buffers).
+const CHUNK: usize = 1 << 20;
+
+thread_local! {
+    /// Per serving thread: the ciphertext of the write being served, and the tags of the
+    /// request (no plaintext is left in them), reused so a request allocates nothing.
+    static SCRATCH: RefCell<(Vec<u8>, Vec<u8>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Run `f` with this thread's scratch buffers, sized `data` and `tags` bytes (fresh ones
+/// when they are in use further up the stack on this thread).
+fn with_scratch<R>(data: usize, tags: usize, f: impl FnOnce(&mut [u8], &mut [u8]) -> R) -> R {
+    SCRATCH.with(|c| {
+        let mut own = (Vec::new(), Vec::new());
+        let mut guard = c.try_borrow_mut();
+        let (d, t) = match guard.as_mut() {
+            Ok(b) => &mut **b,
+            Err(_) => &mut own,
+        };
+        d.resize(d.len().max(data), 0);
+        t.resize(t.len().max(tags), 0);
+        f(&mut d[..data], &mut t[..tags])
+    })
+}
+
+/// dm-crypt with `integrity:N:aead` (or `:none`) over a tag-carrying device.
+pub struct AeadCryptDevice {
+    name: String,
+    lower: Arc<dyn TaggedBlockDevice>,
+    aead: SectorAead,
+    read_only: bool,
+    stats: Arc<AeadStats>,
+}
+
+impl AeadCryptDevice {
+    /// The target over `lower`, whose blocks must be the encryption sectors and whose tags
+    /// must hold the mode's metadata.
+    pub fn new(
+        name: &str,
+        lower: Arc<dyn TaggedBlockDevice>,
+        aead: SectorAead,
+        read_only: bool,
+    ) -> std::result::Result<AeadCryptDevice, String> {
+        let ss = aead.sector_size();
+        if lower.logical_block_size() as usize != ss {
+            return Err(format!(
+                "{}: integrity block size {} differs from the encryption sector size {ss}",
+                lower.name(),
+                lower.logical_block_size()
+            ));
+        }
+        if lower.tag_size() < aead.kind().metadata_size() {
+            return Err(format!(
+                "{}: integrity tags of {} bytes cannot hold {} bytes of {:?} metadata",
+                lower.name(),
+                lower.tag_size(),
+                aead.kind().metadata_size(),
+                aead.kind()
+            ));
+        }
+        Ok(AeadCryptDevice {
+            name: name.to_string(),
+            read_only: read_only || lower.read_only(),
+            lower,
+            aead,
+            stats: Arc::new(AeadStats::default()),
+        })
+    }
+
+    /// The live counters.
+    pub fn stats(&self) -> Arc<AeadStats> {
+        self.stats.clone()
+    }
+
+    fn check(&self, offset: u64, len: usize) -> Result<()> {
+        check_range(&self.name, offset, len, self.size())?;
+        let mask = self.aead.sector_size() as u64 - 1;
+        if offset & mask != 0 || len as u64 & mask != 0 {
+            return Err(BlockError::Io {
+                device: self.name.clone(),
+                offset,
+                source: io::Error::from_raw_os_error(libc::EINVAL),
+            });
+        }
+        Ok(())
+    }
+
+    fn crypto_error(&self, offset: u64, e: impl std::fmt::Display) -> BlockError {
+        BlockError::Io {
+            device: self.name.clone(),
+            offset,
+            source: io::Error::other(e.to_string()),
+        }
+    }
+
+    fn chunk(&self) -> usize {
+        CHUNK - CHUNK % self.aead.sector_size()
+    }
+}
+
+impl BlockDevice for AeadCryptDevice {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn size(&self) -> u64 {
+        self.lower.size()
+    }
+    fn logical_block_size(&self) -> u32 {
+        self.aead.sector_size() as u32
+    }
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.check(offset, buf.len())?;
+        let ss = self.aead.sector_size();
+        let ts = self.lower.tag_size();
+        let most = buf.len().min(self.chunk());
+        with_scratch(0, most / ss * ts, |_, tags| {
+            self.read_chunks(buf, tags, offset)
+        })
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        if self.read_only {
+            return Err(BlockError::ReadOnly {
+                device: self.name.clone(),
+            });
+        }
+        self.check(offset, buf.len())?;
+        let ss = self.aead.sector_size();
+        let ts = self.lower.tag_size();
+        let most = buf.len().min(self.chunk());
+        with_scratch(most, most / ss * ts, |scratch, tags| {
+            let mut done = 0;
+            while done < buf.len() {
+                let n = self.chunk().min(buf.len() - done);
+                let off = offset + done as u64;
+                let (s, t) = (&mut scratch[..n], &mut tags[..n / ss * ts]);
+                s.copy_from_slice(&buf[done..done + n]);
+                self.aead
+                    .seal_sectors(off / 512, s, t, ts)
+                    .map_err(|e| self.crypto_error(off, e))?;
+                self.lower.write_tagged(s, t, off)?;
+                self.stats
+                    .sectors_encrypted
+                    .fetch_add((n / ss) as u64, Ordering::Relaxed);
+                done += n;
+            }
+            Ok(())
+        })
+    }
+    fn flush(&self) -> Result<()> {
+        self.lower.flush()
+    }
+}
+
+impl AeadCryptDevice {
+    /// Read, verify and decrypt `buf` at `offset` a chunk at a time, with `tags` for a
+    /// chunk's tags.
+    fn read_chunks(&self, buf: &mut [u8], tags: &mut [u8], offset: u64) -> Result<()> {
+        let ss = self.aead.sector_size();
+        let ts = self.lower.tag_size();
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.chunk().min(buf.len() - done);
+            let t = &mut tags[..n / ss * ts];
+            let off = offset + done as u64;
+            let piece = &mut buf[done..done + n];
+            if let Err(e) = self.lower.read_tagged(piece, t, off) {
+                buf.fill(0);
+                return Err(e);
+            }
+            let bad = self
+                .aead
+                .open_sectors(off / 512, piece, t, ts)
+                .map_err(|e| self.crypto_error(off, e))?;
+            if let Some(&first) = bad.first() {
+                self.stats
+                    .auth_failures
+                    .fetch_add(bad.len() as u64, Ordering::Relaxed);
+                for s in &bad {
+                    eprintln!("dmkit: {}: INTEGRITY AEAD ERROR, sector {s}", self.name);
+                }
+                buf.fill(0);
+                return Err(BlockError::Corrupt {
+                    device: self.name.clone(),
+                    what: "sector (512-byte)",
+                    block: first,
+                });
+            }
+            self.stats
+                .sectors_decrypted
+                .fetch_add((n / ss) as u64, Ordering::Relaxed);
+            done += n;
+        }
+        Ok(())
+    }
+}
