@@ -163,7 +163,7 @@ mod tests {
     #[test]
     fn matches_a_map_of_single_blocks_under_random_writes_and_writebacks() {
         for seed in 1..40u64 {
-            let mut rng = Rng(seed * 0x9E37_79B9_7F4A_7C15);
+            let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
             let mut map = NewestMap::default();
             let mut model: HashMap<u64, u32> = HashMap::new();
             let mut next_pos = 0u32;

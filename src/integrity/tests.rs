@@ -518,7 +518,7 @@ fn concurrent_writers_and_readers_keep_tags_consistent() {
                     for i in 0..400 {
                         let b = rng.below(blocks - 4);
                         if i % 2 == 0 {
-                            buf.fill(t as u8 + i as u8);
+                            buf.fill((t as u8).wrapping_add(i as u8));
                             d.write_at(&buf, b * 512).unwrap();
                         } else {
                             d.read_at(&mut buf, b * 512).unwrap();
