@@ -666,48 +666,45 @@ fn format(a: FormatArgs) -> CliResult {
         }
         None => (data, None),
     };
-    let mut p = p;
+    // Every check first: a refused format writes nothing.
+    let prepared = luks2::format::prepare(&hdr_dev, data_size, &p).map_err(luks_err)?;
     if let Some((_, kind, _)) = integrity {
-        format_integrity(&hdr_dev, &mut p, kind, !a.integrity_no_wipe)?;
+        format_integrity(&hdr_dev, &prepared, kind, !a.integrity_no_wipe)?;
     }
-    luks2::format(&hdr_dev, data_size, &p, &pass).map_err(luks_err)?;
+    luks2::format::write(&hdr_dev, prepared, &p, &pass).map_err(luks_err)?;
     Ok(())
 }
 
-/// The integrity half of `luksFormat --integrity`, before the header is written: the old
-/// header goes first (a format cut short leaves no header that opens), then the integrity
-/// superblock and journal, then (with `wipe`) every sector sealed. The volume key is drawn
-/// here (or taken from `--volume-key-file`) and handed on in `p`.
+/// The integrity half of `luksFormat --integrity`, between the checks and the header: the
+/// old header goes first (a format cut short leaves no header that opens), then the
+/// integrity superblock and journal, then (with `wipe`) every sector sealed with the volume
+/// key the header will hold.
 fn format_integrity(
     dev: &FileDevice,
-    p: &mut FormatParams,
+    prepared: &luks2::format::Prepared,
     kind: crate::crypt::aead::AeadKind,
     wipe: bool,
 ) -> CliResult {
-    let (keyslots_size, data_offset) = luks2::format::layout(p).map_err(luks_err)?;
-    let sector_size = luks2::format::sector_size(p, data_offset, dev.size()).map_err(luks_err)?;
-    p.sector_size = Some(sector_size);
+    let seg = prepared
+        .header
+        .metadata
+        .segments
+        .get(&0)
+        .ok_or_else(|| CliError::invalid("the new header has no data segment"))?;
     let plan =
-        luks2_integrity::plan(kind, sector_size, dev.size(), data_offset).map_err(luks_err)?;
-    let vk = match p.volume_key.take() {
-        Some(k) if k.len() == p.key_size => k,
-        Some(k) => {
-            return Err(CliError::invalid(format!(
-                "--volume-key-file: the volume key has {} bytes, {} with {:?} needs {}",
-                k.len(),
-                p.cipher,
-                p.integrity.as_deref().unwrap_or(""),
-                p.key_size
-            )))
-        }
-        None => crate::crypt::cipher::random_key(p.key_size)
-            .map_err(|e| CliError::invalid(e.to_string()))?,
-    };
-    luks2::keyslot::wipe(dev, 0, 2 * p.metadata_size + keyslots_size).map_err(luks_err)?;
+        luks2_integrity::plan(kind, seg.sector_size, dev.size(), seg.offset).map_err(luks_err)?;
+    luks2::keyslot::wipe(dev, 0, prepared.metadata_end).map_err(luks_err)?;
     let mut progress = super::integrity::progress_printer("Wiping");
-    luks2_integrity::format(dev, data_offset, &plan, kind, &vk, wipe, &mut progress)
-        .map_err(luks_err)?;
-    p.volume_key = Some(vk);
+    luks2_integrity::format(
+        dev,
+        seg.offset,
+        &plan,
+        kind,
+        &prepared.volume_key,
+        wipe,
+        &mut progress,
+    )
+    .map_err(luks_err)?;
     Ok(())
 }
 

@@ -162,6 +162,29 @@ pub fn format(
     p: &FormatParams,
     passphrase: &[u8],
 ) -> Result<(Luks2Header, VolumeKey), LuksError> {
+    let prepared = prepare(hdr_dev, data_size, p)?;
+    write(hdr_dev, prepared, p, passphrase)
+}
+
+/// A format decided and checked, nothing written yet: the header (no keyslot), the volume
+/// key, and where the metadata ends.
+pub struct Prepared {
+    /// The header, keyslot 0 not yet added.
+    pub header: Luks2Header,
+    /// The volume key (drawn, or `p.volume_key`).
+    pub volume_key: VolumeKey,
+    /// End of the header copies and keyslots area, in bytes.
+    pub metadata_end: u64,
+}
+
+/// Every check of [`format`], and the volume key, before anything is written: what runs
+/// between this and [`write`] (the integrity device's format) may rely on the header being
+/// writable.
+pub fn prepare(
+    hdr_dev: &dyn BlockDevice,
+    data_size: u64,
+    p: &FormatParams,
+) -> Result<Prepared, LuksError> {
     let (keyslots_size, data_offset) = layout(p)?;
     let sector_size = sector_size(p, data_offset, data_size)?;
     if !data_offset.is_multiple_of(sector_size as u64) {
@@ -237,7 +260,7 @@ pub fn format(
     if let Some(itype) = &p.integrity {
         segment.set_integrity(itype);
     }
-    let mut h = Luks2Header {
+    let h = Luks2Header {
         hdr_size: p.metadata_size,
         seqid: 0,
         label: p.label.clone(),
@@ -262,6 +285,25 @@ pub fn format(
     };
     // Check label and subsystem lengths before anything is written.
     h.encode()?;
+    Ok(Prepared {
+        header: h,
+        volume_key: vk,
+        metadata_end,
+    })
+}
+
+/// Write a [`prepare`]d format: wipe the old headers and keyslots, add keyslot 0.
+pub fn write(
+    hdr_dev: &dyn BlockDevice,
+    prepared: Prepared,
+    p: &FormatParams,
+    passphrase: &[u8],
+) -> Result<(Luks2Header, VolumeKey), LuksError> {
+    let Prepared {
+        header: mut h,
+        volume_key: vk,
+        metadata_end,
+    } = prepared;
     // Old headers and keyslots must not survive under the new ones.
     keyslot::wipe(hdr_dev, 0, metadata_end)?;
     keyslot::add(hdr_dev, &mut h, &vk, passphrase, &p.pbkdf, Some(0))?;

@@ -51,7 +51,7 @@ pub fn key_layout(
     mac_key_bits: Option<u32>,
 ) -> Result<(AeadKind, usize), LuksError> {
     let kind = AeadKind::from_luks2(cipher, itype).map_err(|e| {
-        LuksError::Unsupported(format!(
+        LuksError::Invalid(format!(
             "{e} (pairs: aes-xts-plain64 + hmac-sha256/hmac-sha512, aes-xts-random + hmac-sha256/none, aes-gcm-random + aead, chacha20-random + poly1305)"
         ))
     })?;
