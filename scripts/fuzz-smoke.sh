@@ -36,8 +36,12 @@ failed=()
 for t in "${targets[@]}"; do
     echo "fuzz-smoke: $t for ${seconds}s"
     mkdir -p "corpus/$t"
+    # Committed seeds (fuzz/seeds/<target>/) start the search from real headers; new inputs
+    # go to the first directory, corpus/<target>.
+    seeds=()
+    if [ -d "seeds/$t" ]; then seeds=("seeds/$t"); fi
     # -max_total_time bounds the run; a crash, leak or timeout makes libFuzzer exit non-zero.
-    if ! cargo +nightly fuzz run "$t" "corpus/$t" -- \
+    if ! cargo +nightly fuzz run "$t" "corpus/$t" "${seeds[@]}" -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1; then
         failed+=("$t")
     fi

@@ -1,12 +1,15 @@
 //! Arbitrary bytes as a LUKS2 JSON area: the json-c-compatible parser, cryptsetup's metadata
 //! rules and the dump never panic; json-c's writer and reader agree (what is written reads
-//! back, and its text is stable); and whatever the rules accept dumps and builds a typed view.
+//! back, and its text is stable); and whatever the rules accept dumps and builds a typed view
+//! whose data segment (with its `integrity` object) is checked as activation checks it.
+//! Seeds in fuzz/seeds/luks2_json/ hold real headers, one with integrity.
 
 #![no_main]
 
 use dmkit::crypt::luks2::header::{Luks2Header, RawCopy};
 use dmkit::crypt::luks2::jsonc::{parse_area, Style};
-use dmkit::crypt::luks2::{copies, dump, validate, Metadata};
+use dmkit::crypt::aead::AeadKind;
+use dmkit::crypt::luks2::{activate, copies, dump, integrity, validate, Metadata};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -43,5 +46,15 @@ fuzz_target!(|data: &[u8]| {
             }),
         };
         let _ = dump::text(&h);
+        // The data segment as activation sees it, integrity fields included: checked against
+        // device sizes around its offset, never trusted.
+        for size in [0u64, 1 << 20, 16 << 20, (16 << 20) + 4096, 1 << 40] {
+            if let Ok(seg) = activate::data_segment(&h, "fuzz", size, false) {
+                if let Some(itype) = &seg.integrity {
+                    let _ = AeadKind::from_luks2(&seg.cipher, itype);
+                    let _ = integrity::key_layout(&seg.cipher, itype, None, None);
+                }
+            }
+        }
     }
 });
