@@ -669,7 +669,7 @@ fn format(a: FormatArgs) -> CliResult {
     // Every check first: a refused format writes nothing.
     let prepared = luks2::format::prepare(&hdr_dev, data_size, &p).map_err(luks_err)?;
     if let Some((_, kind, _)) = integrity {
-        format_integrity(&hdr_dev, &prepared, kind, !a.integrity_no_wipe)?;
+        format_integrity(&a.device, &hdr_dev, &prepared, kind, !a.integrity_no_wipe)?;
     }
     luks2::format::write(&hdr_dev, prepared, &p, &pass).map_err(luks_err)?;
     Ok(())
@@ -680,6 +680,7 @@ fn format(a: FormatArgs) -> CliResult {
 /// integrity superblock and journal, then (with `wipe`) every sector sealed with the volume
 /// key the header will hold.
 fn format_integrity(
+    path: &Path,
     dev: &FileDevice,
     prepared: &luks2::format::Prepared,
     kind: crate::crypt::aead::AeadKind,
@@ -695,8 +696,15 @@ fn format_integrity(
         luks2_integrity::plan(kind, seg.sector_size, dev.size(), seg.offset).map_err(luks_err)?;
     luks2::keyslot::wipe(dev, 0, prepared.metadata_end).map_err(luks_err)?;
     let mut progress = super::integrity::progress_printer("Wiping");
-    luks2_integrity::format(
+    // The sealed sectors bypass the page cache where the storage allows O_DIRECT (tmpfs and
+    // a few others do not).
+    let direct = super::files::open_backing(path, false, true).ok();
+    let to = luks2_integrity::FormatTarget {
         dev,
+        direct: direct.as_ref().map(|d| d as &dyn BlockDevice),
+    };
+    luks2_integrity::format(
+        to,
         seg.offset,
         &plan,
         kind,

@@ -105,10 +105,21 @@ pub fn plan(
         .map_err(|e| LuksError::Invalid(format!("integrity: {e}")))
 }
 
-/// Write the integrity superblock and journal of `plan` at `offset` of `dev`, then (with
+/// Where format writes: the device, and the same device opened with `O_DIRECT` (when the
+/// storage allows it) for the sealed sectors, so that gigabytes of ciphertext do not go
+/// through the page cache.
+#[derive(Clone, Copy)]
+pub struct FormatTarget<'a> {
+    /// The device, buffered.
+    pub dev: &'a dyn BlockDevice,
+    /// The same device with `O_DIRECT`, used for 4 KiB-aligned writes from aligned buffers.
+    pub direct: Option<&'a dyn BlockDevice>,
+}
+
+/// Write the integrity superblock and journal of `plan` at `offset` of `to`, then (with
 /// `wipe`) seal every sector of zeros in place with `vk`; `progress(done, total)` in bytes.
 pub fn format(
-    dev: &dyn BlockDevice,
+    to: FormatTarget<'_>,
     offset: u64,
     plan: &iformat::FormatPlan,
     kind: AeadKind,
@@ -116,20 +127,82 @@ pub fn format(
     wipe: bool,
     progress: &mut dyn FnMut(u64, u64),
 ) -> Result<(), LuksError> {
+    let dev = to.dev;
     let size = dev.size().saturating_sub(offset);
     let name = dev.name().to_string();
-    let window = Window::new(dev, offset, size).ok_or_else(|| {
-        LuksError::Invalid(format!("{name}: data offset {offset} is beyond the end"))
-    })?;
+    let beyond = || LuksError::Invalid(format!("{name}: data offset {offset} is beyond the end"));
+    let window = Window::new(dev, offset, size).ok_or_else(beyond)?;
     iformat::write(&window, None, plan, &mut |_, _| {})
         .map_err(|e| LuksError::Invalid(format!("{name}: integrity: {e}")))?;
     if wipe {
         let aead = SectorAead::new(kind, vk, plan.geometry.sector_size() as usize)
             .map_err(|e| LuksError::Invalid(e.to_string()))?;
-        wipe_sealed(&window, &plan.geometry, &aead, progress)?;
+        let direct = match to.direct {
+            Some(d) => Some(Window::new(d, offset, size).ok_or_else(beyond)?),
+            None => None,
+        };
+        let out = Writer {
+            buffered: &window,
+            direct: direct.as_ref().map(|d| d as &dyn BlockDevice),
+            offset,
+        };
+        wipe_sealed(out, &plan.geometry, &aead, progress)?;
+        if let Some(d) = &direct {
+            d.flush()?;
+        }
     }
     window.flush()?;
     Ok(())
+}
+
+/// Writes of the wipe: direct where offset (on the device), length and buffer are 4 KiB
+/// aligned, buffered otherwise.
+#[derive(Clone, Copy)]
+struct Writer<'a> {
+    buffered: &'a dyn BlockDevice,
+    direct: Option<&'a dyn BlockDevice>,
+    /// Where the window starts on the device (alignment is the device's).
+    offset: u64,
+}
+
+impl Writer<'_> {
+    fn name(&self) -> &str {
+        self.buffered.name()
+    }
+    fn write_at(&self, buf: &[u8], at: u64) -> Result<(), BlockError> {
+        let a = ALIGN as u64;
+        match self.direct {
+            Some(d)
+                if (self.offset + at).is_multiple_of(a)
+                    && buf.len().is_multiple_of(ALIGN)
+                    && (buf.as_ptr() as usize).is_multiple_of(ALIGN) =>
+            {
+                d.write_at(buf, at)
+            }
+            _ => self.buffered.write_at(buf, at),
+        }
+    }
+}
+
+/// Alignment of direct I/O.
+const ALIGN: usize = 4096;
+
+/// A zeroed buffer of `len` bytes whose start is `ALIGN`-aligned.
+struct Aligned {
+    raw: Vec<u8>,
+    off: usize,
+    len: usize,
+}
+
+impl Aligned {
+    fn new(len: usize) -> Aligned {
+        let raw = vec![0u8; len + ALIGN];
+        let off = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
+        Aligned { raw, off, len }
+    }
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.raw[self.off..self.off + self.len]
+    }
 }
 
 /// Data bytes sealed per thread per step.
@@ -139,7 +212,7 @@ const WIPE_STEP: usize = 4 << 20;
 /// interleave area's data is split between the cores, sealed and written by each, then the
 /// area's tag run is written in one piece.
 fn wipe_sealed(
-    dev: &dyn BlockDevice,
+    dev: Writer<'_>,
     g: &Geometry,
     aead: &SectorAead,
     progress: &mut dyn FnMut(u64, u64),
@@ -149,11 +222,16 @@ fn wipe_sealed(
     let bs = g.sector_size() as usize;
     let total = g.provided_data_sectors() * 512;
     let mut done = 0u64;
-    let mut bufs: Vec<Vec<u8>> = (0..threads).map(|_| vec![0u8; WIPE_STEP]).collect();
+    let mut bufs: Vec<Aligned> = (0..threads).map(|_| Aligned::new(WIPE_STEP)).collect();
+    let mut tag_buf = Aligned::new(0);
     for area in g.area_iter() {
         let bytes = (area.data_sectors * 512) as usize;
         let blocks = bytes / bs;
-        let mut tags = vec![0u8; (area.metadata_sectors * 512) as usize];
+        let run = (area.metadata_sectors * 512) as usize;
+        if tag_buf.len != run {
+            tag_buf = Aligned::new(run);
+        }
+        let tags = tag_buf.get();
         let per = blocks.div_ceil(threads).max(1);
         let results: Vec<Result<(), BlockError>> = std::thread::scope(|s| {
             let handles: Vec<_> = tags[..blocks * ts]
@@ -167,7 +245,7 @@ fn wipe_sealed(
                         let mut k = 0;
                         while k < n {
                             let m = (n - k).min(WIPE_STEP / bs);
-                            let data = &mut buf[..m * bs];
+                            let data = &mut buf.get()[..m * bs];
                             data.fill(0);
                             let block = (first + k) as u64;
                             let sector = area.first_logical + block * (bs as u64 / 512);
@@ -205,7 +283,7 @@ fn wipe_sealed(
         for r in results {
             r?;
         }
-        dev.write_at(&tags, area.metadata_start * 512)?;
+        dev.write_at(tags, area.metadata_start * 512)?;
         done += bytes as u64;
         progress(done, total);
     }

@@ -42,7 +42,11 @@ fn formatted(kind: AeadKind, vk: &[u8], ss: u32, size: usize) -> Vec<u8> {
     ip.journal_sectors = if ss == 512 { 176 } else { 528 };
     ip.interleave_sectors = if ss == 512 { 256 } else { 2048 };
     let p = crate::integrity::format::plan(&ip, size as u64).unwrap();
-    format(&mem, 0, &p, kind, vk, true, &mut |_, _| {}).unwrap();
+    let to = super::integrity::FormatTarget {
+        dev: &mem,
+        direct: None,
+    };
+    format(to, 0, &p, kind, vk, true, &mut |_, _| {}).unwrap();
     mem.contents()
 }
 
