@@ -222,10 +222,12 @@ impl AeadCryptDevice {
                     eprintln!("dmkit: {}: INTEGRITY AEAD ERROR, sector {s}", self.name);
                 }
                 buf.fill(0);
+                // The block in this device's sector size (the log line above has the kernel's
+                // 512-byte sector).
                 return Err(BlockError::Corrupt {
                     device: self.name.clone(),
-                    what: "sector (512-byte)",
-                    block: first,
+                    what: "data",
+                    block: first * 512 / ss as u64,
                 });
             }
             self.stats
