@@ -6,12 +6,12 @@ use super::luks_keys::{passphrase, KeyArgs};
 use super::luks_slots;
 use super::{CliError, CliResult};
 use crate::block::{BlockDevice, FileDevice};
-use crate::crypt::luks1::{self, Luks1Header};
-use crate::crypt::luks2::activate::{self, ActivateOptions, DataSegment};
-use crate::crypt::luks2::header::{self, luks_version};
+use crate::crypt::luks1;
+use crate::crypt::luks2::activate::{ActivateOptions, DataSegment};
+use crate::crypt::luks2::header::luks_version;
 use crate::crypt::luks2::integrity as luks2_integrity;
 use crate::crypt::luks2::{
-    self, dump, keyslot, FormatParams, Luks2Header, LuksError, PbkdfKind, PbkdfParams, VolumeKey,
+    self, dump, keyslot, FormatParams, LuksError, PbkdfKind, PbkdfParams, VolumeKey,
 };
 use crate::export::ExportSpec;
 use std::path::{Path, PathBuf};
@@ -365,13 +365,7 @@ pub(super) fn open_file(path: &Path, read_only: bool) -> Result<FileDevice, CliE
     super::files::open_device(path, read_only, false)
 }
 
-/// A parsed header of either version.
-pub(super) enum Header {
-    /// LUKS2.
-    V2(Box<Luks2Header>),
-    /// LUKS1.
-    V1(Box<Luks1Header>),
-}
+pub(super) use crate::crypt::volume::Header;
 
 /// The device holding the header, and the header.
 pub(super) struct Target {
@@ -422,20 +416,8 @@ pub(super) fn load_quietly(
     } else {
         None
     };
-    let mut first = [0u8; 8];
-    if dev.size() >= 8 {
-        dev.read_at(&mut first, 0)
-            .map_err(|e| CliError::invalid(e.to_string()))?;
-    }
     let detached = header.is_some();
-    let mut warning = None;
-    let header = if luks_version(&first) == Some(1) {
-        Header::V1(Box::new(luks1::read(&dev).map_err(luks_err)?))
-    } else {
-        let loaded = header::read(&dev).map_err(luks_err)?;
-        warning = loaded.warning;
-        Header::V2(Box::new(loaded.header))
-    };
+    let (header, warning) = Header::read(&dev).map_err(luks_err)?;
     Ok((
         Target {
             dev,
@@ -479,31 +461,19 @@ impl Target {
         slot: Option<u32>,
         segment: keyslot::Segment,
     ) -> Result<(u32, VolumeKey), CliError> {
-        match &self.header {
-            Header::V2(h) => keyslot::unlock(&self.dev, h, pass, slot, segment),
-            Header::V1(h) => luks1::unlock(&self.dev, h, pass, slot),
-        }
-        .map_err(luks_err)
+        self.header
+            .unlock(&self.dev, pass, slot, segment)
+            .map_err(luks_err)
     }
 
     /// The UUID.
     pub(super) fn uuid(&self) -> &str {
-        match &self.header {
-            Header::V2(h) => &h.uuid,
-            Header::V1(h) => &h.uuid,
-        }
+        self.header.uuid()
     }
 
     /// Data cipher, and data offset in bytes.
     pub(super) fn cipher_and_offset(&self) -> (String, u64) {
-        match &self.header {
-            Header::V2(h) => h
-                .metadata
-                .segments
-                .get(&0)
-                .map_or((String::new(), 0), |s| (s.encryption.clone(), s.offset)),
-            Header::V1(h) => (h.cipher(), h.payload_offset as u64 * 512),
-        }
+        self.header.cipher_and_offset()
     }
 }
 
@@ -772,30 +742,18 @@ fn open(a: OpenArgs) -> CliResult {
         allow_discards: a.allow_discards,
         read_only: a.read_only,
     };
-    let (device, stats): (Arc<dyn BlockDevice>, crate::export::StatsFn) = match &seg.integrity {
-        Some(itype) => {
-            let iopts = luks2_integrity::IntegrityActivation {
-                no_journal: a.integrity_no_journal,
-            };
-            let dev =
-                luks2_integrity::crypt_device(&seg, itype, Arc::new(data), &vk, &opts, &iopts)
-                    .map_err(luks_err)?;
-            let stats = dev.stats();
-            (Arc::new(dev), Arc::new(move || stats.to_json()))
-        }
-        None => {
-            let dev = activate::crypt_device(&seg, Arc::new(data), &vk, &opts).map_err(luks_err)?;
-            let stats = dev.stats();
-            (Arc::new(dev), Arc::new(move || stats.to_json()))
-        }
+    let iopts = luks2_integrity::IntegrityActivation {
+        no_journal: a.integrity_no_journal,
     };
+    let active = crate::crypt::volume::activate(&seg, Arc::new(data), &vk, &opts, &iopts)
+        .map_err(luks_err)?;
     drop(vk);
-    let size = device.size();
+    let size = active.device.size();
     let details = serde_json::json!({
-        "type": match t.header { Header::V2(_) => "LUKS2", Header::V1(_) => "LUKS1" },
+        "type": t.header.type_name(),
         "uuid": t.uuid(),
         "cipher": seg.cipher,
-        "keysize_bits": dev_key_bits(&t),
+        "keysize_bits": t.header.key_bits(),
         "key_location": "memory",
         "device": absolute(&a.device),
         "header": a.header.as_deref().map(absolute),
@@ -812,14 +770,14 @@ fn open(a: OpenArgs) -> CliResult {
     });
     let spec = ExportSpec {
         name,
-        device,
+        device: active.device,
         kind: "crypt".to_string(),
         loop_device: a.loop_device,
         direct_io_loop: true,
         allow_discards: a.allow_discards || seg.allow_discards,
         threads: a.threads.max(1),
         details,
-        stats: Some(stats),
+        stats: Some(active.stats),
         claims: vec![claim],
     };
     super::device::open_export(spec, a.foreground)
@@ -834,44 +792,11 @@ fn absolute(p: &Path) -> String {
         .to_string()
 }
 
-fn dev_key_bits(t: &Target) -> u32 {
-    match &t.header {
-        Header::V2(h) => h
-            .metadata
-            .keyslots
-            .values()
-            .next()
-            .map_or(0, |k| k.key_size * 8),
-        Header::V1(h) => h.key_bytes * 8,
-    }
-}
-
-/// The data segment of `t` on `data`, checked (LUKS1 gets the same treatment as LUKS2).
+/// The data segment of `t` on `data`, checked.
 pub(super) fn data_segment(t: &Target, data: &FileDevice) -> Result<DataSegment, CliError> {
-    match &t.header {
-        Header::V2(h) => {
-            activate::data_segment(h, data.name(), data.size(), t.detached).map_err(luks_err)
-        }
-        Header::V1(h) => {
-            let offset = h.payload_offset as u64 * 512;
-            if offset >= data.size() {
-                return Err(CliError::invalid(format!(
-                    "{}: payload offset {offset} is beyond the end of the device ({} bytes, truncated?)",
-                    data.name(),
-                    data.size()
-                )));
-            }
-            Ok(DataSegment {
-                cipher: h.cipher(),
-                offset,
-                size: (data.size() - offset) / 512 * 512,
-                sector_size: 512,
-                iv_tweak: 0,
-                allow_discards: false,
-                integrity: None,
-            })
-        }
-    }
+    t.header
+        .data_segment(data.name(), data.size(), t.detached)
+        .map_err(luks_err)
 }
 
 fn dump_cmd(a: DumpArgs) -> CliResult {

@@ -22,4 +22,5 @@ pub mod secret;
 #[cfg(test)]
 mod tests;
 mod twofish;
+pub mod volume;
 mod xts;
