@@ -9,34 +9,22 @@
 //! Run with `cargo run --release --example integrity_format_speed -- DIR [SIZE_MIB]`
 //! (default 2048 MiB); it creates and deletes `DIR/dd.img` and `DIR/format.img`.
 
+mod common;
+
+use common::mib_s;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
-
-fn mib_s(bytes: u64, secs: f64) -> f64 {
-    bytes as f64 / secs / (1 << 20) as f64
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dir = Path::new(args.get(1).map(String::as_str).unwrap_or("."));
     let mib: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2048);
     let bytes = mib << 20;
-    let dd_img = dir.join("dd.img");
     let fmt_img = dir.join("format.img");
     let dmkit = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/dmkit");
 
-    let _ = std::fs::remove_file(&dd_img);
-    let t = Instant::now();
-    let st = Command::new("dd")
-        .args(["if=/dev/zero", "bs=1M", "oflag=direct", "status=none"])
-        .arg(format!("of={}", dd_img.display()))
-        .arg(format!("count={mib}"))
-        .status()
-        .expect("dd");
-    assert!(st.success());
-    let dd = mib_s(bytes, t.elapsed().as_secs_f64());
-    let _ = std::fs::remove_file(&dd_img);
+    let dd = common::dd_direct(dir, mib);
     println!("dd bs=1M oflag=direct          {dd:8.0} MiB/s");
 
     // Multi-buffer SHA-256 of `bytes` worth of 512-byte sectors on all cores.

@@ -12,6 +12,9 @@
 //! (default 2048 MiB); it creates and deletes `DIR/dd.img` and `DIR/luks.img`.
 
 use dmkit::crypt::aead::{AeadKind, SectorAead};
+mod common;
+
+use common::mib_s;
 use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
@@ -19,30 +22,15 @@ use std::time::Instant;
 /// cryptsetup's LUKS2 `--integrity hmac-sha256` wipe in the documents, MiB/s.
 const DOCUMENTS_MIB_S: f64 = 3.8;
 
-fn mib_s(bytes: u64, secs: f64) -> f64 {
-    bytes as f64 / secs / (1 << 20) as f64
-}
-
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let dir = Path::new(args.get(1).map(String::as_str).unwrap_or("."));
     let mib: u64 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(2048);
     let bytes = mib << 20;
-    let dd_img = dir.join("dd.img");
     let img = dir.join("luks.img");
     let dmkit = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/release/dmkit");
 
-    let _ = std::fs::remove_file(&dd_img);
-    let t = Instant::now();
-    let st = Command::new("dd")
-        .args(["if=/dev/zero", "bs=1M", "oflag=direct", "status=none"])
-        .arg(format!("of={}", dd_img.display()))
-        .arg(format!("count={mib}"))
-        .status()
-        .expect("dd");
-    assert!(st.success());
-    let disk = mib_s(bytes, t.elapsed().as_secs_f64());
-    let _ = std::fs::remove_file(&dd_img);
+    let disk = common::dd_direct(dir, mib);
     println!("disk: dd bs=1M oflag=direct            {disk:8.0} MiB/s");
 
     // Sealing on all cores: what the initialisation computes.

@@ -22,6 +22,16 @@ fn format(e: &Workspace, img: &str, pass: &str, extra: &[&str]) -> common::run::
     e.run.run(&args)
 }
 
+/// A passphrase file and an image of `size` bytes formatted with `extra` (which must succeed).
+fn formatted(e: &Workspace, size: u64, extra: &[&str]) -> (String, String) {
+    let pass = e.s("pass");
+    fs::write(&pass, "integrity").unwrap();
+    let img = e.sparse("disk.img", size);
+    let r = format(e, &img, &pass, extra);
+    assert_eq!(r.code, Some(0), "{}", r.describe());
+    (img, pass)
+}
+
 #[test]
 fn bad_options_are_refused_and_nothing_is_written() {
     let e = Workspace::new();
@@ -71,18 +81,14 @@ fn open_round_trips_and_reports_tampered_sectors() {
         return;
     }
     let e = Workspace::new();
-    let pass = e.s("pass");
-    fs::write(&pass, "integrity").unwrap();
-    let img = e.sparse("disk.img", 48 << 20);
-    let r = format(
+    let (img, pass) = formatted(
         &e,
-        &img,
-        &pass,
+        48 << 20,
         &["--integrity", "hmac-sha256", "--sector-size", "4096"],
     );
-    assert_eq!(r.code, Some(0), "{}", r.describe());
     let data: Vec<u8> = (0..256u32 << 10).map(|i| (i * 7 % 251) as u8).collect();
-    for (name, extra) in [("li1", &[][..]), ("li2", &["--integrity-no-journal"][..])] {
+    // `luks open IMG NAME --key-file PASS EXTRA...`: the path it serves at.
+    let open = |name: &str, extra: &[&str]| -> String {
         e.run.track(name);
         let mut args = vec![
             "luks",
@@ -93,7 +99,10 @@ fn open_round_trips_and_reports_tampered_sectors() {
             pass.as_str(),
         ];
         args.extend(extra);
-        let path = e.run.ok(&args).lines().next().unwrap().to_string();
+        e.run.ok(&args).lines().next().unwrap().to_string()
+    };
+    for (name, extra) in [("li1", &[][..]), ("li2", &["--integrity-no-journal"][..])] {
+        let path = open(name, extra);
         let f = fs::OpenOptions::new()
             .read(true)
             .write(true)
@@ -117,22 +126,7 @@ fn open_round_trips_and_reports_tampered_sectors() {
     // Reopened: the data is still there. Then one ciphertext byte of the sector holding
     // byte 1 MiB + 8192 of the device is altered on disk.
     let read = |name: &str, off: u64, len: usize| -> std::io::Result<Vec<u8>> {
-        e.run.track(name);
-        let path = e
-            .run
-            .ok(&[
-                "luks",
-                "open",
-                img.as_str(),
-                name,
-                "--key-file",
-                pass.as_str(),
-                "-r",
-            ])
-            .lines()
-            .next()
-            .unwrap()
-            .to_string();
+        let path = open(name, &["-r"]);
         let f = fs::File::open(&path).unwrap();
         let mut b = vec![0u8; len];
         let r = f.read_exact_at(&mut b, off).map(|_| b);
@@ -194,16 +188,11 @@ fn open_round_trips_and_reports_tampered_sectors() {
 #[test]
 fn a_damaged_integrity_superblock_or_wrong_passphrase_is_refused() {
     let e = Workspace::new();
-    let pass = e.s("pass");
-    fs::write(&pass, "integrity").unwrap();
-    let img = e.sparse("disk.img", 40 << 20);
-    let r = format(
+    let (img, pass) = formatted(
         &e,
-        &img,
-        &pass,
+        40 << 20,
         &["--integrity", "hmac-sha256", "--integrity-no-wipe"],
     );
-    assert_eq!(r.code, Some(0), "{}", r.describe());
     let wrong = e.s("wrong");
     fs::write(&wrong, "not it").unwrap();
     let r = e
