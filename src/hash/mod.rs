@@ -164,18 +164,25 @@ pub fn hmac_sha256_prefixed_blocks(
     block_size: usize,
     out: &mut [u8],
 ) {
+    use zeroize::Zeroize;
     const BATCH: usize = 64;
     assert!(block_size > 0 && blocks.len().is_multiple_of(block_size));
     let n = blocks.len() / block_size;
     assert_eq!(prefixes.len(), n * prefix_len);
     assert_eq!(out.len(), n * 32);
+    // Staging sized for this call (a lone 4 KiB request hashes one block): the pads are key
+    // material, so what was staged is wiped before returning.
+    let lanes = n.min(BATCH);
     let full = 64 + prefix_len;
-    let mut staged = zeroize::Zeroizing::new(vec![0u8; BATCH * full]);
-    let mut outer = zeroize::Zeroizing::new(vec![0u8; BATCH * 64]);
+    let mut staged = vec![0u8; lanes * full];
+    let mut outer = vec![0u8; lanes * 64];
     for c in outer.chunks_exact_mut(64) {
         c.copy_from_slice(&pads[64..]);
     }
-    let mut inner = zeroize::Zeroizing::new([0u8; BATCH * 32]);
+    for c in staged.chunks_exact_mut(full) {
+        c[..64].copy_from_slice(&pads[..64]);
+    }
+    let mut inner = [0u8; BATCH * 32];
     for (b, (chunk, tags)) in blocks
         .chunks(BATCH * block_size)
         .zip(out.chunks_mut(BATCH * 32))
@@ -183,20 +190,15 @@ pub fn hmac_sha256_prefixed_blocks(
     {
         let k = chunk.len() / block_size;
         for i in 0..k {
-            let dst = &mut staged[i * full..(i + 1) * full];
-            dst[..64].copy_from_slice(&pads[..64]);
             let p = (b * BATCH + i) * prefix_len;
-            dst[64..].copy_from_slice(&prefixes[p..p + prefix_len]);
+            staged[i * full + 64..(i + 1) * full].copy_from_slice(&prefixes[p..p + prefix_len]);
         }
-        sha256_prefixed_blocks(
-            &staged[..k * full],
-            full,
-            chunk,
-            block_size,
-            &mut inner[..k * 32],
-        );
+        sha256_prefixed_blocks(&staged[..k * full], full, chunk, block_size, &mut inner[..k * 32]);
         sha256_prefixed_blocks(&outer[..k * 64], 64, &inner[..k * 32], 32, tags);
     }
+    staged.zeroize();
+    outer.zeroize();
+    inner.zeroize();
 }
 
 /// The inner and outer pads of an HMAC-SHA-256 key (a key longer than 64 bytes is hashed
