@@ -178,7 +178,7 @@ impl BlockDevice for AeadCryptDevice {
                 let (s, t) = (&mut scratch[..n], &mut tags[..n / ss * ts]);
                 s.copy_from_slice(&buf[done..done + n]);
                 self.aead
-                    .seal_sectors(off / 512, s, t, ts)
+                    .seal_sectors_parallel(off / 512, s, t, ts)
                     .map_err(|e| self.crypto_error(off, e))?;
                 self.lower.write_tagged(s, t, off)?;
                 self.stats
@@ -212,7 +212,7 @@ impl AeadCryptDevice {
             }
             let bad = self
                 .aead
-                .open_sectors(off / 512, piece, t, ts)
+                .open_sectors_parallel(off / 512, piece, t, ts)
                 .map_err(|e| self.crypto_error(off, e))?;
             if let Some(&first) = bad.first() {
                 self.stats

@@ -193,7 +193,13 @@ pub fn hmac_sha256_prefixed_blocks(
             let p = (b * BATCH + i) * prefix_len;
             staged[i * full + 64..(i + 1) * full].copy_from_slice(&prefixes[p..p + prefix_len]);
         }
-        sha256_prefixed_blocks(&staged[..k * full], full, chunk, block_size, &mut inner[..k * 32]);
+        sha256_prefixed_blocks(
+            &staged[..k * full],
+            full,
+            chunk,
+            block_size,
+            &mut inner[..k * 32],
+        );
         sha256_prefixed_blocks(&outer[..k * 64], 64, &inner[..k * 32], 32, tags);
     }
     staged.zeroize();
