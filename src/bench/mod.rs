@@ -28,6 +28,7 @@ pub mod overhead;
 pub mod rw;
 pub mod table;
 pub mod verity;
+pub mod verity_integrity;
 
 /// Why a benchmark could not run or finish.
 #[derive(Debug, thiserror::Error)]

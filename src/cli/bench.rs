@@ -32,8 +32,12 @@ enum BenchCommand {
     /// with `--peer qemu-storage-daemon`, our crypt export vs QEMU's LUKS FUSE export.
     Crypt(CryptArgs),
     /// The dm-integrity overhead table (4 KiB write, randwrite, read, randread, buffered and
-    /// direct): plain against integrity in J, B and D modes, each on its own file in RAM.
+    /// direct): plain against integrity in J, B and D modes and LUKS2 crypt+integrity, each on
+    /// its own file in RAM.
     Integrity(RwArgs),
+    /// dm-verity against dm-integrity (sha256, hmac-sha256) as read paths: throughput and CPU
+    /// per GB, beside the Mitsubishi Electric paper's ratios.
+    VerityIntegrity(RwArgs),
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -184,6 +188,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Cipher(c)) => run_cipher(c),
         Some(BenchCommand::Crypt(c)) => run_crypt(c),
         Some(BenchCommand::Integrity(i)) => run_integrity(i),
+        Some(BenchCommand::VerityIntegrity(a)) => run_verity_integrity(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -257,6 +262,14 @@ fn run_integrity(a: RwArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = integrity::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, integrity::render)
+}
+
+fn run_verity_integrity(a: RwArgs) -> CliResult {
+    use crate::bench::verity_integrity;
+    let o = a.options("bench verity-integrity")?;
+    let interrupt = Interrupt::install();
+    let r = verity_integrity::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, verity_integrity::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

@@ -1,0 +1,417 @@
+//! `dmkit bench verity-integrity`: SEEDS.md seed 004, the Mitsubishi Electric comparison of
+//! dm-verity and dm-integrity as read paths, on our layers: the same random data behind
+//! dm-verity (SHA-256, 4 KiB blocks, every read verified), dm-integrity with an SHA-256 internal hash and
+//! dm-integrity with HMAC-SHA-256 (both journal mode, 512-byte sectors), read with fio.
+//!
+//! Reported per side and read job: throughput (median of the runs), and the CPU time the
+//! serving process spent per GB read (its user + system time from `/proc/PID/stat`, which
+//! includes the kernel's work on its threads, over the bytes fio read); then integrity over
+//! verity for both, beside the paper's 94.0% / 86.5% throughput and 75.4% / 68.9% CPU use.
+//! The paper's CPU figure is the share of CPU during the run; ours is CPU per GB, which is
+//! that share divided by the throughput: the paper's "normalised to equal throughput" ratio
+//! (80.2% and 79.7%) is the one ours compares with directly, and is printed too.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::cloudflare::{fio_rw, say};
+use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
+use super::model::Stats;
+use super::rw::RwBenchOptions;
+use super::table::{format_size, Align, TextTable};
+use super::verity::{self as vb, VerityParams};
+use super::BenchError;
+
+/// The paper's integrity / verity ratios: (side, throughput, CPU use, CPU normalised to
+/// equal throughput).
+pub const PAPER: [(&str, f64, f64, f64); 2] = [
+    ("integrity sha256", 0.940, 0.754, 0.802),
+    ("integrity hmac-sha256", 0.865, 0.689, 0.797),
+];
+
+/// The sides, in table order.
+pub const SIDES: [&str; 3] = ["verity sha256", "integrity sha256", "integrity hmac-sha256"];
+
+/// One fio read job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReadJob {
+    /// fio `--rw`.
+    pub rw: String,
+    /// Block size, bytes.
+    pub bs: u64,
+    /// O_DIRECT (else buffered, the page cache dropped first).
+    pub direct: bool,
+}
+
+impl ReadJob {
+    /// iozone's reader at its 4 KiB record (buffered, with readahead), the same with
+    /// O_DIRECT, a random read, and 1 MiB direct reads.
+    pub fn all() -> Vec<ReadJob> {
+        let j = |rw: &str, bs: u64, direct: bool| ReadJob {
+            rw: rw.into(),
+            bs,
+            direct,
+        };
+        vec![
+            j("read", 4096, false),
+            j("read", 4096, true),
+            j("randread", 4096, true),
+            j("read", 1 << 20, true),
+        ]
+    }
+
+    /// The row label.
+    pub fn label(&self) -> String {
+        let mut l = self.rw.clone();
+        if self.bs != 4096 {
+            l.push_str(&format!(" {}", format_size(self.bs)));
+        }
+        if self.direct {
+            l.push_str(" direct");
+        }
+        l
+    }
+
+    fn args(&self, file: &Path, size: u64, runtime_ms: u64) -> Vec<String> {
+        let filename = file.to_string_lossy().replace(':', "\\:");
+        let mut v = vec![
+            format!("--name={}", self.rw),
+            format!("--filename={filename}"),
+            format!("--readwrite={}", self.rw),
+            format!("--bs={}", self.bs),
+            format!("--direct={}", u8::from(self.direct)),
+            "--ioengine=psync".to_string(),
+            format!("--size={size}"),
+            "--time_based".to_string(),
+            format!("--runtime={runtime_ms}ms"),
+            "--thread".to_string(),
+            "--output-format=json".to_string(),
+        ];
+        if !self.direct {
+            v.push("--invalidate=1".into());
+        }
+        v
+    }
+}
+
+/// One side's measurements of one job, one value per run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct SideRuns {
+    /// Read bandwidth, bytes/s.
+    pub bw: Vec<f64>,
+    /// CPU seconds of the serving process per GB (10^9 bytes) read.
+    pub cpu_s_per_gb: Vec<f64>,
+}
+
+/// One job's row.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Row {
+    /// The job.
+    pub job: ReadJob,
+    /// Per side, in [`SIDES`] order.
+    pub sides: Vec<SideRuns>,
+}
+
+fn median(v: &[f64]) -> f64 {
+    Stats::of(v).map_or(0.0, |s| s.median)
+}
+
+/// The whole result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VerityIntegrityReport {
+    /// Bytes of data per side.
+    pub size: u64,
+    /// Runs per job and side.
+    pub runs: u32,
+    /// One run, ms.
+    pub runtime_ms: u64,
+    /// Where the files were.
+    pub dir: PathBuf,
+    /// The commands that prepared and opened each side.
+    pub commands: Vec<String>,
+    /// One row per job.
+    pub rows: Vec<Row>,
+}
+
+/// User + system CPU seconds of process `pid` (all its threads).
+fn cpu_seconds(pid: u32) -> Result<f64, BenchError> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
+        what: format!("reading {path}"),
+        source,
+    })?;
+    // The fields after the parenthesised command name, which may hold spaces.
+    let rest = text
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| BenchError::Tool(format!("{path}: unexpected format")))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks = |i: usize| -> Result<f64, BenchError> {
+        f.get(i)
+            .and_then(|s| s.parse::<f64>().ok())
+            .ok_or_else(|| BenchError::Tool(format!("{path}: no field {}", i + 3)))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok((ticks(11)? + ticks(12)?) / hz)
+}
+
+/// The serving process of export `name` (`dmkit status NAME --json`).
+fn server_pid(
+    dmkit: &Dmkit,
+    name: &str,
+    scratch: &Path,
+    interrupt: &Interrupt,
+) -> Result<u32, BenchError> {
+    let out = run_ok(
+        &mut dmkit.command(["status", name, "--json"]),
+        scratch,
+        interrupt,
+        None,
+    )?;
+    let v: serde_json::Value = serde_json::from_str(&out.stdout)
+        .map_err(|e| BenchError::Tool(format!("dmkit status {name} --json: {e}")))?;
+    v["pid"]
+        .as_u64()
+        .map(|p| p as u32)
+        .ok_or_else(|| BenchError::Tool(format!("dmkit status {name} --json: no pid")))
+}
+
+fn strings(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+/// Format and open one integrity side over a copy of the data (written through it).
+fn open_integrity(
+    dmkit: &Dmkit,
+    hmac: bool,
+    o: &RwBenchOptions,
+    ws: &Workspace,
+    interrupt: &Interrupt,
+    commands: &mut Vec<String>,
+) -> Result<Export, BenchError> {
+    let tag = if hmac { "hmac-sha256" } else { "sha256" };
+    let img = ws.path(&format!("integrity-{tag}.img"));
+    let key = ws.path("integrity.key");
+    let io = |what: String| move |source| BenchError::Io { what, source };
+    std::fs::File::create(&img)
+        .and_then(|f| f.set_len(o.size + o.size / 15 + (80 << 20)))
+        .map_err(io(format!("creating {}", img.display())))?;
+    std::fs::write(&key, [0x5au8; 32]).map_err(io(format!("writing {}", key.display())))?;
+    let (img_s, key_s) = (
+        img.to_string_lossy().into_owned(),
+        key.to_string_lossy().into_owned(),
+    );
+    let mut alg = strings(&["--integrity", tag]);
+    if hmac {
+        alg.extend(strings(&["--integrity-key-file", &key_s]));
+    }
+    let mut format = strings(&["integrity", "format", "-q"]);
+    format.extend(alg.iter().cloned());
+    format.push(img_s.clone());
+    commands.push(format!("dmkit {}", format.join(" ")));
+    run_ok(&mut dmkit.command(&format), ws.dir(), interrupt, None)?;
+    let name = format!("bench{}-integrity-{tag}", std::process::id());
+    let mut open = strings(&["integrity", "open"]);
+    open.extend(alg);
+    open.extend([img_s, name.clone()]);
+    commands.push(format!("dmkit {}", open.join(" ")));
+    say(o.progress, format!("opening integrity ({tag}) as {name}"));
+    dmkit.open(&name, &open, ws.dir(), interrupt)
+}
+
+/// Run the comparison.
+pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<VerityIntegrityReport, BenchError> {
+    o.check()?;
+    super::fio::check_installed()?;
+    let dmkit = Dmkit::from_env()?;
+    let ws = Workspace::create(&o.dir)?;
+    let mut commands = Vec::new();
+    let data = ws.path("data.img");
+    say(
+        o.progress,
+        format!("writing {} of random data", format_size(o.size)),
+    );
+    harness::write_random_file(&data, o.size, interrupt)?;
+    let hash = ws.path("data.hash");
+    let params = VerityParams::default();
+    commands.push(format!(
+        "dmkit {}",
+        params.dmkit_format_args(&data, &hash).join(" ")
+    ));
+    let root = vb::format(&dmkit, &params, &data, &hash, ws.dir(), interrupt)?;
+    let name = format!("bench{}-verity", std::process::id());
+    // Every read verified, as the kernel's dm-verity verifies every block it reads (its
+    // hash blocks stay cached, as dm-bufio keeps them); dmkit's verified-data cache would
+    // otherwise serve re-reads without hashing.
+    let mut open = vb::open_args(&data, &name, &hash, &root);
+    open.extend(["--data-cache".to_string(), "0".to_string()]);
+    commands.push(format!("dmkit {}", open.join(" ")));
+    let mut exports = vec![dmkit.open(&name, &open, ws.dir(), interrupt)?];
+    for hmac in [false, true] {
+        let e = open_integrity(&dmkit, hmac, o, &ws, interrupt, &mut commands)?;
+        say(o.progress, format!("writing the data through {}", e.name()));
+        harness::fill_from(&data, e.path(), o.size, interrupt)?;
+        exports.push(e);
+    }
+    let pids: Vec<u32> = exports
+        .iter()
+        .map(|e| server_pid(&dmkit, e.name(), ws.dir(), interrupt))
+        .collect::<Result<_, _>>()?;
+    let mut rows: Vec<Row> = ReadJob::all()
+        .into_iter()
+        .map(|job| Row {
+            job,
+            sides: vec![SideRuns::default(); SIDES.len()],
+        })
+        .collect();
+    for run in 0..o.runs as usize {
+        for row in rows.iter_mut() {
+            for k in 0..SIDES.len() {
+                let side = (k + run) % SIDES.len();
+                interrupt.check()?;
+                let file = exports[side].path();
+                let args = row.job.args(file, o.size, o.runtime_ms);
+                let before = cpu_seconds(pids[side])?;
+                let r = fio_rw(
+                    &row.job.label(),
+                    &args,
+                    file,
+                    o.runtime_ms,
+                    ws.dir(),
+                    interrupt,
+                )?;
+                let cpu = cpu_seconds(pids[side])? - before;
+                let gb = r.read * o.runtime_ms as f64 / 1000.0 / 1e9;
+                let s = &mut row.sides[side];
+                s.bw.push(r.read);
+                s.cpu_s_per_gb.push(if gb > 0.0 { cpu / gb } else { 0.0 });
+                say(
+                    o.progress,
+                    format!(
+                        "run {}/{} {:<18} {:<22} {:.1} MB/s, {:.2} CPU s/GB",
+                        run + 1,
+                        o.runs,
+                        row.job.label(),
+                        SIDES[side],
+                        r.read / 1e6,
+                        s.cpu_s_per_gb.last().copied().unwrap_or(0.0)
+                    ),
+                );
+            }
+        }
+    }
+    for e in exports.drain(..).rev() {
+        e.close()?;
+    }
+    Ok(VerityIntegrityReport {
+        size: o.size,
+        runs: o.runs,
+        runtime_ms: o.runtime_ms,
+        dir: o.dir.clone(),
+        commands,
+        rows,
+    })
+}
+
+/// The table: per job, each side's throughput and CPU per GB, then integrity over verity.
+pub fn render(r: &VerityIntegrityReport) -> String {
+    let mut header = vec![("fio".to_string(), Align::Left)];
+    for s in SIDES {
+        header.push((format!("{s} MB/s"), Align::Right));
+        header.push(("CPU s/GB".to_string(), Align::Right));
+    }
+    for (s, _, _, _) in PAPER {
+        header.push((format!("{s} / verity: MB/s, CPU/GB"), Align::Right));
+    }
+    let mut t = TextTable::new(header);
+    for row in &r.rows {
+        let bw: Vec<f64> = row.sides.iter().map(|s| median(&s.bw)).collect();
+        let cpu: Vec<f64> = row.sides.iter().map(|s| median(&s.cpu_s_per_gb)).collect();
+        let mut cells = vec![row.job.label()];
+        for k in 0..SIDES.len() {
+            cells.push(format!("{:.1}", bw[k] / 1e6));
+            cells.push(format!("{:.2}", cpu[k]));
+        }
+        for k in 1..SIDES.len() {
+            let q = |v: &[f64]| if v[0] > 0.0 { v[k] / v[0] * 100.0 } else { 0.0 };
+            cells.push(format!("{:.1}%, {:.1}%", q(&bw), q(&cpu)));
+        }
+        t.push(cells);
+    }
+    let mut out = format!(
+        "dm-verity vs dm-integrity read paths on dmkit (SEEDS.md seed 004): {} of random data per side in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
+verity = sha256, 4 KiB blocks, every read verified (--data-cache 0); integrity = journal mode, 512-byte sectors, sha256 or hmac-sha256 (32-byte key); fio psync, one job\n\
+CPU s/GB = user + system CPU seconds of the serving process per 10^9 bytes read\n\n",
+        format_size(r.size),
+        r.dir.display(),
+        r.runs,
+        r.runtime_ms as f64 / 1000.0
+    );
+    out.push_str(&t.render());
+    out.push_str("\nthe paper (Raspberry Pi 3, iozone, kernel 4.14), integrity over verity:\n");
+    for (s, tp, cpu, norm) in PAPER {
+        out.push_str(&format!(
+            "  {s}: throughput {:.1}%, CPU use {:.1}%, CPU at equal throughput {:.1}% (compare with our CPU/GB ratio)\n",
+            tp * 100.0,
+            cpu * 100.0,
+            norm * 100.0
+        ));
+    }
+    for c in &r.commands {
+        out.push_str(&format!("{c}\n"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jobs_and_their_fio_arguments() {
+        let jobs = ReadJob::all();
+        assert_eq!(
+            jobs.iter().map(ReadJob::label).collect::<Vec<_>>(),
+            [
+                "read",
+                "read direct",
+                "randread direct",
+                "read 1 MiB direct"
+            ]
+        );
+        let a = jobs[0].args(Path::new("/x"), 1 << 20, 1000);
+        assert!(a.contains(&"--invalidate=1".to_string()));
+        assert!(a.contains(&"--direct=0".to_string()));
+    }
+
+    #[test]
+    fn renders_ratios_against_verity_and_the_paper() {
+        let side = |bw: f64, cpu: f64| SideRuns {
+            bw: vec![bw],
+            cpu_s_per_gb: vec![cpu],
+        };
+        let r = VerityIntegrityReport {
+            size: 1 << 20,
+            runs: 1,
+            runtime_ms: 1000,
+            dir: "/dev/shm".into(),
+            commands: vec![],
+            rows: vec![Row {
+                job: ReadJob::all()[0].clone(),
+                sides: vec![side(200e6, 1.0), side(100e6, 0.5), side(50e6, 2.0)],
+            }],
+        };
+        let s = render(&r);
+        assert!(s.contains("50.0%, 50.0%"), "{s}");
+        assert!(s.contains("25.0%, 200.0%"), "{s}");
+        assert!(s.contains("throughput 94.0%, CPU use 75.4%"), "{s}");
+    }
+
+    #[test]
+    fn cpu_of_this_process_is_read() {
+        assert!(cpu_seconds(std::process::id()).unwrap() >= 0.0);
+    }
+}
