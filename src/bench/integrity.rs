@@ -233,6 +233,23 @@ fn image_size(size: u64) -> u64 {
     size + size / 32 + (80 << 20)
 }
 
+/// Refuse an export that serves fewer than `size` bytes.
+fn check_size(e: &Export, size: u64) -> Result<(), BenchError> {
+    let have = std::fs::metadata(e.path())
+        .map_err(|source| BenchError::Io {
+            what: format!("reading the size of {}", e.path().display()),
+            source,
+        })?
+        .len();
+    if have < size {
+        return Err(BenchError::Tool(format!(
+            "{} provides {have} bytes, fewer than --size {size}",
+            e.path().display(),
+        )));
+    }
+    Ok(())
+}
+
 /// Prepare, open and return one integrity side.
 fn open_integrity(
     dmkit: &Dmkit,
@@ -268,19 +285,7 @@ fn open_integrity(
         format!("opening integrity ({}) as {name}", mode.letter()),
     );
     let e = dmkit.open(&name, &open, ws.dir(), interrupt)?;
-    let have = std::fs::metadata(e.path())
-        .map_err(|source| BenchError::Io {
-            what: format!("reading the size of {}", e.path().display()),
-            source,
-        })?
-        .len();
-    if have < o.size {
-        return Err(BenchError::Tool(format!(
-            "{} provides {have} bytes, fewer than --size {}",
-            e.path().display(),
-            o.size
-        )));
-    }
+    check_size(&e, o.size)?;
     Ok(e)
 }
 
@@ -341,19 +346,7 @@ fn open_crypt_integrity(
     commands.push(format!("dmkit {}", open.join(" ")));
     say(o.progress, format!("opening crypt+integrity as {name}"));
     let e = dmkit.open(&name, &open, ws.dir(), interrupt)?;
-    let have = std::fs::metadata(e.path())
-        .map_err(|source| BenchError::Io {
-            what: format!("reading the size of {}", e.path().display()),
-            source,
-        })?
-        .len();
-    if have < o.size {
-        return Err(BenchError::Tool(format!(
-            "{} provides {have} bytes, fewer than --size {}",
-            e.path().display(),
-            o.size
-        )));
-    }
+    check_size(&e, o.size)?;
     Ok(e)
 }
 
@@ -512,6 +505,28 @@ pub fn crypt_target(job: &Job) -> Option<f64> {
     }
 }
 
+/// A side's two cells (bandwidth, overhead against `plain`), the overhead marked and a
+/// verdict noted for `what` when it misses `target`.
+fn cell(
+    what: &str,
+    v: f64,
+    plain: f64,
+    target: Option<f64>,
+    verdicts: &mut Vec<String>,
+) -> [String; 2] {
+    let ratio = if plain > 0.0 { v / plain } else { 0.0 };
+    let mark = match target {
+        Some(t) if ratio < t => {
+            verdicts.push(format!(
+                "{what}: {ratio:.2} of plain, target {t:.2}: NOT MET"
+            ));
+            " !"
+        }
+        _ => "",
+    };
+    [mbs(v), format!("{:+.1}%{mark}", (ratio - 1.0) * 100.0)]
+}
+
 /// The document's table, on our layers, one overhead column per mode, then crypt+integrity.
 pub fn render(r: &IntegrityReport) -> String {
     let mut header = vec![
@@ -532,41 +547,14 @@ pub fn render(r: &IntegrityReport) -> String {
         let plain = row.median(0);
         let mut cells = vec![row.job.label(), mbs(plain)];
         for (i, &m) in r.modes.iter().enumerate() {
-            let v = row.median(i + 1);
-            let ratio = if plain > 0.0 { v / plain } else { 0.0 };
-            let mark = match target(&row.job, m) {
-                Some(t) if ratio < t => {
-                    verdicts.push(format!(
-                        "{} {}: {:.2} of plain, target {:.2}: NOT MET",
-                        m.letter(),
-                        row.job.label(),
-                        ratio,
-                        t
-                    ));
-                    " !"
-                }
-                _ => "",
-            };
-            cells.push(mbs(v));
-            cells.push(format!("{:+.1}%{mark}", (ratio - 1.0) * 100.0));
+            let side = format!("{} {}", m.letter(), row.job.label());
+            let (v, t) = (row.median(i + 1), target(&row.job, m));
+            cells.extend(cell(&side, v, plain, t, &mut verdicts));
         }
         if r.crypt_integrity {
-            let v = row.median(r.modes.len() + 1);
-            let ratio = if plain > 0.0 { v / plain } else { 0.0 };
-            let mark = match crypt_target(&row.job) {
-                Some(t) if ratio < t => {
-                    verdicts.push(format!(
-                        "crypt+integrity {}: {:.2} of plain, target {:.2}: NOT MET",
-                        row.job.label(),
-                        ratio,
-                        t
-                    ));
-                    " !"
-                }
-                _ => "",
-            };
-            cells.push(mbs(v));
-            cells.push(format!("{:+.1}%{mark}", (ratio - 1.0) * 100.0));
+            let side = format!("crypt+integrity {}", row.job.label());
+            let (v, t) = (row.median(r.modes.len() + 1), crypt_target(&row.job));
+            cells.extend(cell(&side, v, plain, t, &mut verdicts));
         }
         t.push(cells);
     }

@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 
 use super::cloudflare::{fio_rw, say};
 use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
+use super::integrity::Job;
 use super::model::Stats;
 use super::rw::RwBenchOptions;
 use super::table::{format_size, Align, TextTable};
@@ -33,66 +34,21 @@ pub const PAPER: [(&str, f64, f64, f64); 2] = [
 /// The sides, in table order.
 pub const SIDES: [&str; 3] = ["verity sha256", "integrity sha256", "integrity hmac-sha256"];
 
-/// One fio read job.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ReadJob {
-    /// fio `--rw`.
-    pub rw: String,
-    /// Block size, bytes.
-    pub bs: u64,
-    /// O_DIRECT (else buffered, the page cache dropped first).
-    pub direct: bool,
-}
-
-impl ReadJob {
-    /// iozone's reader at its 4 KiB record (buffered, with readahead), the same with
-    /// O_DIRECT, a random read, and 1 MiB direct reads.
-    pub fn all() -> Vec<ReadJob> {
-        let j = |rw: &str, bs: u64, direct: bool| ReadJob {
-            rw: rw.into(),
-            bs,
-            direct,
-        };
-        vec![
-            j("read", 4096, false),
-            j("read", 4096, true),
-            j("randread", 4096, true),
-            j("read", 1 << 20, true),
-        ]
-    }
-
-    /// The row label.
-    pub fn label(&self) -> String {
-        let mut l = self.rw.clone();
-        if self.bs != 4096 {
-            l.push_str(&format!(" {}", format_size(self.bs)));
-        }
-        if self.direct {
-            l.push_str(" direct");
-        }
-        l
-    }
-
-    fn args(&self, file: &Path, size: u64, runtime_ms: u64) -> Vec<String> {
-        let filename = file.to_string_lossy().replace(':', "\\:");
-        let mut v = vec![
-            format!("--name={}", self.rw),
-            format!("--filename={filename}"),
-            format!("--readwrite={}", self.rw),
-            format!("--bs={}", self.bs),
-            format!("--direct={}", u8::from(self.direct)),
-            "--ioengine=psync".to_string(),
-            format!("--size={size}"),
-            "--time_based".to_string(),
-            format!("--runtime={runtime_ms}ms"),
-            "--thread".to_string(),
-            "--output-format=json".to_string(),
-        ];
-        if !self.direct {
-            v.push("--invalidate=1".into());
-        }
-        v
-    }
+/// The read jobs: iozone's reader at its 4 KiB record (buffered, the page cache dropped
+/// first, with readahead), the same with O_DIRECT, a random read, and 1 MiB direct reads;
+/// each is [`integrity::Job`](Job)'s fio line (libaio, queue depth 1).
+pub fn read_jobs() -> Vec<Job> {
+    let j = |rw: &str, bs: u64, direct: bool| Job {
+        rw: rw.into(),
+        bs,
+        direct,
+    };
+    vec![
+        j("read", 4096, false),
+        j("read", 4096, true),
+        j("randread", 4096, true),
+        j("read", 1 << 20, true),
+    ]
 }
 
 /// One side's measurements of one job, one value per run.
@@ -108,7 +64,7 @@ pub struct SideRuns {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Row {
     /// The job.
-    pub job: ReadJob,
+    pub job: Job,
     /// Per side, in [`SIDES`] order.
     pub sides: Vec<SideRuns>,
 }
@@ -260,7 +216,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<VerityIntegrityR
         .iter()
         .map(|e| server_pid(&dmkit, e.name(), ws.dir(), interrupt))
         .collect::<Result<_, _>>()?;
-    let mut rows: Vec<Row> = ReadJob::all()
+    let mut rows: Vec<Row> = read_jobs()
         .into_iter()
         .map(|job| Row {
             job,
@@ -343,7 +299,7 @@ pub fn render(r: &VerityIntegrityReport) -> String {
     }
     let mut out = format!(
         "dm-verity vs dm-integrity read paths on dmkit (SEEDS.md seed 004): {} of random data per side in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
-verity = sha256, 4 KiB blocks, every read verified (--data-cache 0); integrity = journal mode, 512-byte sectors, sha256 or hmac-sha256 (32-byte key); fio psync, one job\n\
+verity = sha256, 4 KiB blocks, every read verified (--data-cache 0); integrity = journal mode, 512-byte sectors, sha256 or hmac-sha256 (32-byte key); fio libaio, queue depth 1\n\
 CPU s/GB = user + system CPU seconds of the serving process per 10^9 bytes read\n\n",
         format_size(r.size),
         r.dir.display(),
@@ -372,9 +328,9 @@ mod tests {
 
     #[test]
     fn jobs_and_their_fio_arguments() {
-        let jobs = ReadJob::all();
+        let jobs = read_jobs();
         assert_eq!(
-            jobs.iter().map(ReadJob::label).collect::<Vec<_>>(),
+            jobs.iter().map(Job::label).collect::<Vec<_>>(),
             [
                 "read",
                 "read direct",
@@ -400,7 +356,7 @@ mod tests {
             dir: "/dev/shm".into(),
             commands: vec![],
             rows: vec![Row {
-                job: ReadJob::all()[0].clone(),
+                job: read_jobs()[0].clone(),
                 sides: vec![side(200e6, 1.0), side(100e6, 0.5), side(50e6, 2.0)],
             }],
         };

@@ -381,27 +381,13 @@ impl SectorAead {
             return self.seal_sectors(first, data, meta, stride);
         }
         let per = n.div_ceil(parts);
-        let step = (ss / 512) as u64;
-        std::thread::scope(|s| {
-            let mut parts = data.chunks_mut(per * ss).zip(meta.chunks_mut(per * stride));
-            let (d0, m0) = parts.next().expect("at least one part");
-            // The others start first; the first part runs on this thread meanwhile.
-            let handles: Vec<_> = parts
-                .enumerate()
-                .map(|(i, (d, m))| {
-                    let at = first + ((i + 1) * per) as u64 * step;
-                    s.spawn(move || self.seal_sectors(at, d, m, stride))
-                })
-                .collect();
-            let mut result = self.seal_sectors(first, d0, m0, stride);
-            for h in handles {
-                let r = h
-                    .join()
-                    .unwrap_or_else(|_| Err(AeadError::Buffer("a sealing thread panicked".into())));
-                result = result.and(r);
-            }
-            result
+        let parts = data.chunks_mut(per * ss).zip(meta.chunks_mut(per * stride));
+        in_parts(ss, first, per, parts, &|at, d, m| {
+            self.seal_sectors(at, d, m, stride)
         })
+        .into_iter()
+        .collect::<Result<Vec<()>, _>>()
+        .map(|_| ())
     }
 
     /// [`open_sectors`](SectorAead::open_sectors) split over the cores when the batch is large;
@@ -420,24 +406,9 @@ impl SectorAead {
             return self.open_sectors(first, data, meta, stride);
         }
         let per = n.div_ceil(parts);
-        let step = (ss / 512) as u64;
-        let results = std::thread::scope(|s| {
-            let mut parts = data.chunks_mut(per * ss).zip(meta.chunks(per * stride));
-            let (d0, m0) = parts.next().expect("at least one part");
-            let handles: Vec<_> = parts
-                .enumerate()
-                .map(|(i, (d, m))| {
-                    let at = first + ((i + 1) * per) as u64 * step;
-                    s.spawn(move || self.open_sectors(at, d, m, stride))
-                })
-                .collect();
-            let mut all = vec![self.open_sectors(first, d0, m0, stride)];
-            for h in handles {
-                all.push(h.join().unwrap_or_else(|_| {
-                    Err(AeadError::Buffer("an opening thread panicked".into()))
-                }));
-            }
-            all
+        let parts = data.chunks_mut(per * ss).zip(meta.chunks(per * stride));
+        let results = in_parts(ss, first, per, parts, &|at, d, m| {
+            self.open_sectors(at, d, m, stride)
         });
         let mut bad = Vec::new();
         for r in results {
@@ -648,6 +619,38 @@ impl SectorAead {
         data.copy_from_slice(&out);
         Ok(out.tag.unwrap_or_default())
     }
+}
+
+/// Run `work(first 512-byte sector, data, metadata)` on each part of a batch split into
+/// contiguous parts of `per` sectors of `ss` bytes, the first part on this thread while the
+/// others run on scoped threads; the results in order.
+fn in_parts<'a, M: Send + 'a, R: Send>(
+    ss: usize,
+    first: u64,
+    per: usize,
+    parts: impl Iterator<Item = (&'a mut [u8], M)>,
+    work: &(dyn Fn(u64, &'a mut [u8], M) -> Result<R, AeadError> + Sync),
+) -> Vec<Result<R, AeadError>> {
+    let step = (ss / 512) as u64;
+    let at = |i: usize| first + (i * per) as u64 * step;
+    std::thread::scope(|s| {
+        let mut parts = parts.enumerate();
+        let head = parts.next();
+        let handles: Vec<_> = parts
+            .map(|(i, (d, m))| s.spawn(move || work(at(i), d, m)))
+            .collect();
+        let mut all: Vec<_> = head
+            .map(|(_, (d, m))| work(first, d, m))
+            .into_iter()
+            .collect();
+        for h in handles {
+            all.push(
+                h.join()
+                    .unwrap_or_else(|_| Err(AeadError::Buffer("a crypto thread panicked".into()))),
+            );
+        }
+        all
+    })
 }
 
 /// The output of one OpenSSL call, with the AEAD tag when one was made.
