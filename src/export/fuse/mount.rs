@@ -37,17 +37,35 @@ fn is_root() -> bool {
 /// The helper libfuse 3 installs setuid root.
 const FUSERMOUNT: &str = "fusermount3";
 
-/// Mount a FUSE connection whose root is a regular file over `mountpoint` (an existing regular
-/// file). Returns the connection's /dev/fuse descriptor and whether fusermount3 mounted it.
-pub(super) fn mount_file(mountpoint: &Path) -> io::Result<(OwnedFd, bool)> {
-    if is_root() {
-        mount_directly(mountpoint).map(|fd| (fd, false))
-    } else {
-        mount_with_fusermount(mountpoint).map(|fd| (fd, true))
+/// What the root of a FUSE mount is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Root {
+    /// A regular file, mounted over a regular file (the device export).
+    File,
+    /// A read-only directory, mounted over a directory (a served tree).
+    ReadOnlyDir,
+}
+
+impl Root {
+    fn rootmode(self) -> &'static str {
+        match self {
+            Root::File => "100000",
+            Root::ReadOnlyDir => "40000",
+        }
     }
 }
 
-fn mount_directly(mountpoint: &Path) -> io::Result<OwnedFd> {
+/// Mount a FUSE connection whose root is `root` over `mountpoint`. Returns the connection's
+/// /dev/fuse descriptor and whether fusermount3 mounted it.
+pub(super) fn mount(mountpoint: &Path, root: Root) -> io::Result<(OwnedFd, bool)> {
+    if is_root() {
+        mount_directly(mountpoint, root).map(|fd| (fd, false))
+    } else {
+        mount_with_fusermount(mountpoint, root).map(|fd| (fd, true))
+    }
+}
+
+fn mount_directly(mountpoint: &Path, root: Root) -> io::Result<OwnedFd> {
     let mp = cpath(mountpoint)?;
     // SAFETY: open(2) on a constant NUL-terminated path; the fd is owned right below.
     let raw = unsafe { libc::open(c"/dev/fuse".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
@@ -62,17 +80,22 @@ fn mount_directly(mountpoint: &Path) -> io::Result<OwnedFd> {
     // SAFETY: getuid/getgid cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
     let data = format!(
-        "fd={},rootmode=100000,user_id={uid},group_id={gid},allow_other,default_permissions",
-        fd.as_raw_fd()
+        "fd={},rootmode={},user_id={uid},group_id={gid},allow_other,default_permissions",
+        fd.as_raw_fd(),
+        root.rootmode()
     );
     let data = CString::new(data).map_err(|_| io::Error::other("mount options"))?;
+    let mut flags = libc::MS_NOSUID | libc::MS_NODEV;
+    if root == Root::ReadOnlyDir {
+        flags |= libc::MS_RDONLY;
+    }
     // SAFETY: mount(2) with NUL-terminated strings that outlive the call.
     let rc = unsafe {
         libc::mount(
             c"dmkit".as_ptr(),
             mp.as_ptr(),
             c"fuse".as_ptr(),
-            libc::MS_NOSUID | libc::MS_NODEV,
+            flags,
             data.as_ptr().cast(),
         )
     };
@@ -85,7 +108,7 @@ fn mount_directly(mountpoint: &Path) -> io::Result<OwnedFd> {
     Ok(fd)
 }
 
-fn mount_with_fusermount(mountpoint: &Path) -> io::Result<OwnedFd> {
+fn mount_with_fusermount(mountpoint: &Path, root: Root) -> io::Result<OwnedFd> {
     let mut sv = [0; 2];
     // SAFETY: socketpair(2) fills the two-element array.
     if unsafe {
@@ -108,9 +131,13 @@ fn mount_with_fusermount(mountpoint: &Path) -> io::Result<OwnedFd> {
     // not exist yet, so no other child can inherit it by accident.
     // SAFETY: F_SETFD on a descriptor we own.
     unsafe { libc::fcntl(theirs.as_raw_fd(), libc::F_SETFD, 0) };
+    let opts = match root {
+        Root::File => "default_permissions,fsname=dmkit,subtype=dmkit",
+        Root::ReadOnlyDir => "ro,default_permissions,fsname=dmkit,subtype=dmkit",
+    };
     let child = Command::new(FUSERMOUNT)
         .arg("-o")
-        .arg("default_permissions,fsname=dmkit,subtype=dmkit")
+        .arg(opts)
         .arg("--")
         .arg(mountpoint)
         .env("_FUSE_COMMFD", theirs.as_raw_fd().to_string())

@@ -17,7 +17,7 @@ pub(super) const KERNEL_MINOR: u32 = 38;
 /// default of 12 would cap `iodepth=32` libaio runs; 128 lets them through.
 pub(super) const MAX_BACKGROUND: u16 = 128;
 pub(super) const CONGESTION_THRESHOLD: u16 = 96;
-/// Attribute cache lifetime: the size never changes while mounted.
+/// Attribute (and directory entry) cache lifetime: nothing served changes while mounted.
 pub(super) const ATTR_VALID_SECS: u64 = 3600;
 
 pub(super) const IN_HEADER: usize = 40;
@@ -30,32 +30,47 @@ pub(super) const PAGE: usize = 4096;
 pub(super) const MAX_ARGS: usize = 512;
 
 // Opcodes (include/uapi/linux/fuse.h).
+pub(super) const FUSE_LOOKUP: u32 = 1;
 pub(super) const FUSE_FORGET: u32 = 2;
 pub(super) const FUSE_GETATTR: u32 = 3;
 pub(super) const FUSE_SETATTR: u32 = 4;
+pub(super) const FUSE_READLINK: u32 = 5;
 pub(super) const FUSE_OPEN: u32 = 14;
 pub(super) const FUSE_READ: u32 = 15;
 pub(super) const FUSE_WRITE: u32 = 16;
 pub(super) const FUSE_STATFS: u32 = 17;
 pub(super) const FUSE_RELEASE: u32 = 18;
 pub(super) const FUSE_FSYNC: u32 = 20;
+pub(super) const FUSE_GETXATTR: u32 = 22;
+pub(super) const FUSE_LISTXATTR: u32 = 23;
 pub(super) const FUSE_FLUSH: u32 = 25;
 pub(super) const FUSE_INIT: u32 = 26;
+pub(super) const FUSE_OPENDIR: u32 = 27;
+pub(super) const FUSE_READDIR: u32 = 28;
+pub(super) const FUSE_RELEASEDIR: u32 = 29;
+pub(super) const FUSE_FSYNCDIR: u32 = 30;
+pub(super) const FUSE_ACCESS: u32 = 34;
 pub(super) const FUSE_INTERRUPT: u32 = 36;
 pub(super) const FUSE_DESTROY: u32 = 38;
 pub(super) const FUSE_NOTIFY_REPLY: u32 = 41;
 pub(super) const FUSE_BATCH_FORGET: u32 = 42;
 pub(super) const FUSE_FALLOCATE: u32 = 43;
+pub(super) const FUSE_READDIRPLUS: u32 = 44;
 pub(super) const FUSE_LSEEK: u32 = 46;
 
 // INIT flags.
 pub(super) const FUSE_ASYNC_READ: u32 = 1 << 0;
 pub(super) const FUSE_BIG_WRITES: u32 = 1 << 5;
+pub(super) const FUSE_DO_READDIRPLUS: u32 = 1 << 13;
+pub(super) const FUSE_READDIRPLUS_AUTO: u32 = 1 << 14;
 pub(super) const FUSE_ASYNC_DIO: u32 = 1 << 15;
+pub(super) const FUSE_PARALLEL_DIROPS: u32 = 1 << 18;
 pub(super) const FUSE_MAX_PAGES: u32 = 1 << 22;
+pub(super) const FUSE_CACHE_SYMLINKS: u32 = 1 << 23;
 
 // OPEN reply flags.
 pub(super) const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+pub(super) const FOPEN_CACHE_DIR: u32 = 1 << 3;
 pub(super) const FOPEN_NOFLUSH: u32 = 1 << 5;
 pub(super) const FOPEN_PARALLEL_DIRECT_WRITES: u32 = 1 << 6;
 

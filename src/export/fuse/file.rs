@@ -1,85 +1,45 @@
-//! The request loop of one serving thread and the device-side handling of each request.
+//! The single-file export: one block device served as the root of a FUSE mount, a regular
+//! file (like qemu-storage-daemon's FUSE export), with READ and WRITE going straight to the
+//! device on the serving thread.
 
 use super::proto::*;
+use super::session::{Counters, Filesystem, Reply, Request, State};
 use crate::block::{BlockDevice, BlockError};
 use crate::logcap::LogCap;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Per-thread counters, on their own cache line so serving threads never share one.
-#[derive(Default)]
-#[repr(align(64))]
-pub(super) struct Counters {
-    pub requests: AtomicU64,
-    pub bytes_read: AtomicU64,
-    pub bytes_written: AtomicU64,
-    pub io_errors: AtomicU64,
-    pub corruptions: AtomicU64,
-}
-
-/// A snapshot of an export's counters.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct ExportStats {
-    /// Requests served (all opcodes).
-    pub requests: u64,
-    /// Bytes returned by READ.
-    pub bytes_read: u64,
-    /// Bytes accepted by WRITE.
-    pub bytes_written: u64,
-    /// Requests answered with an error, whatever the cause (corruptions included): what
-    /// readers and writers saw fail.
-    pub io_errors: u64,
-    /// Of those, the requests that failed on a corrupted block.
-    pub corruptions: u64,
-}
-
-pub(super) struct Shared {
+/// A block device as a FUSE filesystem whose root is a regular file.
+pub(super) struct FileFs {
     pub device: Arc<dyn BlockDevice>,
     pub allow_discards: bool,
-    pub counters: Vec<Counters>,
-    /// Set once INIT has been answered, with the negotiated minor version.
-    pub init: Mutex<Option<Result<u32, String>>>,
-    pub init_cv: Condvar,
-    pub minor: AtomicU32,
     /// Aligned writes share it; a read-modify-write of a partial block takes it exclusively so
     /// no concurrent write to the same block is lost.
     pub rmw: RwLock<()>,
     pub io_error_log: LogCap,
     pub corruption_log: LogCap,
-    /// OPENs not yet RELEASEd: the exported file's users, for `close`'s "still in use".
-    pub open_handles: AtomicI64,
-    pub live_threads: AtomicUsize,
-    pub exited: (Mutex<()>, Condvar),
     pub mtime: u64,
     pub uid: u32,
     pub gid: u32,
 }
 
-impl Shared {
-    /// The state the serving threads of one export share.
-    pub fn new(device: Arc<dyn BlockDevice>, allow_discards: bool, threads: usize) -> Shared {
+impl FileFs {
+    /// The filesystem serving `device`.
+    pub fn new(device: Arc<dyn BlockDevice>, allow_discards: bool) -> FileFs {
         let mtime = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Shared {
+        FileFs {
             device,
             allow_discards,
-            counters: (0..threads).map(|_| Counters::default()).collect(),
-            init: Mutex::new(None),
-            init_cv: Condvar::new(),
-            minor: AtomicU32::new(0),
             rmw: RwLock::new(()),
             io_error_log: LogCap::new("I/O errors", crate::logcap::DEFAULT_LIMIT),
             corruption_log: LogCap::new("corruptions", crate::logcap::DEFAULT_LIMIT),
-            open_handles: AtomicI64::new(0),
-            live_threads: AtomicUsize::new(threads),
-            exited: (Mutex::new(()), Condvar::new()),
             mtime,
             uid,
             gid,
@@ -87,127 +47,76 @@ impl Shared {
     }
 }
 
-pub(super) fn serve(shared: Arc<Shared>, fd: Arc<OwnedFd>, idx: usize) {
-    let raw = fd.as_raw_fd();
-    let lbs = shared.device.logical_block_size().max(1) as usize;
-    let mut head = [0u8; HEAD];
-    // The kernel refuses reads into buffers smaller than header + write_in + max_write.
-    let mut req = AlignedBuf::new(MAX_WRITE + PAGE);
-    let mut io = AlignedBuf::new(MAX_WRITE + 2 * lbs.max(PAGE));
-    let mut args: Vec<u8> = Vec::with_capacity(MAX_ARGS);
-    let ctr = &shared.counters[idx];
-    loop {
-        let data = req.all();
-        let iov = [
-            libc::iovec {
-                iov_base: head.as_mut_ptr().cast(),
-                iov_len: HEAD,
-            },
-            libc::iovec {
-                iov_base: data.as_mut_ptr().cast(),
-                iov_len: data.len(),
-            },
-        ];
-        // SAFETY: both iovecs point into buffers owned by this thread that outlive the call.
-        let n = unsafe { libc::readv(raw, iov.as_ptr(), 2) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                // EINTR: a signal; ENOENT: the request was interrupted before we got it.
-                Some(libc::EINTR) | Some(libc::ENOENT) | Some(libc::EAGAIN) => continue,
-                // ENODEV: unmounted or aborted, the normal end.
-                Some(libc::ENODEV) => break,
-                _ => {
-                    eprintln!("dmkit: fuse: reading requests failed: {e}");
-                    break;
+impl Filesystem for FileFs {
+    /// The buffer READs are read into and read-modify-writes are assembled in.
+    type Scratch = AlignedBuf;
+
+    fn scratch(&self) -> AlignedBuf {
+        let lbs = self.device.logical_block_size().max(1) as usize;
+        AlignedBuf::new(MAX_WRITE + 2 * lbs.max(PAGE))
+    }
+
+    fn init_flags(&self) -> u32 {
+        FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ASYNC_DIO | FUSE_MAX_PAGES
+    }
+
+    fn handle(&self, req: &Request<'_>, io: &mut AlignedBuf, r: &Reply, st: &State) {
+        let args = req.args;
+        let ctr = req.counters;
+        match req.opcode {
+            FUSE_WRITE => {
+                let offset = ne_u64(args, 8);
+                match self.write(req.payload, offset, io) {
+                    Ok(done) => {
+                        ctr.bytes_written.fetch_add(done as u64, Ordering::Relaxed);
+                        let mut o = Out::new();
+                        o.u32(done as u32).u32(0);
+                        r.ok(&[&o.0]);
+                    }
+                    Err(e) => r.err(self.fail(ctr, e)),
                 }
             }
-        }
-        let n = n as usize;
-        if n < IN_HEADER {
-            eprintln!("dmkit: fuse: short request of {n} bytes ignored");
-            continue;
-        }
-        let opcode = ne_u32(&head, 4);
-        let unique = ne_u64(&head, 8);
-        ctr.requests.fetch_add(1, Ordering::Relaxed);
-        if opcode == FUSE_WRITE {
-            if n < HEAD {
-                reply(raw, unique, libc::EINVAL, &[]);
-                continue;
-            }
-            let offset = ne_u64(&head, IN_HEADER + 8);
-            let size = ne_u32(&head, IN_HEADER + 16) as usize;
-            if n != HEAD + size {
-                reply(raw, unique, libc::EINVAL, &[]);
-                continue;
-            }
-            let data = &req.all()[..size];
-            match shared.write(data, offset, &mut io) {
-                Ok(done) => {
-                    ctr.bytes_written.fetch_add(done as u64, Ordering::Relaxed);
-                    let mut o = Out::new();
-                    o.u32(done as u32).u32(0);
-                    reply(raw, unique, 0, &[&o.0]);
-                }
-                Err(e) => reply(raw, unique, shared.fail(ctr, e), &[]),
-            }
-            continue;
-        }
-        // Every other request we handle is small: gather its arguments contiguously.
-        args.clear();
-        args.extend_from_slice(&head[IN_HEADER..n.min(HEAD)]);
-        if n > HEAD {
-            let rest = (n - HEAD).min(MAX_ARGS);
-            args.extend_from_slice(&req.all()[..rest]);
-        }
-        match opcode {
             FUSE_READ => {
                 if args.len() < 24 {
-                    reply(raw, unique, libc::EINVAL, &[]);
-                    continue;
+                    return r.err(libc::EINVAL);
                 }
-                let offset = ne_u64(&args, 8);
-                let size = ne_u32(&args, 16) as usize;
-                match shared.read(offset, size, &mut io) {
+                let offset = ne_u64(args, 8);
+                let size = ne_u32(args, 16) as usize;
+                match self.read(offset, size, io) {
                     Ok((start, len)) => {
                         ctr.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
-                        let data = &io.all()[start..start + len];
-                        reply(raw, unique, 0, &[data]);
+                        r.ok(&[&io.all()[start..start + len]]);
                     }
-                    Err(e) => reply(raw, unique, shared.fail(ctr, e), &[]),
+                    Err(e) => r.err(self.fail(ctr, e)),
                 }
             }
-            FUSE_INIT => shared.init(raw, unique, &args),
-            FUSE_GETATTR => reply(raw, unique, 0, &[&shared.attr_out()]),
+            FUSE_GETATTR => r.ok(&[&self.attr_out()]),
             FUSE_SETATTR => {
                 if args.len() < 24 {
-                    reply(raw, unique, libc::EINVAL, &[]);
-                    continue;
+                    return r.err(libc::EINVAL);
                 }
-                let valid = ne_u32(&args, 0);
-                let size = ne_u64(&args, 16);
+                let valid = ne_u32(args, 0);
+                let size = ne_u64(args, 16);
                 // The file is a device: its size is fixed. Mode, owner and time changes are
                 // accepted and ignored, like on a block device node that is recreated.
-                if valid & FATTR_SIZE != 0 && size != shared.device.size() {
-                    reply(raw, unique, libc::EINVAL, &[]);
+                if valid & FATTR_SIZE != 0 && size != self.device.size() {
+                    r.err(libc::EINVAL);
                 } else {
-                    reply(raw, unique, 0, &[&shared.attr_out()]);
+                    r.ok(&[&self.attr_out()]);
                 }
             }
             FUSE_OPEN => {
-                let flags = if args.len() >= 4 { ne_u32(&args, 0) } else { 0 };
+                let flags = if args.len() >= 4 { ne_u32(args, 0) } else { 0 };
                 let acc = flags as i32 & libc::O_ACCMODE;
-                if shared.device.read_only() && acc != libc::O_RDONLY {
-                    reply(raw, unique, libc::EROFS, &[]);
-                    continue;
+                if self.device.read_only() && acc != libc::O_RDONLY {
+                    return r.err(libc::EROFS);
                 }
                 let mut open_flags = 0;
-                if shared.device.read_only() {
+                if self.device.read_only() {
                     // Nothing can change the contents: keep the page cache across opens.
                     open_flags |= FOPEN_KEEP_CACHE;
                 }
-                let minor = shared.minor.load(Ordering::Relaxed);
+                let minor = st.minor.load(Ordering::Relaxed);
                 if minor >= 35 {
                     // FLUSH would be a no-op: writes are already on the device.
                     open_flags |= FOPEN_NOFLUSH;
@@ -218,21 +127,21 @@ pub(super) fn serve(shared: Arc<Shared>, fd: Arc<OwnedFd>, idx: usize) {
                 let mut o = Out::new();
                 o.u64(0).u32(open_flags).u32(0);
                 // Counted before the reply: once open(2) returns, `close` sees the user.
-                shared.open_handles.fetch_add(1, Ordering::SeqCst);
-                reply(raw, unique, 0, &[&o.0]);
+                st.open_handles.fetch_add(1, Ordering::SeqCst);
+                r.ok(&[&o.0]);
             }
             FUSE_RELEASE => {
-                shared.open_handles.fetch_sub(1, Ordering::SeqCst);
-                reply(raw, unique, 0, &[]);
+                st.open_handles.fetch_sub(1, Ordering::SeqCst);
+                r.ok(&[]);
             }
-            FUSE_FLUSH => reply(raw, unique, 0, &[]),
-            FUSE_FSYNC => match shared.device.flush() {
-                Ok(()) => reply(raw, unique, 0, &[]),
-                Err(e) => reply(raw, unique, shared.fail(ctr, e), &[]),
+            FUSE_FLUSH => r.ok(&[]),
+            FUSE_FSYNC => match self.device.flush() {
+                Ok(()) => r.ok(&[]),
+                Err(e) => r.err(self.fail(ctr, e)),
             },
             FUSE_STATFS => {
-                let size = shared.device.size();
-                let bsize = shared.blksize();
+                let size = self.device.size();
+                let bsize = self.blksize();
                 let mut o = Out::new();
                 o.u64(size / bsize as u64) // blocks
                     .u64(0) // bfree
@@ -244,50 +153,41 @@ pub(super) fn serve(shared: Arc<Shared>, fd: Arc<OwnedFd>, idx: usize) {
                     .u32(bsize) // frsize
                     .u32(0)
                     .zeros(24);
-                reply(raw, unique, 0, &[&o.0]);
+                r.ok(&[&o.0]);
             }
             FUSE_FALLOCATE => {
                 if args.len() < 28 {
-                    reply(raw, unique, libc::EINVAL, &[]);
-                    continue;
+                    return r.err(libc::EINVAL);
                 }
-                let offset = ne_u64(&args, 8);
-                let length = ne_u64(&args, 16);
-                let mode = ne_u32(&args, 24) as i32;
-                match shared.fallocate(offset, length, mode, &mut io) {
-                    Ok(()) => reply(raw, unique, 0, &[]),
-                    Err(Errno(e)) => reply(raw, unique, e, &[]),
+                let offset = ne_u64(args, 8);
+                let length = ne_u64(args, 16);
+                let mode = ne_u32(args, 24) as i32;
+                match self.fallocate(offset, length, mode, ctr, io) {
+                    Ok(()) => r.ok(&[]),
+                    Err(Errno(e)) => r.err(e),
                 }
             }
             FUSE_LSEEK => {
                 if args.len() < 20 {
-                    reply(raw, unique, libc::EINVAL, &[]);
-                    continue;
+                    return r.err(libc::EINVAL);
                 }
-                let offset = ne_u64(&args, 8);
-                let whence = ne_u32(&args, 16) as i32;
-                let size = shared.device.size();
+                let offset = ne_u64(args, 8);
+                let whence = ne_u32(args, 16) as i32;
+                let size = self.device.size();
                 // No holes in a device: all data up to the end, one hole at the end.
-                let r = match whence {
+                let res = match whence {
                     libc::SEEK_DATA if offset < size => Ok(offset),
                     libc::SEEK_HOLE if offset < size => Ok(size),
                     libc::SEEK_DATA | libc::SEEK_HOLE => Err(libc::ENXIO),
                     _ => Err(libc::EINVAL),
                 };
-                match r {
-                    Ok(off) => reply(raw, unique, 0, &[&off.to_ne_bytes()]),
-                    Err(e) => reply(raw, unique, e, &[]),
+                match res {
+                    Ok(off) => r.ok(&[&off.to_ne_bytes()]),
+                    Err(e) => r.err(e),
                 }
             }
-            // No reply expected: interrupts are ignored (every request finishes quickly).
-            FUSE_INTERRUPT | FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_NOTIFY_REPLY => {}
-            FUSE_DESTROY => reply(raw, unique, 0, &[]),
-            _ => reply(raw, unique, libc::ENOSYS, &[]),
+            _ => r.err(libc::ENOSYS),
         }
-    }
-    if shared.live_threads.fetch_sub(1, Ordering::SeqCst) == 1 {
-        let _g = shared.exited.0.lock().unwrap_or_else(|e| e.into_inner());
-        shared.exited.1.notify_all();
     }
 }
 
@@ -302,7 +202,7 @@ fn round_up(v: u64, a: u64) -> u64 {
     v.div_ceil(a) * a
 }
 
-impl Shared {
+impl FileFs {
     fn blksize(&self) -> u32 {
         self.device.logical_block_size().max(PAGE as u32)
     }
@@ -319,53 +219,6 @@ impl Shared {
             self.io_error_log.log(|| e.to_string());
         }
         e.errno()
-    }
-
-    fn init(&self, fd: RawFd, unique: u64, args: &[u8]) {
-        if args.len() < 16 {
-            reply(fd, unique, libc::EINVAL, &[]);
-            return;
-        }
-        let major = ne_u32(args, 0);
-        let minor = ne_u32(args, 4);
-        let max_readahead = ne_u32(args, 8);
-        let flags = ne_u32(args, 12);
-        if major > KERNEL_MAJOR {
-            // The kernel resends INIT with our major version.
-            let mut o = Out::new();
-            o.u32(KERNEL_MAJOR).u32(KERNEL_MINOR).zeros(56);
-            reply(fd, unique, 0, &[&o.0]);
-            return;
-        }
-        let mut g = self.init.lock().unwrap_or_else(|e| e.into_inner());
-        if major < KERNEL_MAJOR || minor < 28 {
-            let m = format!("kernel FUSE protocol {major}.{minor} is too old (need 7.28)");
-            eprintln!("dmkit: {m}");
-            reply(fd, unique, libc::EPROTO, &[]);
-            *g = Some(Err(m));
-            self.init_cv.notify_all();
-            return;
-        }
-        let minor = minor.min(KERNEL_MINOR);
-        let want = FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ASYNC_DIO | FUSE_MAX_PAGES;
-        let mut o = Out::new();
-        o.u32(KERNEL_MAJOR)
-            .u32(minor)
-            .u32(max_readahead)
-            .u32(flags & want)
-            .u16(MAX_BACKGROUND)
-            .u16(CONGESTION_THRESHOLD)
-            .u32(MAX_WRITE as u32)
-            .u32(1) // time_gran
-            .u16(MAX_PAGES)
-            .u16(0) // map_alignment
-            .u32(0) // flags2
-            .u32(0) // max_stack_depth
-            .zeros(24); // request_timeout + unused
-        self.minor.store(minor, Ordering::Relaxed);
-        reply(fd, unique, 0, &[&o.0]);
-        *g = Some(Ok(minor));
-        self.init_cv.notify_all();
     }
 
     fn attr_out(&self) -> Vec<u8> {
@@ -477,6 +330,7 @@ impl Shared {
         offset: u64,
         length: u64,
         mode: i32,
+        ctr: &Counters,
         io: &mut AlignedBuf,
     ) -> Result<(), Errno> {
         let dev_size = self.device.size();
@@ -504,7 +358,6 @@ impl Shared {
                 let lbs = self.device.logical_block_size().max(1) as u64;
                 let inner_start = round_up(offset, lbs);
                 let inner_end = round_down(end, lbs).max(inner_start);
-                let ctr = &self.counters[0];
                 // Partial blocks at the edges are zeroed, so the range reads back as zeros
                 // like a punched hole.
                 let zero = |from: u64, to: u64, io: &mut AlignedBuf| -> Result<(), Errno> {
@@ -571,12 +424,11 @@ mod tests {
         }
     }
 
-    fn shared(size: usize) -> Shared {
+    fn shared(size: usize) -> FileFs {
         let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
-        Shared::new(
+        FileFs::new(
             Arc::new(Strict(MemoryDevice::from_vec("strict", data))),
             true,
-            1,
         )
     }
 
@@ -630,12 +482,20 @@ mod tests {
         let mut want = expect(size);
         let mut io = AlignedBuf::new(MAX_WRITE);
         let mode = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        assert!(sh.fallocate(100, 10000, mode, &mut io).is_ok());
+        assert!(sh
+            .fallocate(100, 10000, mode, &Counters::default(), &mut io)
+            .is_ok());
         want[100..10100].fill(0);
         let (s, n) = sh.read(0, size, &mut io).unwrap();
         assert_eq!(&io.all()[s..s + n], &want[..]);
         assert!(matches!(
-            sh.fallocate(0, 1, libc::FALLOC_FL_ZERO_RANGE, &mut io),
+            sh.fallocate(
+                0,
+                1,
+                libc::FALLOC_FL_ZERO_RANGE,
+                &Counters::default(),
+                &mut io
+            ),
             Err(Errno(libc::EOPNOTSUPP))
         ));
     }

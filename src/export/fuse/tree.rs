@@ -1,0 +1,489 @@
+//! A read-only directory tree served over FUSE: the kernel asks by inode, a [`TreeSource`]
+//! answers (names, attributes, link targets, file contents). Nothing can be created, written
+//! or removed; the mount is read-only and every request that would change something gets
+//! `EROFS`.
+//!
+//! Inodes are the source's own numbers and never change while mounted, so lookups and
+//! attributes are cached by the kernel for an hour and FORGETs need no bookkeeping. Open files
+//! are kept in a table of handles the kernel refers to by index.
+
+use super::mount::{self, Root};
+use super::proto::*;
+use super::session::{Filesystem, Reply, Request, Session, State};
+use super::ExportStats;
+use std::io;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+/// The kind of a node, as `st_mode`'s file type bits say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeKind {
+    /// A regular file.
+    File,
+    /// A directory.
+    Dir,
+    /// A symbolic link.
+    Symlink,
+    /// A character device.
+    CharDevice,
+    /// A block device.
+    BlockDevice,
+    /// A named pipe.
+    Fifo,
+    /// A Unix socket.
+    Socket,
+}
+
+impl NodeKind {
+    /// The `S_IF*` bits of `st_mode`.
+    pub fn mode_bits(self) -> u32 {
+        match self {
+            NodeKind::File => libc::S_IFREG,
+            NodeKind::Dir => libc::S_IFDIR,
+            NodeKind::Symlink => libc::S_IFLNK,
+            NodeKind::CharDevice => libc::S_IFCHR,
+            NodeKind::BlockDevice => libc::S_IFBLK,
+            NodeKind::Fifo => libc::S_IFIFO,
+            NodeKind::Socket => libc::S_IFSOCK,
+        }
+    }
+
+    /// The `DT_*` type of a directory entry.
+    fn dirent_type(self) -> u32 {
+        self.mode_bits() >> 12
+    }
+}
+
+/// A node's attributes as served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeAttr {
+    /// The kind of node.
+    pub kind: NodeKind,
+    /// Permission bits (with set-user-ID, set-group-ID and sticky).
+    pub perm: u32,
+    /// Owner.
+    pub uid: u32,
+    /// Group.
+    pub gid: u32,
+    /// Size in bytes (a symlink's: its target's length).
+    pub size: u64,
+    /// Modification time, seconds since the epoch (also served as atime and ctime).
+    pub mtime: i64,
+    /// Device number of a character or block device.
+    pub rdev: u32,
+}
+
+/// Why a read failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadFailure {
+    /// The data did not match what it must be (counted as a corruption); EIO to the reader.
+    Corrupt,
+    /// Any other failure, with the errno the reader gets.
+    Errno(i32),
+}
+
+/// The root directory's inode number: the kernel asks for the root by this number
+/// (`FUSE_ROOT_ID`).
+pub const ROOT_INODE: u64 = 1;
+
+/// What a read-only tree mount serves. Inode numbers are the source's own: the root is
+/// [`ROOT_INODE`], the others anything but 0, stable while mounted. The methods are
+/// called concurrently from the serving threads and must not block for long.
+pub trait TreeSource: Send + Sync + 'static {
+    /// An open regular file.
+    type Handle: Send + Sync + 'static;
+    /// Per-thread scratch space for reads (buffers), made once per serving thread.
+    type Scratch: Send + 'static;
+
+    /// The attributes of `ino`, `None` if there is no such inode.
+    fn attr(&self, ino: u64) -> Option<NodeAttr>;
+    /// The inode named `name` in directory `parent`: `Err(ENOENT)` if there is none,
+    /// `Err(ENOTDIR)` if `parent` is not a directory.
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<u64, i32>;
+    /// The parent directory of directory `ino` (the root is its own parent).
+    fn parent(&self, ino: u64) -> Option<u64>;
+    /// Entry `index` of directory `ino` (in a fixed order, without `.` and `..`): its name and
+    /// inode; `None` past the last one.
+    fn dir_entry(&self, ino: u64, index: usize) -> Option<(&[u8], u64)>;
+    /// The target of symlink `ino`.
+    fn read_link(&self, ino: u64) -> Result<Vec<u8>, i32>;
+    /// Open regular file `ino` for reading.
+    fn open(&self, ino: u64) -> Result<Self::Handle, i32>;
+    /// A fresh scratch space for one serving thread.
+    fn scratch(&self) -> Self::Scratch;
+    /// Read up to `size` bytes at `offset` of an open file (short only at the end of the
+    /// file); returns the bytes, which may live in `scratch`.
+    fn read<'s>(
+        &self,
+        file: &Self::Handle,
+        offset: u64,
+        size: usize,
+        scratch: &'s mut Self::Scratch,
+    ) -> Result<&'s [u8], ReadFailure>;
+    /// Total size of the tree's files in bytes and its number of nodes (for `statfs`).
+    fn usage(&self) -> (u64, u64);
+}
+
+/// Open files by handle number (the `fh` the kernel passes back). Slots are reused.
+struct Handles<H> {
+    slots: RwLock<Slots<H>>,
+}
+
+/// The handle table and its free slots.
+type Slots<H> = (Vec<Option<Arc<H>>>, Vec<usize>);
+
+impl<H> Handles<H> {
+    fn insert(&self, h: H) -> u64 {
+        let mut g = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let (slots, free) = &mut *g;
+        match free.pop() {
+            Some(i) => {
+                slots[i] = Some(Arc::new(h));
+                i as u64
+            }
+            None => {
+                slots.push(Some(Arc::new(h)));
+                (slots.len() - 1) as u64
+            }
+        }
+    }
+
+    fn get(&self, fh: u64) -> Option<Arc<H>> {
+        let g = self.slots.read().unwrap_or_else(|e| e.into_inner());
+        g.0.get(usize::try_from(fh).ok()?)?.clone()
+    }
+
+    fn remove(&self, fh: u64) -> bool {
+        let mut g = self.slots.write().unwrap_or_else(|e| e.into_inner());
+        let (slots, free) = &mut *g;
+        let Ok(i) = usize::try_from(fh) else {
+            return false;
+        };
+        match slots.get_mut(i).and_then(Option::take) {
+            Some(_) => {
+                free.push(i);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// A [`TreeSource`] as a FUSE filesystem.
+struct TreeFs<S: TreeSource> {
+    source: Arc<S>,
+    handles: Handles<S::Handle>,
+}
+
+/// `fuse_attr`, 88 bytes.
+fn encode_attr(o: &mut Out, ino: u64, a: &NodeAttr) {
+    let nlink = if a.kind == NodeKind::Dir { 2 } else { 1 };
+    let mtime = a.mtime.max(0) as u64;
+    o.u64(ino)
+        .u64(a.size)
+        .u64(a.size.div_ceil(512))
+        .u64(mtime) // atime
+        .u64(mtime)
+        .u64(mtime) // ctime
+        .u32(0)
+        .u32(0)
+        .u32(0)
+        .u32(a.kind.mode_bits() | (a.perm & 0o7777))
+        .u32(nlink)
+        .u32(a.uid)
+        .u32(a.gid)
+        .u32(a.rdev)
+        .u32(PAGE as u32) // blksize
+        .u32(0); // flags
+}
+
+/// `fuse_entry_out`: node id, generation, validities, attributes.
+fn encode_entry(o: &mut Out, ino: u64, a: &NodeAttr) {
+    o.u64(ino)
+        .u64(0) // generation
+        .u64(ATTR_VALID_SECS) // entry_valid
+        .u64(ATTR_VALID_SECS) // attr_valid
+        .u32(0)
+        .u32(0);
+    encode_attr(o, ino, a);
+}
+
+/// Appends one `fuse_dirent` (8-byte aligned) if it fits in `max` bytes; returns whether it did.
+fn push_dirent(o: &mut Out, max: usize, ino: u64, next: u64, name: &[u8], kind: u32) -> bool {
+    let len = (24 + name.len()).next_multiple_of(8);
+    if o.0.len() + len > max {
+        return false;
+    }
+    o.u64(ino).u64(next).u32(name.len() as u32).u32(kind);
+    o.0.extend_from_slice(name);
+    o.zeros(len - 24 - name.len());
+    true
+}
+
+impl<S: TreeSource> TreeFs<S> {
+    fn attr_out(&self, ino: u64) -> Result<Vec<u8>, i32> {
+        let a = self.source.attr(ino).ok_or(libc::ENOENT)?;
+        let mut o = Out::new();
+        o.u64(ATTR_VALID_SECS).u32(0).u32(0);
+        encode_attr(&mut o, ino, &a);
+        Ok(o.0)
+    }
+
+    fn lookup(&self, parent: u64, args: &[u8]) -> Result<Vec<u8>, i32> {
+        let name = args.split(|&b| b == 0).next().unwrap_or_default();
+        let ino = match name {
+            b"." => parent,
+            b".." => self.source.parent(parent).ok_or(libc::ENOENT)?,
+            _ => self.source.lookup(parent, name)?,
+        };
+        let a = self.source.attr(ino).ok_or(libc::ENOENT)?;
+        let mut o = Out::new();
+        encode_entry(&mut o, ino, &a);
+        Ok(o.0)
+    }
+
+    /// READDIR and READDIRPLUS: positions 0 and 1 are `.` and `..`, the entries follow.
+    fn readdir(&self, ino: u64, args: &[u8], plus: bool) -> Result<Vec<u8>, i32> {
+        if args.len() < 20 {
+            return Err(libc::EINVAL);
+        }
+        let attr = self.source.attr(ino).ok_or(libc::ENOENT)?;
+        if attr.kind != NodeKind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        let mut pos = ne_u64(args, 8);
+        let max = (ne_u32(args, 16) as usize).min(MAX_WRITE);
+        let mut o = Out::new();
+        loop {
+            let (name, child): (&[u8], u64) = match pos {
+                0 => (b".", ino),
+                1 => (b"..", self.source.parent(ino).unwrap_or(ino)),
+                p => match usize::try_from(p - 2)
+                    .ok()
+                    .and_then(|i| self.source.dir_entry(ino, i))
+                {
+                    Some(e) => e,
+                    None => break,
+                },
+            };
+            let Some(a) = self.source.attr(child) else {
+                break;
+            };
+            let kind = a.kind.dirent_type();
+            let start = o.0.len();
+            if plus {
+                // `fuse_direntplus`: an entry_out, then the dirent. The kernel skips "." and
+                // ".." for linking, so they carry node id 0 and no lookup is counted.
+                let mut e = Out::new();
+                if pos < 2 {
+                    e.zeros(40 + 88);
+                } else {
+                    encode_entry(&mut e, child, &a);
+                }
+                if o.0.len() + e.0.len() > max {
+                    break;
+                }
+                o.0.extend_from_slice(&e.0);
+                if !push_dirent(&mut o, max, child, pos + 1, name, kind) {
+                    o.0.truncate(start);
+                    break;
+                }
+            } else if !push_dirent(&mut o, max, child, pos + 1, name, kind) {
+                break;
+            }
+            pos += 1;
+        }
+        Ok(o.0)
+    }
+
+    fn statfs(&self) -> Vec<u8> {
+        let (bytes, nodes) = self.source.usage();
+        let bsize = PAGE as u32;
+        let mut o = Out::new();
+        o.u64(bytes.div_ceil(bsize as u64)) // blocks
+            .u64(0) // bfree
+            .u64(0) // bavail
+            .u64(nodes) // files
+            .u64(0) // ffree
+            .u32(bsize)
+            .u32(255) // namelen
+            .u32(bsize) // frsize
+            .u32(0)
+            .zeros(24);
+        o.0
+    }
+}
+
+impl<S: TreeSource> Filesystem for TreeFs<S> {
+    type Scratch = S::Scratch;
+
+    fn scratch(&self) -> S::Scratch {
+        self.source.scratch()
+    }
+
+    fn init_flags(&self) -> u32 {
+        FUSE_ASYNC_READ
+            | FUSE_MAX_PAGES
+            | FUSE_DO_READDIRPLUS
+            | FUSE_READDIRPLUS_AUTO
+            | FUSE_PARALLEL_DIROPS
+            | FUSE_CACHE_SYMLINKS
+    }
+
+    fn handle(&self, req: &Request<'_>, scratch: &mut S::Scratch, r: &Reply, st: &State) {
+        let args = req.args;
+        let ino = req.nodeid;
+        match req.opcode {
+            FUSE_LOOKUP => r.result(self.lookup(ino, args)),
+            FUSE_GETATTR => r.result(self.attr_out(ino)),
+            FUSE_READLINK => r.result(self.source.read_link(ino)),
+            FUSE_OPEN => {
+                let flags = if args.len() >= 4 { ne_u32(args, 0) } else { 0 };
+                if flags as i32 & libc::O_ACCMODE != libc::O_RDONLY {
+                    return r.err(libc::EROFS);
+                }
+                match self.source.attr(ino).map(|a| a.kind) {
+                    None => return r.err(libc::ENOENT),
+                    Some(NodeKind::Dir) => return r.err(libc::EISDIR),
+                    Some(NodeKind::File) => {}
+                    Some(_) => return r.err(libc::EACCES),
+                }
+                match self.source.open(ino) {
+                    Ok(h) => {
+                        let fh = self.handles.insert(h);
+                        let mut o = Out::new();
+                        // Verified contents cannot change under the page cache: keep it.
+                        o.u64(fh).u32(FOPEN_KEEP_CACHE).u32(0);
+                        st.open_handles.fetch_add(1, Ordering::SeqCst);
+                        r.ok(&[&o.0]);
+                    }
+                    Err(e) => {
+                        req.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+                        r.err(e)
+                    }
+                }
+            }
+            FUSE_READ => {
+                if args.len() < 24 {
+                    return r.err(libc::EINVAL);
+                }
+                let Some(h) = self.handles.get(ne_u64(args, 0)) else {
+                    return r.err(libc::EBADF);
+                };
+                let offset = ne_u64(args, 8);
+                let size = (ne_u32(args, 16) as usize).min(MAX_WRITE);
+                match self.source.read(&h, offset, size, scratch) {
+                    Ok(data) => {
+                        req.counters
+                            .bytes_read
+                            .fetch_add(data.len() as u64, Ordering::Relaxed);
+                        r.ok(&[data]);
+                    }
+                    Err(f) => {
+                        req.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+                        let errno = match f {
+                            ReadFailure::Corrupt => {
+                                req.counters.corruptions.fetch_add(1, Ordering::Relaxed);
+                                libc::EIO
+                            }
+                            ReadFailure::Errno(e) => e,
+                        };
+                        r.err(errno)
+                    }
+                }
+            }
+            FUSE_RELEASE => {
+                if args.len() >= 8 && self.handles.remove(ne_u64(args, 0)) {
+                    st.open_handles.fetch_sub(1, Ordering::SeqCst);
+                }
+                r.ok(&[]);
+            }
+            FUSE_OPENDIR => match self.source.attr(ino).map(|a| a.kind) {
+                Some(NodeKind::Dir) => {
+                    let mut o = Out::new();
+                    o.u64(0).u32(FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR).u32(0);
+                    st.open_handles.fetch_add(1, Ordering::SeqCst);
+                    r.ok(&[&o.0]);
+                }
+                Some(_) => r.err(libc::ENOTDIR),
+                None => r.err(libc::ENOENT),
+            },
+            FUSE_READDIR => r.result(self.readdir(ino, args, false)),
+            FUSE_READDIRPLUS => r.result(self.readdir(ino, args, true)),
+            FUSE_RELEASEDIR => {
+                st.open_handles.fetch_sub(1, Ordering::SeqCst);
+                r.ok(&[]);
+            }
+            FUSE_STATFS => r.ok(&[&self.statfs()]),
+            FUSE_FLUSH | FUSE_FSYNC | FUSE_FSYNCDIR => r.ok(&[]),
+            FUSE_ACCESS => r.ok(&[]),
+            // No extended attributes; ENOSYS makes the kernel stop asking.
+            FUSE_GETXATTR | FUSE_LISTXATTR => r.err(libc::ENOSYS),
+            FUSE_SETATTR | FUSE_WRITE | FUSE_FALLOCATE => r.err(libc::EROFS),
+            _ => r.err(libc::ENOSYS),
+        }
+    }
+}
+
+/// A mounted, serving read-only tree. Unmounts (lazily) when dropped.
+pub struct TreeMount<S: TreeSource> {
+    session: Session<TreeFs<S>>,
+    via_fusermount: bool,
+}
+
+impl<S: TreeSource> TreeMount<S> {
+    /// Mount `source` read-only over the directory `mountpoint`, serve it with `threads`
+    /// threads and wait until the kernel's INIT has been answered.
+    pub fn mount(mountpoint: &Path, source: Arc<S>, threads: usize) -> io::Result<Self> {
+        let (master, via_fusermount) = mount::mount(mountpoint, Root::ReadOnlyDir)?;
+        let fs = TreeFs {
+            source,
+            handles: Handles {
+                slots: RwLock::new((Vec::new(), Vec::new())),
+            },
+        };
+        let session = Session::start(mountpoint, master, fs, threads)?;
+        Ok(TreeMount {
+            session,
+            via_fusermount,
+        })
+    }
+
+    /// The source served.
+    pub fn source(&self) -> &Arc<S> {
+        &self.session.fs().source
+    }
+
+    /// The mount point.
+    pub fn path(&self) -> &Path {
+        self.session.path()
+    }
+
+    /// Whether fusermount3 mounted it (a non-root user's mount).
+    pub fn via_fusermount(&self) -> bool {
+        self.via_fusermount
+    }
+
+    /// Files and directories open right now.
+    pub fn open_handles(&self) -> i64 {
+        self.session.open_handles()
+    }
+
+    /// The negotiated FUSE minor protocol version.
+    pub fn protocol_minor(&self) -> u32 {
+        self.session.protocol_minor()
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> ExportStats {
+        self.session.stats()
+    }
+
+    /// Unmount and wait (up to `wait`) for the serving threads to end; returns whether the
+    /// unmount had to be lazy (see [`super::FuseExport::unmount`]).
+    pub fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
+        self.session.unmount(wait)
+    }
+}
