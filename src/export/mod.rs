@@ -7,10 +7,11 @@ pub mod loopdev;
 pub mod mountinfo;
 
 pub use daemon::{
-    check_loop_allowed, claim_holder, close, ensure_not_open, open, path_holder, run_dir,
-    serve_foreground, serve_foreground_with, status, validate_name, CloseMode, Closed, ExportError,
-    ExportSpec, Opened, StatsFn, DEFAULT_RUN_DIR, RUN_DIR_ENV,
+    check_loop_allowed, claim_holder, close, ensure_not_open, name_for_mountpoint, open, open_tree,
+    path_holder, run_dir, serve_foreground, serve_foreground_with, serve_tree_foreground, status,
+    validate_name, CloseMode, Closed, ExportError, ExportSpec, Opened, StatsFn, TreeMounter,
+    TreeSpec, DEFAULT_RUN_DIR, RUN_DIR_ENV,
 };
-pub use fuse::{ExportStats, FuseExport, FuseOptions, DEFAULT_THREADS};
+pub use fuse::{ExportStats, FuseExport, FuseOptions, Mounted, DEFAULT_THREADS};
 pub use loopdev::LoopDevice;
 pub use mountinfo::is_mounted;

@@ -37,6 +37,28 @@ pub fn is_mounted(path: &Path) -> bool {
         .any(|mp| unescape(mp) == want)
 }
 
+/// Whether a FUSE filesystem of dmkit's (source `dmkit`) is mounted at `path` (a resolved
+/// path): what a dead tree server may have left over a user's directory.
+pub fn is_dmkit_fuse_mount(path: &Path) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.as_os_str().as_bytes();
+    text.lines().any(|l| {
+        let mut halves = l.splitn(2, " - ");
+        let (Some(head), Some(tail)) = (halves.next(), halves.next()) else {
+            return false;
+        };
+        let mut t = tail.split(' ');
+        let (fstype, source) = (t.next().unwrap_or(""), t.next().unwrap_or(""));
+        head.split(' ')
+            .nth(4)
+            .is_some_and(|mp| unescape(mp) == want)
+            && (fstype == "fuse" || fstype == "fuse.dmkit")
+            && source == "dmkit"
+    })
+}
+
 /// Where the block device `major:minor` is mounted, if anywhere (the first mount point).
 pub fn mount_point_of(major: u32, minor: u32) -> Option<String> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").ok()?;

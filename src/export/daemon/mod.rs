@@ -19,13 +19,17 @@ mod state;
 
 pub use client::{claim_holder, close, path_holder, status, CloseMode, Closed};
 pub use rundir::{run_dir, validate_name, DEFAULT_RUN_DIR, RUN_DIR_ENV};
-pub use spawn::{check_loop_allowed, open, serve_foreground, serve_foreground_with};
+pub use spawn::{
+    check_loop_allowed, open, open_tree, serve_foreground, serve_foreground_with,
+    serve_tree_foreground,
+};
 pub use stale::ensure_not_open;
 
 use crate::block::{BlockDevice, Claim};
+use crate::export::fuse::{Mounted, TreeMount, TreeSource};
 use serde_json::Value;
 use std::io;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// Errors of the export lifecycle. [`ExportError::exit_code`] gives cryptsetup's exit code.
@@ -140,6 +144,108 @@ pub struct ExportSpec {
     pub claims: Vec<Claim>,
 }
 
+/// Mounts a tree over a mount point with a number of serving threads (called in the server).
+pub type TreeMounter = Box<dyn FnOnce(&Path, usize) -> io::Result<Box<dyn Mounted>> + Send>;
+
+/// A read-only directory tree to serve at a directory (`dmkit fsverity mount`), with the same
+/// lifecycle as a device: a server per name, `status`, `close`.
+pub struct TreeSpec {
+    /// The name the server is known by (`status NAME`, `close NAME`); see [`name_for_mountpoint`].
+    pub name: String,
+    /// The kind shown by `status` ("fsverity", ...).
+    pub kind: String,
+    /// The directory the tree is mounted over: absolute, existing.
+    pub mountpoint: PathBuf,
+    /// Bytes of file data the tree holds (shown as its size).
+    pub size: u64,
+    /// Serving threads (0 means the default, 4).
+    pub threads: usize,
+    /// Static facts shown by `status`.
+    pub details: Value,
+    /// Live counters shown by `status`.
+    pub stats: Option<StatsFn>,
+    /// Mounts the tree; see [`TreeSpec::mounter`].
+    pub mount: TreeMounter,
+}
+
+impl TreeSpec {
+    /// The mounter of a [`TreeSource`].
+    pub fn mounter<S: TreeSource>(source: Arc<S>) -> TreeMounter {
+        Box::new(move |mountpoint: &Path, threads: usize| {
+            let m = TreeMount::mount(mountpoint, source, threads)?;
+            Ok(Box::new(m) as Box<dyn Mounted>)
+        })
+    }
+}
+
+/// The name a tree mounted at `mountpoint` (an absolute path) is known by when none is given:
+/// the path escaped as systemd escapes mount unit names (`/mnt/app` is `mnt-app`, a `-` in a
+/// component is `\x2d`), so that one mount point has one name; long paths end in a hash.
+pub fn name_for_mountpoint(mountpoint: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let bytes = mountpoint.as_os_str().as_bytes();
+    let trimmed: Vec<&[u8]> = bytes
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .collect();
+    if trimmed.is_empty() {
+        return "-".to_string();
+    }
+    let mut name = String::new();
+    for (i, comp) in trimmed.iter().enumerate() {
+        if i > 0 {
+            name.push('-');
+        }
+        for (j, &b) in comp.iter().enumerate() {
+            let plain = b.is_ascii_alphanumeric() || b == b'_' || (b == b'.' && (i, j) != (0, 0));
+            if plain {
+                name.push(b as char);
+            } else {
+                name.push_str(&format!("\\x{b:02x}"));
+            }
+        }
+    }
+    if name.len() > 127 {
+        use sha2::Digest;
+        let h = hex::encode(&sha2::Sha256::digest(bytes)[..8]);
+        let mut cut = 127 - 17;
+        while !name.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        name.truncate(cut);
+        name.push('-');
+        name.push_str(&h);
+    }
+    name
+}
+
+/// What a server serves: a device as a file, or a tree at a directory.
+pub(super) enum Job {
+    Device(ExportSpec),
+    Tree(TreeSpec),
+}
+
+impl Job {
+    fn name(&self) -> &str {
+        match self {
+            Job::Device(s) => &s.name,
+            Job::Tree(s) => &s.name,
+        }
+    }
+
+    fn threads(&self) -> Result<usize> {
+        let n = match self {
+            Job::Device(s) => s.threads,
+            Job::Tree(s) => s.threads,
+        };
+        threads_of(n)
+    }
+
+    fn wants_loop(&self) -> bool {
+        matches!(self, Job::Device(s) if s.loop_device)
+    }
+}
+
 /// A device that is open and served.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Opened {
@@ -153,12 +259,34 @@ pub struct Opened {
     pub pid: u32,
 }
 
-fn threads_of(spec: &ExportSpec) -> Result<usize> {
-    match spec.threads {
+fn threads_of(threads: usize) -> Result<usize> {
+    match threads {
         0 => Ok(crate::export::fuse::DEFAULT_THREADS),
         n @ 1..=256 => Ok(n),
         n => Err(ExportError::Invalid(format!(
             "threads: {n} is out of range (1 to 256)"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountpoint_names_are_systemd_escapes() {
+        let n = |p: &str| name_for_mountpoint(Path::new(p));
+        assert_eq!(n("/mnt/app"), "mnt-app");
+        assert_eq!(n("/mnt/my-app/"), "mnt-my\\x2dapp");
+        assert_eq!(n("/"), "-");
+        assert_eq!(n("/srv/.hidden/x y"), "srv-.hidden-x\\x20y");
+        assert_eq!(n("/.a"), "\\x2ea");
+        // Distinct paths, distinct names; every name is a valid device name.
+        assert_ne!(n("/a-b"), n("/a/b"));
+        let long = format!("/{}", "d/".repeat(100));
+        for p in ["/mnt/app", "/.a", long.as_str()] {
+            validate_name(&n(p)).unwrap();
+        }
+        assert_ne!(n(&long), n(&format!("{long}e")));
     }
 }

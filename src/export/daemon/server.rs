@@ -5,9 +5,9 @@ use super::inuse;
 use super::namelock::NameLock;
 use super::rundir::{prune_logs, Paths};
 use super::state::{self, State};
-use super::{io_err, threads_of, ExportError, ExportSpec, Result, StatsFn};
+use super::{io_err, ExportError, ExportSpec, Job, Result, StatsFn, TreeSpec};
 use crate::block::Claim;
-use crate::export::fuse::{ExportStats, FuseExport, FuseOptions};
+use crate::export::fuse::{ExportStats, FuseExport, FuseOptions, Mounted};
 use crate::export::loopdev::{self, LoopDevice};
 use crate::export::mountinfo::is_mounted;
 use serde_json::{json, Value};
@@ -41,10 +41,25 @@ pub(super) enum Ending {
     Signal,
 }
 
+/// How a job's filesystem gets mounted.
+enum Mount {
+    Device(std::sync::Arc<dyn crate::block::BlockDevice>),
+    Tree(super::TreeMounter),
+}
+
+/// What a job brings besides its state.
+struct Serve {
+    stats: Option<StatsFn>,
+    want_loop: bool,
+    want_direct_io: bool,
+    claims: Vec<Claim>,
+    mount: Mount,
+}
+
 pub(super) struct Server {
     paths: Paths,
     lock: Option<NameLock>,
-    fuse: Option<FuseExport>,
+    fuse: Option<Box<dyn Mounted>>,
     loop_dev: Option<LoopDevice>,
     listener: Option<UnixListener>,
     sigfd: Option<OwnedFd>,
@@ -60,30 +75,17 @@ pub(super) struct Server {
 
 impl Server {
     /// Set everything up; on failure, undo what was done and return the error.
-    pub fn start(spec: ExportSpec, paths: Paths, lock: NameLock, pid: u32) -> Result<Server> {
-        let threads = threads_of(&spec)?;
-        let device = spec.device;
+    pub fn start(job: Job, paths: Paths, lock: NameLock, pid: u32) -> Result<Server> {
+        let threads = job.threads()?;
         prune_logs(&paths.private);
+        let (state, serve) = match job {
+            Job::Device(spec) => Self::device_state(spec, &paths, pid, threads),
+            Job::Tree(spec) => Self::tree_state(spec, &paths, pid, threads),
+        };
         // SAFETY: sigset_t is plain data; sigemptyset initializes it right away.
         let mut old_mask: libc::sigset_t = unsafe { std::mem::zeroed() };
         let mut server = Server {
-            state: State {
-                name: spec.name.clone(),
-                kind: spec.kind,
-                pid,
-                start_ticks: state::start_ticks(pid).unwrap_or(0),
-                path: paths.dev.clone(),
-                loop_device: None,
-                loop_direct_io: false,
-                size: device.size(),
-                read_only: device.read_only(),
-                allow_discards: spec.allow_discards,
-                threads,
-                started: now_secs(),
-                log: paths.log.clone(),
-                claims: spec.claims.iter().map(|c| c.info().clone()).collect(),
-                details: spec.details,
-            },
+            state,
             paths,
             lock: Some(lock),
             fuse: None,
@@ -91,10 +93,10 @@ impl Server {
             listener: None,
             sigfd: None,
             old_mask,
-            stats: spec.stats,
-            want_loop: spec.loop_device,
-            want_direct_io: spec.direct_io_loop,
-            _claims: spec.claims,
+            stats: serve.stats,
+            want_loop: serve.want_loop,
+            want_direct_io: serve.want_direct_io,
+            _claims: serve.claims,
             deferred: false,
         };
         // Signals are taken through a signalfd in the control loop; block them before any
@@ -117,7 +119,11 @@ impl Server {
         }
         // SAFETY: a fresh descriptor owned only here.
         server.sigfd = Some(unsafe { OwnedFd::from_raw_fd(sigfd) });
-        if let Err(e) = server.setup(device, threads) {
+        let mounted = match serve.mount {
+            Mount::Device(device) => server.setup_device(device, threads),
+            Mount::Tree(mount) => server.setup_tree(mount, threads),
+        };
+        if let Err(e) = mounted.and_then(|()| server.listen()) {
             if let Err(t) = server.teardown() {
                 eprintln!("dmkit: {t}");
             }
@@ -126,7 +132,101 @@ impl Server {
         Ok(server)
     }
 
-    fn setup(
+    fn device_state(spec: ExportSpec, paths: &Paths, pid: u32, threads: usize) -> (State, Serve) {
+        let device = spec.device;
+        let state = State {
+            name: spec.name,
+            kind: spec.kind,
+            pid,
+            start_ticks: state::start_ticks(pid).unwrap_or(0),
+            path: paths.dev.clone(),
+            tree: false,
+            loop_device: None,
+            loop_direct_io: false,
+            size: device.size(),
+            read_only: device.read_only(),
+            allow_discards: spec.allow_discards,
+            threads,
+            started: now_secs(),
+            log: paths.log.clone(),
+            claims: spec.claims.iter().map(|c| c.info().clone()).collect(),
+            details: spec.details,
+        };
+        let serve = Serve {
+            stats: spec.stats,
+            want_loop: spec.loop_device,
+            want_direct_io: spec.direct_io_loop,
+            claims: spec.claims,
+            mount: Mount::Device(device),
+        };
+        (state, serve)
+    }
+
+    fn tree_state(spec: TreeSpec, paths: &Paths, pid: u32, threads: usize) -> (State, Serve) {
+        let state = State {
+            name: spec.name,
+            kind: spec.kind,
+            pid,
+            start_ticks: state::start_ticks(pid).unwrap_or(0),
+            path: spec.mountpoint,
+            tree: true,
+            loop_device: None,
+            loop_direct_io: false,
+            size: spec.size,
+            read_only: true,
+            allow_discards: false,
+            threads,
+            started: now_secs(),
+            log: paths.log.clone(),
+            claims: Vec::new(),
+            details: spec.details,
+        };
+        let serve = Serve {
+            stats: spec.stats,
+            want_loop: false,
+            want_direct_io: false,
+            claims: Vec::new(),
+            mount: Mount::Tree(spec.mount),
+        };
+        (state, serve)
+    }
+
+    /// Mount a tree over its mount point (an existing directory, left in place afterwards).
+    fn setup_tree(&mut self, mount: super::TreeMounter, threads: usize) -> Result<()> {
+        let mp = self.state.path.clone();
+        match fs::metadata(&mp) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(ExportError::Invalid(format!(
+                    "{}: the mount point is not a directory",
+                    mp.display()
+                )))
+            }
+            Err(e) => {
+                return Err(io_err(format!(
+                    "{}: cannot use as mount point",
+                    mp.display()
+                ))(e))
+            }
+        }
+        let fuse = mount(&mp, threads).map_err(|e| ExportError::Failed(e.to_string()))?;
+        eprintln!(
+            "dmkit: {}: serving {} read-only at {} with {threads} threads, FUSE 7.{}{}",
+            self.state.name,
+            self.state.kind,
+            mp.display(),
+            fuse.protocol_minor(),
+            if fuse.via_fusermount() {
+                ", mounted with fusermount3"
+            } else {
+                ""
+            },
+        );
+        self.fuse = Some(fuse);
+        Ok(())
+    }
+
+    fn setup_device(
         &mut self,
         device: std::sync::Arc<dyn crate::block::BlockDevice>,
         threads: usize,
@@ -175,7 +275,7 @@ impl Server {
                 ""
             },
         );
-        self.fuse = Some(fuse);
+        self.fuse = Some(Box::new(fuse));
         if self.want_loop {
             let l = loopdev::attach(&dev, read_only, self.want_direct_io, lbs)
                 .map_err(|e| ExportError::Failed(e.to_string()))?;
@@ -189,6 +289,11 @@ impl Server {
             self.state.loop_direct_io = l.direct_io;
             self.loop_dev = Some(l);
         }
+        Ok(())
+    }
+
+    /// Record the state and open the control socket: the last step before "ready".
+    fn listen(&mut self) -> Result<()> {
         state::write(&self.paths, &self.state)?;
         let _ = fs::remove_file(&self.paths.sock);
         let listener = UnixListener::bind(&self.paths.sock).map_err(io_err(format!(
@@ -213,6 +318,14 @@ impl Server {
             }
         }
         let n = self.open_handles();
+        if n > 0 && self.state.tree {
+            return Some(format!(
+                "{} has {n} open file{} or director{}",
+                self.state.path.display(),
+                if n == 1 { "" } else { "s" },
+                if n == 1 { "y" } else { "ies" }
+            ));
+        }
         if n > 0 {
             let who = inuse::processes_holding(&self.paths.dev);
             let by = if who.is_empty() {
@@ -380,7 +493,7 @@ impl Server {
             match f.unmount(Duration::from_secs(5)) {
                 Ok(true) => eprintln!(
                     "dmkit: {} was busy: detached lazily; open handles fail once the server exits",
-                    self.paths.dev.display()
+                    self.state.path.display()
                 ),
                 Ok(false) => {}
                 Err(e) => errors.push(e.to_string()),
@@ -392,8 +505,11 @@ impl Server {
             );
         }
         let _ = fs::remove_file(&self.paths.state);
-        if let Err(e) = remove_export_file(&self.paths.dev) {
-            errors.push(e);
+        // A tree's mount point is the user's directory: it stays.
+        if !self.state.tree {
+            if let Err(e) = remove_export_file(&self.paths.dev) {
+                errors.push(e);
+            }
         }
         if let Some(l) = self.lock.take() {
             l.remove();

@@ -5,7 +5,7 @@ use super::namelock::NameLock;
 use super::rundir::{create_private, Paths};
 use super::server::{self, Server};
 use super::stale::{busy, cleanup_stale};
-use super::{io_err, threads_of, ExportError, ExportSpec, Opened, Result};
+use super::{io_err, ExportError, ExportSpec, Job, Opened, Result, TreeSpec};
 use serde_json::{json, Value};
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -48,15 +48,25 @@ pub fn check_loop_allowed(name: &str, want_loop: bool) -> Result<()> {
 /// socket and only then reports ready. On failure it reports the error and leaves nothing
 /// behind.
 pub fn open(spec: ExportSpec) -> Result<Opened> {
-    threads_of(&spec)?;
-    check_loop_allowed(&spec.name, spec.loop_device)?;
-    let p = Paths::new(&spec.name, true)?;
+    launch(Job::Device(spec))
+}
+
+/// Serve a read-only tree in the background, as [`open`] serves a device (same rules: call it
+/// before any thread exists). Returns once the tree is mounted at `spec.mountpoint`.
+pub fn open_tree(spec: TreeSpec) -> Result<Opened> {
+    launch(Job::Tree(spec))
+}
+
+fn launch(job: Job) -> Result<Opened> {
+    job.threads()?;
+    check_loop_allowed(job.name(), job.wants_loop())?;
+    let p = Paths::new(job.name(), true)?;
     let n = thread_count();
     if n > 1 {
         return Err(ExportError::Failed(format!(
             "open {}: the process already runs {n} threads; open must be called before any \
              thread is spawned (or use serve_foreground)",
-            spec.name
+            job.name()
         )));
     }
     let lock = NameLock::try_take(&p.lock)?.ok_or_else(|| busy(&p))?;
@@ -82,7 +92,7 @@ pub fn open(spec: ExportSpec) -> Result<Opened> {
         // terminal) and is reparented to init: nobody has to reap it.
         // SAFETY: fork(2), still single-threaded.
         match unsafe { libc::fork() } {
-            0 => server_main(spec, p, lock, wr),
+            0 => server_main(job, p, lock, wr),
             // SAFETY: _exit(2) skips atexit handlers and stdio flushing, which belong to the
             // parent.
             _ => unsafe { libc::_exit(0) },
@@ -130,14 +140,14 @@ pub fn open(spec: ExportSpec) -> Result<Opened> {
 }
 
 /// The body of the forked server; never returns.
-fn server_main(spec: ExportSpec, p: Paths, lock: NameLock, wr: OwnedFd) -> ! {
+fn server_main(job: Job, p: Paths, lock: NameLock, wr: OwnedFd) -> ! {
     close_inherited_descriptors();
     redirect_stdio(&p.log);
     protect_secrets();
     let mut wr = File::from(wr);
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
-    match Server::start(spec, p, lock, pid) {
+    match Server::start(job, p, lock, pid) {
         Err(e) => {
             eprintln!("dmkit: {e}");
             let msg = json!({"ok": false, "error": e.to_string(), "kind": e.kind()});
@@ -225,15 +235,24 @@ pub fn serve_foreground(spec: ExportSpec) -> Result<()> {
 /// and read through a signalfd, so a thread spawned earlier would still take the default
 /// action (death) for them.
 pub fn serve_foreground_with(spec: ExportSpec, on_ready: impl FnOnce(&Opened)) -> Result<()> {
-    threads_of(&spec)?;
-    check_loop_allowed(&spec.name, spec.loop_device)?;
-    let p = Paths::new(&spec.name, true)?;
+    serve_job_foreground(Job::Device(spec), on_ready)
+}
+
+/// Serve a read-only tree in this process, as [`serve_foreground_with`] serves a device.
+pub fn serve_tree_foreground(spec: TreeSpec, on_ready: impl FnOnce(&Opened)) -> Result<()> {
+    serve_job_foreground(Job::Tree(spec), on_ready)
+}
+
+fn serve_job_foreground(job: Job, on_ready: impl FnOnce(&Opened)) -> Result<()> {
+    job.threads()?;
+    check_loop_allowed(job.name(), job.wants_loop())?;
+    let p = Paths::new(job.name(), true)?;
     let lock = NameLock::try_take(&p.lock)?.ok_or_else(|| busy(&p))?;
     cleanup_stale(&p)?;
     protect_secrets();
     // SAFETY: getpid cannot fail.
     let pid = unsafe { libc::getpid() } as u32;
-    let mut server = Server::start(spec, p, lock, pid)?;
+    let mut server = Server::start(job, p, lock, pid)?;
     on_ready(&Opened {
         name: server.state.name.clone(),
         path: server.state.path.clone(),

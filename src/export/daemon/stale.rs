@@ -7,7 +7,7 @@ use super::server::remove_export_file;
 use super::{state, ExportError, Result};
 use crate::export::fuse::unmount_path;
 use crate::export::loopdev;
-use crate::export::mountinfo::is_mounted;
+use crate::export::mountinfo::{is_dmkit_fuse_mount, is_mounted};
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -29,6 +29,18 @@ pub(super) fn loops_backed_by(file: &Path) -> Vec<PathBuf> {
 /// The caller holds the name's lock, so no server is running.
 pub(super) fn cleanup_stale(p: &Paths) -> Result<()> {
     let mut errors = Vec::new();
+    // A tree's mount point is the user's directory: only our mount over it goes.
+    if let Some(st) = state::read(p).filter(|s| s.tree) {
+        for _ in 0..8 {
+            if !is_dmkit_fuse_mount(&st.path) {
+                break;
+            }
+            if let Err(e) = unmount_path(&st.path, 0) {
+                errors.push(e.to_string());
+                break;
+            }
+        }
+    }
     for dev in loops_backed_by(&p.dev) {
         if let Err(e) = loopdev::detach(&dev) {
             errors.push(e.to_string());

@@ -20,7 +20,11 @@ pub(super) struct State {
     /// pid, it names the process beyond pid reuse.
     #[serde(default)]
     pub start_ticks: u64,
+    /// The exported file, or a tree's mount point.
     pub path: PathBuf,
+    /// `path` is a tree's mount point: a directory of the user's, unmounted but never removed.
+    #[serde(default)]
+    pub tree: bool,
     pub loop_device: Option<PathBuf>,
     #[serde(default)]
     pub loop_direct_io: bool,

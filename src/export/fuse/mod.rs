@@ -51,6 +51,56 @@ impl Default for FuseOptions {
     }
 }
 
+/// A mounted, serving FUSE filesystem, whatever it serves: what the daemon needs of it.
+pub trait Mounted: Send {
+    /// Open handles right now (files, and directories of a tree).
+    fn open_handles(&self) -> i64;
+    /// The counters so far.
+    fn stats(&self) -> ExportStats;
+    /// The negotiated FUSE minor protocol version.
+    fn protocol_minor(&self) -> u32;
+    /// Whether fusermount3 mounted it (a non-root user's mount).
+    fn via_fusermount(&self) -> bool;
+    /// Unmount and wait (up to `wait`) for the serving threads; whether it had to be lazy.
+    fn unmount(&mut self, wait: Duration) -> io::Result<bool>;
+}
+
+impl Mounted for FuseExport {
+    fn open_handles(&self) -> i64 {
+        FuseExport::open_handles(self)
+    }
+    fn stats(&self) -> ExportStats {
+        FuseExport::stats(self)
+    }
+    fn protocol_minor(&self) -> u32 {
+        FuseExport::protocol_minor(self)
+    }
+    fn via_fusermount(&self) -> bool {
+        FuseExport::via_fusermount(self)
+    }
+    fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
+        FuseExport::unmount(self, wait)
+    }
+}
+
+impl<S: TreeSource> Mounted for TreeMount<S> {
+    fn open_handles(&self) -> i64 {
+        TreeMount::open_handles(self)
+    }
+    fn stats(&self) -> ExportStats {
+        TreeMount::stats(self)
+    }
+    fn protocol_minor(&self) -> u32 {
+        TreeMount::protocol_minor(self)
+    }
+    fn via_fusermount(&self) -> bool {
+        TreeMount::via_fusermount(self)
+    }
+    fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
+        TreeMount::unmount(self, wait)
+    }
+}
+
 /// A mounted, serving FUSE export of one device as one file. Unmounts (lazily) when dropped.
 pub struct FuseExport {
     session: Session<FileFs>,
