@@ -13,6 +13,16 @@ pub enum FsVerityCommand {
     /// Sign the fs-verity digest of FILE into SIG, a DER PKCS#7 signature for the kernel's
     /// built-in signature check (like `fsverity sign`).
     Sign(SignArgs),
+    /// Seal a directory tree: record every node and each file's fs-verity digest in a
+    /// manifest, with the files' Merkle trees in a store beside it.
+    Seal(super::fsverity_tree::SealArgs),
+    /// Serve a sealed tree read-only at MOUNTPOINT (FUSE), every block read checked against
+    /// its Merkle tree: a tampered block reads as EIO.
+    Mount(super::fsverity_tree::MountArgs),
+    /// Unmount a sealed tree served by `mount` (by mount point or name).
+    Close(super::fsverity_tree::CloseArgs),
+    /// Show sealed trees being served (or one, by mount point or name).
+    Status(super::fsverity_tree::StatusArgs),
 }
 
 /// Merkle tree parameters, as fsverity-utils spells them.
@@ -30,7 +40,8 @@ pub struct TreeArgs {
 }
 
 impl TreeArgs {
-    fn params(&self) -> Result<FsVerityParams, CliError> {
+    /// The parameters, checked as fsverity-utils checks them.
+    pub fn params(&self) -> Result<FsVerityParams, CliError> {
         let hash = match HashAlgorithm::from_name(&self.hash_alg) {
             Some(h @ (HashAlgorithm::Sha256 | HashAlgorithm::Sha512)) => h,
             _ => {
@@ -95,6 +106,10 @@ pub fn run(c: FsVerityCommand) -> CliResult {
     match c {
         FsVerityCommand::Digest(a) => digest(a),
         FsVerityCommand::Sign(a) => sign(a),
+        FsVerityCommand::Seal(a) => super::fsverity_tree::seal(a),
+        FsVerityCommand::Mount(a) => super::fsverity_tree::mount(a),
+        FsVerityCommand::Close(a) => super::fsverity_tree::close(a),
+        FsVerityCommand::Status(a) => super::fsverity_tree::status(a),
     }
 }
 

@@ -7,6 +7,7 @@ mod bench;
 mod device;
 mod files;
 mod fsverity;
+mod fsverity_tree;
 mod integrity;
 mod integrity_open;
 mod linear;
@@ -81,7 +82,7 @@ enum Command {
     /// dm-integrity: format, dump, verify, open, close, status (like integritysetup).
     #[command(subcommand)]
     Integrity(integrity::IntegrityCommand),
-    /// fs-verity: file digests and built-in signatures (like fsverity-utils).
+    /// fs-verity: file digests and built-in signatures (like fsverity-utils), sealed trees.
     #[command(subcommand)]
     Fsverity(fsverity::FsVerityCommand),
     /// A pass-through export of a file (like dm-linear), the baseline for benchmarks.

@@ -76,6 +76,41 @@ impl Descriptor {
         b
     }
 
+    /// Decode an encoded descriptor (from a sidecar store, a kernel, `fsverity digest
+    /// --out-descriptor`): `None` unless it is exactly [`DESCRIPTOR_SIZE`] bytes of version 1
+    /// with a known hash, a block size fs-verity takes, a salt of at most 32 bytes, and zeros
+    /// in every unused byte (root hash and salt padding, reserved fields).
+    pub fn from_bytes(b: &[u8]) -> Option<Descriptor> {
+        if b.len() != DESCRIPTOR_SIZE || b[0] != 1 {
+            return None;
+        }
+        let hash = hash_algorithm_from_number(b[1])?;
+        let log_blocksize = b[2];
+        if !(10..=16).contains(&log_blocksize) {
+            return None;
+        }
+        let salt_size = b[3] as usize;
+        let ds = hash.digest_size();
+        let zero = |r: std::ops::Range<usize>| b[r].iter().all(|&x| x == 0);
+        if salt_size > MAX_SALT_SIZE
+            || !zero(4..8)
+            || !zero(16 + ds..80)
+            || !zero(80 + salt_size..112)
+            || !zero(112..DESCRIPTOR_SIZE)
+        {
+            return None;
+        }
+        let mut size = [0u8; 8];
+        size.copy_from_slice(&b[8..16]);
+        Some(Descriptor {
+            hash,
+            log_blocksize,
+            data_size: u64::from_le_bytes(size),
+            root_hash: b[16..16 + ds].to_vec(),
+            salt: b[80..80 + salt_size].to_vec(),
+        })
+    }
+
     /// The file digest: the hash of [`Descriptor::to_bytes`].
     pub fn digest(&self) -> Vec<u8> {
         self.hash.hash(&[&self.to_bytes()])
@@ -114,6 +149,34 @@ mod tests {
         assert!(b[16..80].iter().all(|&x| x == 0xaa));
         assert_eq!(&b[80..84], &[0x55, 0x55, 0x55, 0]);
         assert!(b[112..].iter().all(|&x| x == 0));
+    }
+
+    #[test]
+    fn decode_round_trip_and_refusals() {
+        let d = Descriptor {
+            hash: HashAlgorithm::Sha256,
+            log_blocksize: 12,
+            data_size: 12345,
+            root_hash: vec![0xab; 32],
+            salt: vec![1, 2, 3],
+        };
+        let b = d.to_bytes();
+        assert_eq!(Descriptor::from_bytes(&b), Some(d));
+        assert_eq!(Descriptor::from_bytes(&b[..255]), None);
+        for (at, v) in [
+            (0, 2),
+            (1, 3),
+            (2, 9),
+            (3, 33),
+            (5, 1),
+            (60, 1),
+            (90, 1),
+            (200, 1),
+        ] {
+            let mut x = b;
+            x[at] = v;
+            assert_eq!(Descriptor::from_bytes(&x), None, "byte {at} = {v}");
+        }
     }
 
     #[test]

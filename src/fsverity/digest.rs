@@ -65,7 +65,7 @@ impl FsVerityParams {
 
     /// The salt as prepended to every hashed block: zero-padded to the hash's input block
     /// size, or empty.
-    fn hash_prefix(&self) -> Vec<u8> {
+    pub fn hash_prefix(&self) -> Vec<u8> {
         if self.salt.is_empty() {
             return Vec::new();
         }

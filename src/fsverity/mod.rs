@@ -7,6 +7,7 @@
 
 pub mod descriptor;
 pub mod digest;
+pub mod sealed;
 pub mod sign;
 
 use std::path::PathBuf;

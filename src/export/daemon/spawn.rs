@@ -59,6 +59,11 @@ pub fn open_tree(spec: TreeSpec) -> Result<Opened> {
 
 fn launch(job: Job) -> Result<Opened> {
     job.threads()?;
+    // Where the job is served: the device file, or the tree's mount point.
+    let served_at = match &job {
+        Job::Tree(t) => Some(t.mountpoint.clone()),
+        Job::Device(_) => None,
+    };
     check_loop_allowed(job.name(), job.wants_loop())?;
     let p = Paths::new(job.name(), true)?;
     let n = thread_count();
@@ -120,7 +125,7 @@ fn launch(job: Job) -> Result<Opened> {
     if reply["ok"].as_bool() == Some(true) {
         return Ok(Opened {
             name: p.name.clone(),
-            path: p.dev.clone(),
+            path: served_at.unwrap_or_else(|| p.dev.clone()),
             loop_device: reply["loop"].as_str().map(PathBuf::from),
             pid: reply["pid"].as_u64().unwrap_or(0) as u32,
         });
