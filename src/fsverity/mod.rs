@@ -5,16 +5,22 @@
 //! - [`descriptor`]: `struct fsverity_descriptor` and `struct fsverity_formatted_digest`.
 //! - [`digest`]: the Merkle tree and the file digest ([`file_digest`]).
 //! - [`sign`]: PKCS#7 signatures over the formatted digest ([`sign_digest`]).
+//! - [`verify`]: checking such a signature in userspace as the kernel's `.fs-verity` keyring
+//!   check does ([`verify_file_signature`]).
+//! - [`ioctl`]: `FS_IOC_ENABLE_VERITY`, `FS_IOC_MEASURE_VERITY`, `FS_IOC_READ_VERITY_METADATA`.
 
 pub mod descriptor;
 pub mod digest;
+pub mod ioctl;
 pub mod sign;
+pub mod verify;
 
 use std::path::PathBuf;
 
 pub use descriptor::{formatted_digest, Descriptor};
 pub use digest::{digest_bytes, digest_reader, file_digest, FileDigest, FsVerityParams};
 pub use sign::sign_digest;
+pub use verify::{verify_file_signature, verify_formatted};
 
 use crate::sig::SignatureError;
 

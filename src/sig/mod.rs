@@ -32,7 +32,9 @@ pub use error::SignatureError;
 pub use sign::sign_detached;
 pub use verify::{verify_detached, verify_detached_der, VerifiedSigner};
 
+pub(crate) use load::{check_signature_framing, load_trusted, read_signature};
 pub(crate) use ossl::{one_line, ossl_reason};
+pub(crate) use verify::verify_loaded;
 
 /// A signed message: its exact bytes, and what they are for error messages.
 #[derive(Debug, Clone, Copy)]
