@@ -15,4 +15,5 @@ pub mod fsverity;
 pub mod hash;
 pub mod integrity;
 pub mod logcap;
+pub mod sig;
 pub mod verity;

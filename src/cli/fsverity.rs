@@ -1,8 +1,11 @@
-//! `dmkit fsverity digest|sign`, with fsverity-utils' options and output.
+//! `dmkit fsverity digest|sign|verify-sig|enable|measure|dump-metadata`, with fsverity-utils'
+//! options and output.
 
 use super::{CliError, CliResult};
-use crate::fsverity::{self, FsVerityParams};
+use crate::fsverity::ioctl::{MetadataReader, MetadataType};
+use crate::fsverity::{self, FsVerityError, FsVerityParams};
 use crate::hash::HashAlgorithm;
+use std::io::Write;
 use std::path::PathBuf;
 
 /// `dmkit fsverity` subcommands.
@@ -23,6 +26,18 @@ pub enum FsVerityCommand {
     Close(super::fsverity_tree::CloseArgs),
     /// Show sealed trees being served (or one, by mount point or name).
     Status(super::fsverity_tree::StatusArgs),
+    /// Check the built-in signature SIG of FILE against certificates, as the kernel's
+    /// .fs-verity keyring check does (exit 2 if it does not verify).
+    VerifySig(VerifySigArgs),
+    /// Enable fs-verity on FILE in the kernel (FS_IOC_ENABLE_VERITY, like `fsverity enable`).
+    Enable(EnableArgs),
+    /// Print the fs-verity digest the kernel reports for each verity FILE
+    /// (FS_IOC_MEASURE_VERITY, like `fsverity measure`).
+    Measure(MeasureArgs),
+    /// Write a verity file's Merkle tree, descriptor or signature, as the kernel reads it, to
+    /// stdout (FS_IOC_READ_VERITY_METADATA, like `fsverity dump_metadata`).
+    #[command(alias = "dump_metadata")]
+    DumpMetadata(DumpMetadataArgs),
 }
 
 /// Merkle tree parameters, as fsverity-utils spells them.
@@ -101,6 +116,60 @@ pub struct SignArgs {
     tree: TreeArgs,
 }
 
+/// Arguments of `verify-sig`.
+#[derive(clap::Args)]
+pub struct VerifySigArgs {
+    /// FILE SIG, or SIG alone with --digest.
+    #[arg(required = true, num_args = 1..=2, value_names = ["FILE", "SIG"])]
+    paths: Vec<PathBuf>,
+    /// Trusted certificate (PEM, possibly several, or DER); may be repeated.
+    #[arg(long, required = true)]
+    cert: Vec<PathBuf>,
+    #[command(flatten)]
+    tree: TreeArgs,
+    /// Check the signature over this digest instead of FILE's: ALG:HEX as `fsverity digest`
+    /// prints it, or HEX of the --hash-alg algorithm.
+    #[arg(long, conflicts_with_all = ["block_size", "salt"])]
+    digest: Option<String>,
+}
+
+/// Arguments of `fsverity enable`.
+#[derive(clap::Args)]
+pub struct EnableArgs {
+    /// File to make a verity file (read-only for good).
+    file: PathBuf,
+    #[command(flatten)]
+    tree: TreeArgs,
+    /// Built-in signature (DER PKCS#7, as `dmkit fsverity sign` makes) for the kernel to check
+    /// against its .fs-verity keyring.
+    #[arg(long)]
+    signature: Option<PathBuf>,
+}
+
+/// Arguments of `fsverity measure`.
+#[derive(clap::Args)]
+pub struct MeasureArgs {
+    /// Verity files.
+    #[arg(required = true)]
+    files: Vec<PathBuf>,
+}
+
+/// Arguments of `fsverity dump_metadata`.
+#[derive(clap::Args)]
+pub struct DumpMetadataArgs {
+    /// What to dump: merkle_tree, descriptor or signature.
+    #[arg(value_name = "TYPE")]
+    kind: String,
+    /// The verity file.
+    file: PathBuf,
+    /// Read only from this byte offset (needs --length).
+    #[arg(long, requires = "length")]
+    offset: Option<u64>,
+    /// Read only this many bytes, in one read (needs --offset).
+    #[arg(long, requires = "offset")]
+    length: Option<u64>,
+}
+
 /// Run a `dmkit fsverity` subcommand.
 pub fn run(c: FsVerityCommand) -> CliResult {
     match c {
@@ -110,14 +179,26 @@ pub fn run(c: FsVerityCommand) -> CliResult {
         FsVerityCommand::Mount(a) => super::fsverity_tree::mount(a),
         FsVerityCommand::Close(a) => super::fsverity_tree::close(a),
         FsVerityCommand::Status(a) => super::fsverity_tree::status(a),
+        FsVerityCommand::VerifySig(a) => verify_sig(a),
+        FsVerityCommand::Enable(a) => enable(a),
+        FsVerityCommand::Measure(a) => measure(a),
+        FsVerityCommand::DumpMetadata(a) => dump_metadata(a),
+    }
+}
+
+/// Exit 2 for a signature that does not verify, 1 for everything else.
+fn fsv_err(e: FsVerityError) -> CliError {
+    if e.is_not_verified() {
+        CliError::verification(e.to_string())
+    } else {
+        CliError::invalid(e.to_string())
     }
 }
 
 fn digest(a: DigestArgs) -> CliResult {
     let params = a.tree.params()?;
     for file in &a.files {
-        let d =
-            fsverity::file_digest(file, &params).map_err(|e| CliError::invalid(e.to_string()))?;
+        let d = fsverity::file_digest(file, &params).map_err(fsv_err)?;
         let shown = if a.for_builtin_sig {
             hex::encode(fsverity::formatted_digest(d.hash(), &d.digest))
         } else {
@@ -136,13 +217,140 @@ fn digest(a: DigestArgs) -> CliResult {
 
 fn sign(a: SignArgs) -> CliResult {
     let params = a.tree.params()?;
-    let d =
-        fsverity::file_digest(&a.file, &params).map_err(|e| CliError::invalid(e.to_string()))?;
-    let der =
-        fsverity::sign_digest(&d, &a.key, &a.cert).map_err(|e| CliError::invalid(e.to_string()))?;
+    let d = fsverity::file_digest(&a.file, &params).map_err(fsv_err)?;
+    let der = fsverity::sign_digest(&d, &a.key, &a.cert).map_err(fsv_err)?;
     std::fs::write(&a.sig, der).map_err(|e| {
         CliError::invalid(format!("{}: cannot write signature: {e}", a.sig.display()))
     })?;
     println!("Signed file '{}' ({d})", a.file.display());
+    Ok(())
+}
+
+/// `ALG:HEX` or `HEX` (of `default`) as a digest fs-verity takes.
+fn parse_digest(text: &str, default: HashAlgorithm) -> Result<(HashAlgorithm, Vec<u8>), CliError> {
+    let bad = |why: String| CliError::invalid(format!("--digest {text:?}: {why}"));
+    let (hash, hex_part) = match text.split_once(':') {
+        Some((alg, h)) => match HashAlgorithm::from_name(alg) {
+            Some(a @ (HashAlgorithm::Sha256 | HashAlgorithm::Sha512)) => (a, h),
+            _ => {
+                return Err(bad(format!(
+                    "unknown hash algorithm {alg:?} (sha256, sha512)"
+                )))
+            }
+        },
+        None => (default, text),
+    };
+    let digest = hex::decode(hex_part).map_err(|_| bad("not a hex string".into()))?;
+    if digest.len() != hash.digest_size() {
+        return Err(bad(format!(
+            "a {} digest is {} bytes, not {}",
+            hash.name(),
+            hash.digest_size(),
+            digest.len()
+        )));
+    }
+    Ok((hash, digest))
+}
+
+fn verify_sig(a: VerifySigArgs) -> CliResult {
+    let params = a.tree.params()?;
+    let signer = match (&a.digest, a.paths.as_slice()) {
+        (Some(text), [sig]) => {
+            let (hash, digest) = parse_digest(text, params.hash)?;
+            let shown = format!("{}:{}", hash.name(), hex::encode(&digest));
+            let what = format!("the fs-verity digest {shown}");
+            let signer =
+                fsverity::verify_formatted(hash, &digest, &what, sig, &a.cert).map_err(fsv_err)?;
+            println!("{shown}");
+            (sig, signer)
+        }
+        (None, [file, sig]) => {
+            let (d, signer) =
+                fsverity::verify_file_signature(file, &params, sig, &a.cert).map_err(fsv_err)?;
+            println!("{d} {}", file.display());
+            (sig, signer)
+        }
+        (Some(_), _) => {
+            return Err(CliError::invalid(
+                "with --digest, give only the signature file (SIG)",
+            ))
+        }
+        (None, _) => return Err(CliError::invalid("give FILE and SIG (or SIG and --digest)")),
+    };
+    let (sig, signer) = signer;
+    println!(
+        "Signature '{}' verifies: signed by {} (serial {})",
+        sig.display(),
+        signer.subject,
+        signer.serial
+    );
+    Ok(())
+}
+
+fn enable(a: EnableArgs) -> CliResult {
+    let params = a.tree.params()?;
+    let signature = match &a.signature {
+        None => None,
+        Some(path) => {
+            let der =
+                crate::sig::read_signature(path).map_err(|e| CliError::invalid(e.to_string()))?;
+            if der.is_empty() {
+                return Err(CliError::invalid(format!(
+                    "{}: the signature file is empty",
+                    path.display()
+                )));
+            }
+            Some(der)
+        }
+    };
+    fsverity::ioctl::enable(&a.file, &params, signature.as_deref()).map_err(fsv_err)
+}
+
+fn measure(a: MeasureArgs) -> CliResult {
+    // As fsverity-utils: one line per file, stopping at the first that fails.
+    for file in &a.files {
+        let m = fsverity::ioctl::measure(file).map_err(fsv_err)?;
+        println!("{m} {}", file.display());
+    }
+    Ok(())
+}
+
+/// fsverity-utils' read size when no --length is given.
+const DUMP_CHUNK: usize = 32768;
+
+fn dump_metadata(a: DumpMetadataArgs) -> CliResult {
+    let kind = MetadataType::from_name(&a.kind).ok_or_else(|| {
+        CliError::invalid(format!(
+            "unknown metadata type {:?} (merkle_tree, descriptor, signature)",
+            a.kind
+        ))
+    })?;
+    let reader = MetadataReader::open(&a.file).map_err(fsv_err)?;
+    let single = a.length.is_some();
+    let len = match a.length {
+        Some(n) => usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= 1 << 30)
+            .ok_or_else(|| CliError::invalid(format!("--length {n}: larger than 1 GiB")))?,
+        None => DUMP_CHUNK,
+    };
+    let mut buf = vec![0u8; len];
+    let mut offset = a.offset.unwrap_or(0);
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    loop {
+        let n = reader.read_at(kind, offset, &mut buf).map_err(fsv_err)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])
+            .map_err(|e| CliError::invalid(format!("stdout: {e}")))?;
+        offset += n as u64;
+        if single {
+            break;
+        }
+    }
+    out.flush()
+        .map_err(|e| CliError::invalid(format!("stdout: {e}")))?;
     Ok(())
 }

@@ -1,22 +1,29 @@
-//! fs-verity: the file digest (Merkle tree root and descriptor) and built-in signatures,
-//! byte-compatible with the kernel and fsverity-utils (`fsverity digest`, `fsverity sign`).
+//! fs-verity: the file digest (Merkle tree root and descriptor), built-in signatures, and the
+//! kernel's ioctls, byte-compatible with the kernel and fsverity-utils (`fsverity digest`,
+//! `sign`, `enable`, `measure`, `dump_metadata`).
 //!
 //! - [`descriptor`]: `struct fsverity_descriptor` and `struct fsverity_formatted_digest`.
 //! - [`digest`]: the Merkle tree and the file digest ([`file_digest`]).
 //! - [`sign`]: PKCS#7 signatures over the formatted digest ([`sign_digest`]).
+//! - [`verify`]: checking such a signature in userspace as the kernel's `.fs-verity` keyring
+//!   check does ([`verify_file_signature`]).
+//! - [`ioctl`]: `FS_IOC_ENABLE_VERITY`, `FS_IOC_MEASURE_VERITY`, `FS_IOC_READ_VERITY_METADATA`.
 
 pub mod descriptor;
 pub mod digest;
+pub mod ioctl;
 pub mod sealed;
 pub mod sign;
+pub mod verify;
 
 use std::path::PathBuf;
 
 pub use descriptor::{formatted_digest, Descriptor};
 pub use digest::{digest_bytes, digest_reader, file_digest, FileDigest, FsVerityParams};
 pub use sign::sign_digest;
+pub use verify::{verify_file_signature, verify_formatted};
 
-use crate::verity::sig::SignatureError;
+use crate::sig::SignatureError;
 
 /// Why an fs-verity digest or signature could not be made; each names the file and what is
 /// wrong, on one line.
@@ -42,23 +49,62 @@ pub enum FsVerityError {
         /// Why.
         reason: String,
     },
-    /// The key or certificate could not be loaded.
-    #[error(transparent)]
-    KeyOrCertificate(#[from] SignatureError),
-    /// No certificate in the certificate file carries the private key's public key.
-    #[error("{cert}: no certificate matches the private key {key}")]
-    KeyCertificateMismatch {
-        /// The key file.
-        key: PathBuf,
-        /// The certificate file.
-        cert: PathBuf,
+    /// A digest of the wrong length for its hash algorithm.
+    #[error("a {hash} digest is {expected} bytes, not {len}")]
+    BadDigestLength {
+        /// The hash algorithm.
+        hash: &'static str,
+        /// Its digest size.
+        expected: usize,
+        /// The length given.
+        len: usize,
     },
-    /// Making the signature failed.
-    #[error("{key}: signing the file digest failed: {reason}")]
-    SigningFailed {
-        /// The key file.
-        key: PathBuf,
-        /// Why.
+    /// Signing, or checking a signature, failed (key, certificate or signature unusable, or
+    /// the signature does not verify).
+    #[error(transparent)]
+    Signature(#[from] SignatureError),
+    /// The signature does not verify over the file's digest with the hash algorithm given, but
+    /// does over its digest with the other one.
+    #[error("{signature}: signature is over the {signed} fs-verity digest of {file}, not its {given} digest (give --hash-alg={signed})")]
+    SignatureOverOtherHash {
+        /// The signature file.
+        signature: PathBuf,
+        /// The signed file.
+        file: PathBuf,
+        /// The algorithm of the digest it signs.
+        signed: &'static str,
+        /// The algorithm asked for.
+        given: &'static str,
+    },
+    /// The kernel or the file's filesystem has no fs-verity (the ioctl failed with `ENOTTY` or
+    /// `EOPNOTSUPP`).
+    #[error("{path}: this kernel or filesystem does not support fs-verity ({errno})")]
+    NotSupported {
+        /// The file.
+        path: PathBuf,
+        /// The errno's name.
+        errno: String,
+    },
+    /// An fs-verity ioctl failed.
+    #[error("{path}: {action}: {reason}")]
+    Kernel {
+        /// The file.
+        path: PathBuf,
+        /// What failed ("cannot enable fs-verity", "cannot measure").
+        action: &'static str,
+        /// Why, with the errno's name.
         reason: String,
     },
+}
+
+impl FsVerityError {
+    /// Whether this is a signature that does not verify (as opposed to unusable input or a
+    /// failed system call).
+    pub fn is_not_verified(&self) -> bool {
+        match self {
+            FsVerityError::Signature(e) => e.is_not_verified(),
+            FsVerityError::SignatureOverOtherHash { .. } => true,
+            _ => false,
+        }
+    }
 }
