@@ -2,17 +2,37 @@
 //! byte-compatible with the kernel and fsverity-utils (`fsverity digest`, `fsverity sign`).
 //!
 //! - [`descriptor`]: `struct fsverity_descriptor` and `struct fsverity_formatted_digest`.
-//! - [`digest`]: the Merkle tree and the file digest ([`file_digest`]).
+//! - [`digest`]: parameters and the file digest ([`file_digest`]).
+//! - [`geometry`]: where each level of a Merkle tree is ([`TreeGeometry`]), and where a data
+//!   block's hashes are on the way up to the root.
+//! - [`merkle`]: a file's Merkle tree ([`MerkleTree`]) from a path, a reader or bytes;
+//!   [`digest_files`]: many files at once, on all cores.
+//! - [`outputs`]: `--out-merkle-tree` / `--out-descriptor` files ([`MetadataFiles`]).
 //! - [`sign`]: PKCS#7 signatures over the formatted digest ([`sign_digest`]).
+//!
+//! Internals: `build` reduces level-0 hashes to the root segment by segment, `source` computes
+//! level 0 of a large file on all cores, `mapped` maps files safely against truncation,
+//! `files` batches small files into multi-buffer hash calls.
 
+mod build;
 pub mod descriptor;
 pub mod digest;
+mod files;
+pub mod geometry;
+mod mapped;
+pub mod merkle;
+pub mod outputs;
 pub mod sign;
+mod source;
 
 use std::path::PathBuf;
 
 pub use descriptor::{formatted_digest, Descriptor};
 pub use digest::{digest_bytes, digest_reader, file_digest, FileDigest, FsVerityParams};
+pub use files::digest_files;
+pub use geometry::{HashPosition, TreeGeometry};
+pub use merkle::MerkleTree;
+pub use outputs::MetadataFiles;
 pub use sign::sign_digest;
 
 use crate::verity::sig::SignatureError;
@@ -30,6 +50,9 @@ pub enum FsVerityError {
     /// The salt is longer than 32 bytes.
     #[error("salt of {0} bytes is longer than 32")]
     SaltTooLong(usize),
+    /// The Merkle tree does not fit in memory (or, in theory, in 64-bit offsets).
+    #[error("a Merkle tree for {0} bytes of data is too large to hold in memory")]
+    TreeTooLarge(u64),
     /// The file is not a regular file.
     #[error("{0}: not a regular file")]
     NotRegularFile(PathBuf),
