@@ -5,8 +5,10 @@ use super::{CliError, CliResult};
 use crate::fsverity::ioctl::{MetadataReader, MetadataType};
 use crate::fsverity::{self, FsVerityError, FsVerityParams};
 use crate::hash::HashAlgorithm;
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 /// `dmkit fsverity` subcommands.
 #[derive(clap::Subcommand)]
@@ -97,6 +99,13 @@ pub struct DigestArgs {
     /// Print the `struct fsverity_formatted_digest` a built-in signature signs, in hex.
     #[arg(long)]
     for_builtin_sig: bool,
+    /// Write the Merkle tree (as FS_IOC_READ_VERITY_METADATA returns it) to FILE; with several
+    /// files, the trees over one another, as fsverity-utils does.
+    #[arg(long, value_name = "FILE")]
+    out_merkle_tree: Option<PathBuf>,
+    /// Write the 256-byte fs-verity descriptor to FILE; with several files, one after another.
+    #[arg(long, value_name = "FILE")]
+    out_descriptor: Option<PathBuf>,
 }
 
 /// Arguments of `fsverity sign`.
@@ -195,10 +204,24 @@ fn fsv_err(e: FsVerityError) -> CliError {
     }
 }
 
+/// Digests every file on all cores and prints them in argument order, as each is ready; the
+/// first file that fails ends the command there (like fsverity-utils, which stops at it), and
+/// the output files are then left untouched.
 fn digest(a: DigestArgs) -> CliResult {
     let params = a.tree.params()?;
-    for file in &a.files {
-        let d = fsverity::file_digest(file, &params).map_err(fsv_err)?;
+    let outputs =
+        fsverity::MetadataFiles::create(a.out_merkle_tree.as_deref(), a.out_descriptor.as_deref())
+            .map_err(|e| CliError::invalid(e.to_string()))?;
+    let keep_tree = outputs.wants_tree();
+    let state = Mutex::new(InOrder {
+        next: 0,
+        ready: BTreeMap::new(),
+        out: std::io::BufWriter::with_capacity(64 << 10, std::io::stdout()),
+        outputs,
+        failed: None,
+    });
+    let print = |d: &fsverity::MerkleTree, file: &std::path::Path, out: &mut dyn Write| {
+        let d = &d.digest;
         let shown = if a.for_builtin_sig {
             hex::encode(fsverity::formatted_digest(d.hash(), &d.digest))
         } else {
@@ -207,12 +230,55 @@ fn digest(a: DigestArgs) -> CliResult {
         // As fsverity-utils: the algorithm prefix only on the digest itself, the file name
         // unless --compact.
         match (a.compact, a.for_builtin_sig) {
-            (true, _) => println!("{shown}"),
-            (false, true) => println!("{shown} {}", file.display()),
-            (false, false) => println!("{}:{shown} {}", d.hash().name(), file.display()),
+            (true, _) => writeln!(out, "{shown}"),
+            (false, true) => writeln!(out, "{shown} {}", file.display()),
+            (false, false) => writeln!(out, "{}:{shown} {}", d.hash().name(), file.display()),
         }
+    };
+    fsverity::digest_files(&a.files, &params, keep_tree, |i, r| {
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut *guard;
+        s.ready.insert(i, r);
+        while let Some(r) = s.ready.remove(&s.next) {
+            let file = &a.files[s.next];
+            s.next += 1;
+            if s.failed.is_some() {
+                continue;
+            }
+            let done = r.map_err(|e| e.to_string()).and_then(|t| {
+                // A descriptor written straight to stdout must follow the lines before it.
+                if s.outputs.streams_descriptors() {
+                    s.out.flush().map_err(|e| format!("stdout: {e}"))?;
+                }
+                s.outputs.add(&t).map_err(|e| e.to_string())?;
+                print(&t, file, &mut s.out).map_err(|e| format!("stdout: {e}"))
+            });
+            if let Err(e) = done {
+                s.failed = Some(e);
+            }
+        }
+    });
+    let s = state.into_inner().unwrap_or_else(|e| e.into_inner());
+    let mut out = s.out;
+    out.flush()
+        .map_err(|e| CliError::invalid(format!("stdout: {e}")))?;
+    if let Some(e) = s.failed {
+        return Err(CliError::invalid(e));
     }
-    Ok(())
+    s.outputs
+        .commit()
+        .map_err(|e| CliError::invalid(e.to_string()))
+}
+
+/// Results waiting for the ones before them.
+struct InOrder {
+    /// Index of the next file to print.
+    next: usize,
+    ready: BTreeMap<usize, Result<fsverity::MerkleTree, fsverity::FsVerityError>>,
+    out: std::io::BufWriter<std::io::Stdout>,
+    outputs: fsverity::MetadataFiles,
+    /// The first failure, in argument order.
+    failed: Option<String>,
 }
 
 fn sign(a: SignArgs) -> CliResult {

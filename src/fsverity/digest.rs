@@ -10,13 +10,13 @@
 //! is that block's hash. A file of one block has the hash of that block as its root, an empty
 //! file the all-zero root.
 
-use std::fs::File;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::descriptor::{hash_algorithm_number, Descriptor, MAX_SALT_SIZE};
+use super::merkle::MerkleTree;
 use super::FsVerityError;
-use crate::hash::{hash_blocks, HashAlgorithm};
+use crate::hash::HashAlgorithm;
 
 /// Smallest Merkle tree block size fsverity-utils takes.
 pub const MIN_BLOCK_SIZE: u32 = 1024;
@@ -65,7 +65,7 @@ impl FsVerityParams {
 
     /// The salt as prepended to every hashed block: zero-padded to the hash's input block
     /// size, or empty.
-    pub fn hash_prefix(&self) -> Vec<u8> {
+    pub(crate) fn hash_prefix(&self) -> Vec<u8> {
         if self.salt.is_empty() {
             return Vec::new();
         }
@@ -102,91 +102,26 @@ impl std::fmt::Display for FileDigest {
     }
 }
 
-/// Bytes read from the file per step (a whole number of blocks for every block size).
-const CHUNK: usize = 1 << 20;
-
-/// Computes the fs-verity digest of `size` bytes read from `reader`; `name` is only used in
-/// messages. Fails if the reader ends before `size` bytes.
+/// Computes the fs-verity digest of `size` bytes read from `reader`, on the calling thread;
+/// `name` is only used in messages. Fails if the reader ends before `size` bytes.
 pub fn digest_reader<R: Read>(
-    mut reader: R,
+    reader: R,
     size: u64,
     params: &FsVerityParams,
     name: &Path,
 ) -> Result<FileDigest, FsVerityError> {
-    params.validate()?;
-    let alg = params.hash;
-    let ds = alg.digest_size();
-    let bs = params.block_size as usize;
-    let prefix = params.hash_prefix();
-
-    let root_hash = if size == 0 {
-        vec![0u8; ds]
-    } else {
-        // Level 0: the data blocks' hashes, read in chunks.
-        let blocks = size.div_ceil(bs as u64);
-        let mut level = Vec::with_capacity((blocks as usize).saturating_mul(ds));
-        let mut buf = vec![0u8; CHUNK];
-        let mut left = size;
-        while left > 0 {
-            let want = left.min(CHUNK as u64) as usize;
-            read_full(&mut reader, &mut buf[..want], name)?;
-            left -= want as u64;
-            let padded = want.div_ceil(bs) * bs;
-            buf[want..padded].fill(0);
-            let start = level.len();
-            level.resize(start + padded / bs * ds, 0);
-            hash_blocks(alg, &prefix, &[], &buf[..padded], bs, &mut level[start..]);
-        }
-        // Upper levels until a single hash is left.
-        while level.len() > ds {
-            let padded = level.len().div_ceil(bs) * bs;
-            level.resize(padded, 0);
-            let mut next = vec![0u8; padded / bs * ds];
-            hash_blocks(alg, &prefix, &[], &level, bs, &mut next);
-            level = next;
-        }
-        level
-    };
-
-    let descriptor = Descriptor {
-        hash: alg,
-        log_blocksize: params.block_size.trailing_zeros() as u8,
-        data_size: size,
-        root_hash,
-        salt: params.salt.clone(),
-    };
-    let digest = descriptor.digest();
-    Ok(FileDigest { descriptor, digest })
+    MerkleTree::from_reader(reader, size, params, false, name).map(|t| t.digest)
 }
 
-/// Computes the fs-verity digest of the file at `path` (what `fsverity digest` prints).
+/// Computes the fs-verity digest of the file at `path` (what `fsverity digest` prints). A
+/// large file is hashed on all cores: see [`MerkleTree::from_path`].
 pub fn file_digest(path: &Path, params: &FsVerityParams) -> Result<FileDigest, FsVerityError> {
-    let io = |e: std::io::Error| FsVerityError::Io {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    };
-    let file = File::open(path).map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    if !meta.is_file() {
-        return Err(FsVerityError::NotRegularFile(path.to_path_buf()));
-    }
-    digest_reader(file, meta.len(), params, path)
+    MerkleTree::from_path(path, params, false).map(|t| t.digest)
 }
 
-/// Computes the fs-verity digest of bytes in memory.
+/// Computes the fs-verity digest of bytes in memory (large inputs on all cores).
 pub fn digest_bytes(data: &[u8], params: &FsVerityParams) -> Result<FileDigest, FsVerityError> {
-    digest_reader(data, data.len() as u64, params, &PathBuf::from("<memory>"))
-}
-
-fn read_full<R: Read>(reader: &mut R, buf: &mut [u8], name: &Path) -> Result<(), FsVerityError> {
-    reader.read_exact(buf).map_err(|e| FsVerityError::Io {
-        path: name.to_path_buf(),
-        reason: if e.kind() == std::io::ErrorKind::UnexpectedEof {
-            "the file shrank while it was read".to_string()
-        } else {
-            e.to_string()
-        },
-    })
+    MerkleTree::from_bytes(data, params, false).map(|t| t.digest)
 }
 
 #[cfg(test)]

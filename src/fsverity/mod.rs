@@ -3,23 +3,43 @@
 //! `sign`, `enable`, `measure`, `dump_metadata`).
 //!
 //! - [`descriptor`]: `struct fsverity_descriptor` and `struct fsverity_formatted_digest`.
-//! - [`digest`]: the Merkle tree and the file digest ([`file_digest`]).
+//! - [`digest`]: parameters and the file digest ([`file_digest`]).
+//! - [`geometry`]: where each level of a Merkle tree is ([`TreeGeometry`]), and where a data
+//!   block's hashes are on the way up to the root.
+//! - [`merkle`]: a file's Merkle tree ([`MerkleTree`]) from a path, a reader or bytes;
+//!   [`digest_files`]: many files at once, on all cores.
+//! - [`outputs`]: `--out-merkle-tree` / `--out-descriptor` files ([`MetadataFiles`]).
 //! - [`sign`]: PKCS#7 signatures over the formatted digest ([`sign_digest`]).
 //! - [`verify`]: checking such a signature in userspace as the kernel's `.fs-verity` keyring
 //!   check does ([`verify_file_signature`]).
 //! - [`ioctl`]: `FS_IOC_ENABLE_VERITY`, `FS_IOC_MEASURE_VERITY`, `FS_IOC_READ_VERITY_METADATA`.
+//!
+//! Internals: `build` reduces level-0 hashes to the root segment by segment, `source` computes
+//! level 0 of a large file on all cores, `mapped` maps files safely against truncation,
+//! `files` batches small files into multi-buffer hash calls.
 
+mod build;
 pub mod descriptor;
 pub mod digest;
+mod files;
+pub mod geometry;
 pub mod ioctl;
+mod mapped;
+pub mod merkle;
+pub mod outputs;
 pub mod sealed;
 pub mod sign;
+mod source;
 pub mod verify;
 
 use std::path::PathBuf;
 
 pub use descriptor::{formatted_digest, Descriptor};
 pub use digest::{digest_bytes, digest_reader, file_digest, FileDigest, FsVerityParams};
+pub use files::digest_files;
+pub use geometry::{HashPosition, TreeGeometry};
+pub use merkle::MerkleTree;
+pub use outputs::MetadataFiles;
 pub use sign::sign_digest;
 pub use verify::{verify_file_signature, verify_formatted};
 
@@ -38,6 +58,9 @@ pub enum FsVerityError {
     /// The salt is longer than 32 bytes.
     #[error("salt of {0} bytes is longer than 32")]
     SaltTooLong(usize),
+    /// The Merkle tree does not fit in memory (or, in theory, in 64-bit offsets).
+    #[error("a Merkle tree for {0} bytes of data is too large to hold in memory")]
+    TreeTooLarge(u64),
     /// The file is not a regular file.
     #[error("{0}: not a regular file")]
     NotRegularFile(PathBuf),
