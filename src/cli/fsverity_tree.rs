@@ -32,6 +32,12 @@ pub struct SealArgs {
     store: Option<PathBuf>,
     #[command(flatten)]
     tree: TreeArgs,
+    /// Sign the manifest with this private key (PEM or DER) into MANIFEST.sig.
+    #[arg(long, requires = "cert", value_name = "KEY")]
+    key: Option<PathBuf>,
+    /// The certificate of --key.
+    #[arg(long, requires = "key", value_name = "CERT")]
+    cert: Option<PathBuf>,
     /// Print the summary as JSON.
     #[arg(long)]
     json: bool,
@@ -53,6 +59,12 @@ pub struct MountArgs {
     /// Trust the manifest only if its SHA-256 is this (as `seal` printed it).
     #[arg(long, value_name = "HEX")]
     manifest_digest: Option<String>,
+    /// Require a valid signature of the manifest by this certificate (repeatable: any one).
+    #[arg(long = "cert", value_name = "CERT")]
+    certs: Vec<PathBuf>,
+    /// The manifest's signature [default: MANIFEST.sig].
+    #[arg(long, value_name = "SIG")]
+    signature: Option<PathBuf>,
     /// Serve without checking reads: only to measure what checking costs.
     #[arg(long)]
     no_verify: bool,
@@ -112,6 +124,10 @@ pub fn seal(a: SealArgs) -> CliResult {
         params,
         manifest: manifest.clone(),
         store: store.clone(),
+        signer: match (a.key, a.cert) {
+            (Some(key), Some(cert)) => Some(sealed::seal::Signer { key, cert }),
+            _ => None,
+        },
     };
     let started = std::time::Instant::now();
     let s = sealed::seal(&a.dir, &opts)?;
@@ -138,6 +154,9 @@ pub fn seal(a: SealArgs) -> CliResult {
         store.display(),
         s.trees
     );
+    if let Some(sig) = &s.signature {
+        println!("Signature:       {}", sig.display());
+    }
     println!("Manifest SHA-256: {}", s.manifest_sha256);
     Ok(())
 }
@@ -161,20 +180,26 @@ pub fn mount(a: MountArgs) -> CliResult {
         .map_err(|e| CliError::invalid(format!("--tree-cache: {e}")))?;
     let manifest = a.manifest.unwrap_or_else(|| default_manifest(&a.dir));
     let store = a.store.unwrap_or_else(|| default_store(&manifest));
-    if a.manifest_digest.is_none() {
-        eprintln!(
-            "dmkit: {}: trusted as found (no --manifest-digest): it must come from where nobody else can write",
-            manifest.display()
-        );
-    }
+    let signature = a
+        .signature
+        .unwrap_or_else(|| sealed::seal::default_signature(&manifest));
     let opts = sealed::MountOptions {
         manifest: manifest.clone(),
         store: store.clone(),
         manifest_sha256: a.manifest_digest.clone(),
+        certs: a.certs.clone(),
+        signature: signature.clone(),
         verify: !a.no_verify,
         cache_bytes,
     };
     let tree = Arc::new(sealed::open(&a.dir, &opts)?);
+    // Said once the tree is known to open, so that a refusal stays one line.
+    if a.manifest_digest.is_none() && a.certs.is_empty() {
+        eprintln!(
+            "dmkit: {}: trusted as found (no --cert or --manifest-digest): it must come from where nobody else can write",
+            manifest.display()
+        );
+    }
     let (size, nodes) = crate::export::fuse::TreeSource::usage(&*tree);
     let details = json!({
         "tree": tree.root_path().display().to_string(),
@@ -185,6 +210,11 @@ pub fn mount(a: MountArgs) -> CliResult {
         "block_size": tree.manifest().params.block_size,
         "verification": if a.no_verify { "off" } else { "every read" },
         "manifest_pinned": a.manifest_digest.is_some(),
+        "signature": if a.certs.is_empty() {
+            "not required".to_string()
+        } else {
+            format!("{} (verified)", signature.display())
+        },
         "tree_cache_bytes": cache_bytes,
     });
     let t = tree.clone();

@@ -13,7 +13,6 @@
 //! - [`verify`]: checking blocks against a tree, with a bounded cache of verified tree blocks;
 //! - [`source`]: the tree as a FUSE [`TreeSource`](crate::export::fuse::TreeSource).
 
-pub mod geometry_tmp;
 pub mod manifest;
 pub mod open;
 pub mod seal;

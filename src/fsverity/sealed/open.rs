@@ -25,6 +25,10 @@ pub struct MountOptions {
     pub store: PathBuf,
     /// If set, the manifest's SHA-256 must be this (hex): trust without a signature.
     pub manifest_sha256: Option<String>,
+    /// If not empty, the manifest must carry a valid signature by one of these certificates.
+    pub certs: Vec<PathBuf>,
+    /// The manifest's detached signature (checked when `certs` is not empty).
+    pub signature: PathBuf,
     /// Check reads (off only to measure what checking costs).
     pub verify: bool,
     /// Bytes of verified tree blocks kept in memory.
@@ -63,6 +67,32 @@ pub fn check_pin(path: &Path, bytes: &[u8], pin: &str) -> Result<(), SealError> 
         )));
     }
     Ok(())
+}
+
+/// Check that `signature` is a valid detached signature over the manifest's `bytes` (read
+/// once: the bytes checked are the bytes parsed) by one of `certs`.
+pub fn check_signature(
+    manifest: &Path,
+    bytes: &[u8],
+    signature: &Path,
+    certs: &[PathBuf],
+) -> Result<(), SealError> {
+    use crate::sig::{verify_detached, Message, SignatureError};
+    if let Err(e) = std::fs::symlink_metadata(signature) {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            return Err(SealError::NotTrusted(format!(
+                "{}: no signature, and --cert requires the manifest {} to be signed (seal --key --cert)",
+                signature.display(),
+                manifest.display()
+            )));
+        }
+    }
+    let what = format!("the manifest {}", manifest.display());
+    match verify_detached(&Message::new(bytes, &what), signature, certs) {
+        Ok(_) => Ok(()),
+        Err(e @ SignatureError::NotVerified { .. }) => Err(SealError::NotTrusted(e.to_string())),
+        Err(e) => Err(SealError::Invalid(e.to_string())),
+    }
 }
 
 /// The differences between the tree on disk (`live`, as walked) and the manifest, as lines
@@ -131,6 +161,9 @@ pub fn open(dir: &Path, opts: &MountOptions) -> Result<SealedTree, SealError> {
     let bytes = read_manifest(&opts.manifest)?;
     if let Some(pin) = &opts.manifest_sha256 {
         check_pin(&opts.manifest, &bytes, pin)?;
+    }
+    if !opts.certs.is_empty() {
+        check_signature(&opts.manifest, &bytes, &opts.signature, &opts.certs)?;
     }
     open_with_manifest(dir, &bytes, opts)
 }

@@ -6,15 +6,14 @@
 //! new store the old manifest does not match (a mount then refuses). Nothing is ever written
 //! inside the sealed tree, and the manifest and store may not live in it.
 
-use super::geometry_tmp::{file_tree, MerkleTree};
 use super::manifest::{Entry, EntryKind, Manifest};
 use super::{store, walk, SealError};
-use crate::fsverity::FsVerityParams;
-use rayon::prelude::*;
+use crate::fsverity::{digest_files, FsVerityParams, MerkleTree};
 use std::collections::HashSet;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 /// Where a seal goes and how files are measured.
 #[derive(Debug, Clone)]
@@ -25,6 +24,31 @@ pub struct SealOptions {
     pub manifest: PathBuf,
     /// The sidecar store directory (replaced as a whole).
     pub store: PathBuf,
+    /// Sign the manifest with this key and certificate into [`default_signature`]'s file.
+    pub signer: Option<Signer>,
+}
+
+/// A private key and its certificate (PEM or DER files) to sign a manifest with.
+#[derive(Debug, Clone)]
+pub struct Signer {
+    /// The private key.
+    pub key: PathBuf,
+    /// Its certificate.
+    pub cert: PathBuf,
+}
+
+impl Signer {
+    /// A detached PKCS#7 signature (SHA-256) over `manifest`, the bytes of `path`.
+    pub fn sign(&self, manifest: &[u8], path: &Path) -> Result<Vec<u8>, SealError> {
+        let what = format!("the manifest {}", path.display());
+        crate::sig::sign_detached(
+            &crate::sig::Message::new(manifest, &what),
+            &self.key,
+            &self.cert,
+            crate::hash::HashAlgorithm::Sha256,
+        )
+        .map_err(|e| SealError::Invalid(e.to_string()))
+    }
 }
 
 /// What a seal recorded.
@@ -44,6 +68,8 @@ pub struct SealSummary {
     pub trees: u64,
     /// SHA-256 of the manifest's bytes: pins the whole tree (`mount --manifest-digest`).
     pub manifest_sha256: String,
+    /// The manifest's signature file, when it was signed.
+    pub signature: Option<PathBuf>,
 }
 
 /// The default manifest of a tree: `DIR.manifest` beside it.
@@ -57,6 +83,13 @@ pub fn default_manifest(dir: &Path) -> PathBuf {
 pub fn default_store(manifest: &Path) -> PathBuf {
     let mut s = manifest.as_os_str().to_owned();
     s.push(".trees");
+    PathBuf::from(s)
+}
+
+/// The signature of a manifest: `MANIFEST.sig` beside it.
+pub fn default_signature(manifest: &Path) -> PathBuf {
+    let mut s = manifest.as_os_str().to_owned();
+    s.push(".sig");
     PathBuf::from(s)
 }
 
@@ -84,7 +117,17 @@ pub fn seal(dir: &Path, opts: &SealOptions) -> Result<SealSummary, SealError> {
         path: dir.to_path_buf(),
         reason: e.to_string(),
     })?;
-    for (what, p) in [("manifest", &opts.manifest), ("store", &opts.store)] {
+    let signature = default_signature(&opts.manifest);
+    if let Some(signer) = &opts.signer {
+        // A bad key or certificate fails here, before minutes of hashing and before any
+        // output is touched.
+        signer.sign(b"dmkit key check", &opts.manifest)?;
+    }
+    for (what, p) in [
+        ("manifest", &opts.manifest),
+        ("store", &opts.store),
+        ("signature", &signature),
+    ] {
         let r = resolved(p)?;
         if r.starts_with(&root) {
             return Err(SealError::Invalid(format!(
@@ -98,21 +141,35 @@ pub fn seal(dir: &Path, opts: &SealOptions) -> Result<SealSummary, SealError> {
     let files: Vec<usize> = (0..nodes.len())
         .filter(|&i| matches!(nodes[i].kind, EntryKind::File { .. }))
         .collect();
-    let trees: Vec<Result<MerkleTree, SealError>> = files
-        .par_iter()
-        .map(|&i| {
-            let n = &nodes[i];
-            let path = n.on_disk(&root);
-            let t = file_tree(&path, &opts.params)?;
-            if t.digest.descriptor.data_size != n.meta.len() {
-                return Err(SealError::Io {
-                    path,
+    let paths: Vec<PathBuf> = files.iter().map(|&i| nodes[i].on_disk(&root)).collect();
+    let results: Mutex<Vec<Option<Result<MerkleTree, SealError>>>> =
+        Mutex::new((0..files.len()).map(|_| None).collect());
+    digest_files(&paths, &opts.params, true, |k, r| {
+        let r = r.map_err(SealError::from).and_then(|t| {
+            if t.digest.descriptor.data_size == nodes[files[k]].meta.len() {
+                Ok(t)
+            } else {
+                Err(SealError::Io {
+                    path: paths[k].clone(),
                     reason: "the file changed size while it was sealed".into(),
-                });
+                })
             }
-            Ok(t)
-        })
-        .collect();
+        });
+        results.lock().unwrap_or_else(|p| p.into_inner())[k] = Some(r);
+    });
+    let trees = results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .zip(&paths)
+        .map(|(r, p)| {
+            r.unwrap_or_else(|| {
+                Err(SealError::Io {
+                    path: p.clone(),
+                    reason: "no digest was computed".into(),
+                })
+            })
+        });
     let mut digests: Vec<Option<Vec<u8>>> = vec![None; nodes.len()];
     let tmp_store = sibling(&opts.store, "new")?;
     let _ = fs::remove_dir_all(&tmp_store);
@@ -146,6 +203,7 @@ pub fn seal(dir: &Path, opts: &SealOptions) -> Result<SealSummary, SealError> {
         bytes: 0,
         trees: distinct,
         manifest_sha256: String::new(),
+        signature: None,
     };
     let entries: Vec<Entry> = nodes
         .into_iter()
@@ -189,8 +247,30 @@ pub fn seal(dir: &Path, opts: &SealOptions) -> Result<SealSummary, SealError> {
     };
     let bytes = manifest.to_bytes();
     summary.manifest_sha256 = hex::encode(crate::hash::HashAlgorithm::Sha256.hash(&[&bytes]));
+    let sig = match &opts.signer {
+        Some(signer) => Some(signer.sign(&bytes, &opts.manifest).inspect_err(|_| {
+            let _ = fs::remove_dir_all(&tmp_store);
+        })?),
+        None => None,
+    };
     swap_in_dir(&tmp_store, &opts.store)?;
+    // A signature left from an earlier seal no longer speaks for this manifest: it goes
+    // first, so that no moment shows it beside the new one.
+    match fs::remove_file(&signature) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(SealError::Io {
+                path: signature,
+                reason: format!("cannot remove the old signature: {e}"),
+            })
+        }
+    }
     write_replacing(&opts.manifest, &bytes)?;
+    if let Some(sig) = sig {
+        write_replacing(&signature, &sig)?;
+    }
+    summary.signature = opts.signer.as_ref().map(|_| signature);
     Ok(summary)
 }
 

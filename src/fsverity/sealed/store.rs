@@ -11,10 +11,10 @@
 //! reads at run time check each tree block again against its (verified) parent when it is read
 //! back from disk.
 
-use super::geometry_tmp::{MerkleTree, TreeGeometry};
 use super::manifest::Manifest;
 use super::SealError;
 use crate::fsverity::descriptor::{Descriptor, DESCRIPTOR_SIZE};
+use crate::fsverity::{MerkleTree, TreeGeometry};
 use crate::hash::hash_blocks;
 use std::collections::HashMap;
 use std::fs::File;
@@ -58,7 +58,7 @@ pub struct StoredTree {
 impl StoredTree {
     /// Byte offset of tree block `index` of `level` in the store file.
     pub fn block_offset(&self, level: usize, index: u64, block_size: u64) -> u64 {
-        DESCRIPTOR_SIZE as u64 + self.geometry.level_offset(level) + index * block_size
+        DESCRIPTOR_SIZE as u64 + level_offset(&self.geometry, level) + index * block_size
     }
 }
 
@@ -183,7 +183,7 @@ fn verify_whole_tree(file: &File, t: &StoredTree, manifest: &Manifest) -> Result
     file.read_exact_at(&mut tree, DESCRIPTOR_SIZE as u64)
         .map_err(|e| format!("cannot read the Merkle tree: {e}"))?;
     let level = |l: usize| {
-        let off = g.level_offset(l) as usize;
+        let off = level_offset(g, l) as usize;
         &tree[off..off + g.level_blocks(l) as usize * bs]
     };
     let top = g.levels() - 1;
@@ -209,4 +209,10 @@ fn verify_whole_tree(file: &File, t: &StoredTree, manifest: &Manifest) -> Result
         }
     }
     Ok(())
+}
+
+/// Byte offset of `level` in a stored tree; callers only walk levels below `levels()`, where
+/// the geometry always has an offset.
+pub(super) fn level_offset(g: &TreeGeometry, level: usize) -> u64 {
+    g.level_offset(level).unwrap_or_default()
 }

@@ -121,8 +121,8 @@ impl Verifier {
         index: u64,
     ) -> Result<Arc<[u8]>, Failure> {
         let g = &tree.geometry;
-        let key =
-            ((id as u64) << TREE_BLOCK_BITS) | (g.level_offset(level) / self.block_size + index);
+        let key = ((id as u64) << TREE_BLOCK_BITS)
+            | (super::store::level_offset(g, level) / self.block_size + index);
         if let Some(b) = self.cache.get(key) {
             return Ok(b);
         }
