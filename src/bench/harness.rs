@@ -473,13 +473,26 @@ impl Dmkit {
         scratch: &Path,
         interrupt: &Interrupt,
     ) -> Result<Export, BenchError> {
+        self.open_at(name, args, &self.run_dir.join(name), scratch, interrupt)
+    }
+
+    /// [`Dmkit::open`] for an export served at `path` (a tree's mount point) rather than
+    /// in the run directory.
+    pub fn open_at(
+        &self,
+        name: &str,
+        args: &[String],
+        path: &Path,
+        scratch: &Path,
+        interrupt: &Interrupt,
+    ) -> Result<Export, BenchError> {
         let mut cmd = self.command(args);
         let res = run_ok(&mut cmd, scratch, interrupt, Some(LIFECYCLE_TIMEOUT));
         // Even a failed or interrupted open may have left something behind.
         let export = Export {
             dmkit: self.clone(),
             name: name.to_string(),
-            path: self.run_dir.join(name),
+            path: path.to_path_buf(),
             scratch: scratch.to_path_buf(),
             open: true,
         };
@@ -506,7 +519,7 @@ pub struct Export {
 }
 
 impl Export {
-    /// The exported file fio reads (`$DMKIT_RUN_DIR/NAME`).
+    /// The exported file fio reads (`$DMKIT_RUN_DIR/NAME`), or a tree's mount point.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -21,6 +21,7 @@ pub mod cloudflare;
 pub mod config;
 pub mod fio;
 pub mod format;
+pub mod fsverity_read;
 pub mod harness;
 pub mod integrity;
 pub mod model;

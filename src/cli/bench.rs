@@ -38,6 +38,9 @@ enum BenchCommand {
     /// dm-verity against dm-integrity (sha256, hmac-sha256) as read paths: throughput and CPU
     /// per GB, beside the Mitsubishi Electric paper's ratios.
     VerityIntegrity(RwArgs),
+    /// fs-verity reads through `fsverity mount` with and without verification (SEEDS.md seed
+    /// 002): 4 KiB buffered read and randread of a 1 MiB file and of a --size file.
+    Fsverity(RwArgs),
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -189,6 +192,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Crypt(c)) => run_crypt(c),
         Some(BenchCommand::Integrity(i)) => run_integrity(i),
         Some(BenchCommand::VerityIntegrity(a)) => run_verity_integrity(a),
+        Some(BenchCommand::Fsverity(a)) => run_fsverity_read(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -270,6 +274,14 @@ fn run_verity_integrity(a: RwArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = verity_integrity::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, verity_integrity::render)
+}
+
+fn run_fsverity_read(a: RwArgs) -> CliResult {
+    use crate::bench::fsverity_read;
+    let o = a.options("bench fsverity")?;
+    let interrupt = Interrupt::install();
+    let r = fsverity_read::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, fsverity_read::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.
