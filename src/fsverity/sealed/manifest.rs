@@ -324,7 +324,23 @@ impl Manifest {
                 "empty: a manifest has at least the root".into(),
             ));
         }
-        Ok(Manifest { params, entries })
+        let m = Manifest { params, entries };
+        // One spelling per manifest: its SHA-256 (what `--manifest-digest` pins) and its
+        // signature then stand for the tree itself, not for one of its spellings.
+        let canonical = m.to_bytes();
+        if canonical != bytes {
+            let at = canonical
+                .iter()
+                .zip(bytes)
+                .position(|(a, b)| a != b)
+                .unwrap_or(canonical.len().min(bytes.len()));
+            let line = bytes[..at].iter().filter(|&&b| b == b'\n').count() + 1;
+            return Err(bad(
+                format!("line {line}"),
+                "not written as dmkit writes manifests (one entry per line, fields in order, lowercase hex, no spaces)".into(),
+            ));
+        }
+        Ok(m)
     }
 
     /// The regular files with their entry index.
@@ -504,6 +520,23 @@ mod tests {
         let e = parse(text.replacen(from, to, 1).as_bytes()).unwrap_err();
         assert!(e.starts_with("M: "), "{e}");
         assert!(e.contains(want), "{from} -> {to}: {e}");
+    }
+
+    #[test]
+    fn only_the_canonical_spelling_is_accepted() {
+        refused(
+            "\"type\":\"dir\"",
+            "\"type\": \"dir\"",
+            "not written as dmkit writes",
+        );
+        refused(
+            "\"digest\":\"07",
+            "\"digest\":\"0A",
+            "not written as dmkit writes",
+        );
+        let text = String::from_utf8(sample().to_bytes()).unwrap();
+        let e = parse(format!("{text}\n").as_bytes()).unwrap_err();
+        assert!(e.contains("not written as dmkit writes"), "{e}");
     }
 
     #[test]
