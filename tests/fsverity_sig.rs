@@ -6,8 +6,8 @@
 //!   formatted digest;
 //! - `dmkit fsverity verify-sig` accepts its own and fsverity-utils' signatures (RSA and ECDSA)
 //!   and refuses the wrong certificate, another file's signature, another hash algorithm or
-//!   salt (exit 2), and garbled, truncated, PEM, attached or missing signatures and bad
-//!   certificates (exit 1), each with one line naming the file;
+//!   salt, an unknown digest algorithm (exit 2), and garbled, truncated, PEM, attached or
+//!   missing signatures and bad certificates (exit 1), each with one line naming the file;
 //! - `dmkit fsverity enable`/`measure`/`dump-metadata` fail like fsverity-utils on a kernel or
 //!   filesystem without fs-verity, with one line and exit 1, leaving the file as it was (the
 //!   kernel's side is in tests/kernel.rs);
@@ -373,6 +373,24 @@ fn verify_sig_refuses_what_the_kernel_would() {
         2,
         &[sp, other_digest.trim()],
         "--digest of another file",
+    );
+    // The signature's list of digest algorithms names one OpenSSL does not know (the first
+    // SHA-256 OID, 2.16.840.1.101.3.4.2.1, made 2.16.840.1.101.3.3.2.1).
+    let sha256_oid = [0x60, 0x86, 0x48, 0x01, 0x65, 0x03, 0x04, 0x02, 0x01];
+    let at = good
+        .windows(sha256_oid.len())
+        .position(|w| w == sha256_oid)
+        .expect("the signature names SHA-256");
+    let mut unknown = good.clone();
+    unknown[at + 6] = 0x03;
+    let unknown_sig = tmp("unknown-digest");
+    fs::write(&unknown_sig, &unknown).unwrap();
+    let r = verify_sig(&[fp, p(&unknown_sig), "--cert", cert]);
+    assert_refused(
+        &r,
+        2,
+        &[p(&unknown_sig), "2.16.840.1.101.3.3.2.1", "does not check"],
+        "unknown digest algorithm",
     );
 
     // Unusable signatures: exit 1.
