@@ -1,46 +1,23 @@
-//! fs-verity interop with fsverity-utils on the host (`fsverity digest` and `fsverity sign`
-//! need no kernel support): `dmkit fsverity digest` prints the same line for many file sizes
-//! (empty, one byte, around block boundaries, trees of one to four levels), both hash
-//! algorithms, every block size and salts; `dmkit fsverity sign` writes the same bytes as
-//! `fsverity sign` for RSA keys, and a signature OpenSSL verifies over the formatted digest for
-//! EC keys. The kernel's own check of these is in tests/kernel.rs.
+//! fs-verity interop with fsverity-utils on the host (`fsverity digest` needs no kernel
+//! support): `dmkit fsverity digest` prints the same line for many file sizes (empty, one byte,
+//! around block boundaries, trees of one to four levels), both hash algorithms, every block
+//! size and salts. Signatures are in tests/fsverity_sig.rs, the kernel's own checks in
+//! tests/kernel.rs.
 //!
 //! Needs `fsverity` (package fsverity) and `openssl`; without them the test fails when `CI` is
 //! set and is skipped with a message otherwise.
 
 mod common;
 
-use common::env::{in_ci, is_root, missing, on_path as have};
-use common::pki::{self, make_ident};
+use common::env::tools_missing;
 use common::rng::bytes;
 use common::run::{ok, output as run};
 use common::DMKIT;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// In CI, as root, installs what is missing with scripts/deps.sh (once per test binary).
-fn install_in_ci() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if in_ci() && is_root() {
-        ONCE.call_once(|| {
-            if !have("fsverity") || !have("openssl") {
-                let deps = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/deps.sh");
-                let st = Command::new("bash").arg(deps).status();
-                eprintln!("fsverity_interop: {deps}: {st:?}");
-            }
-        });
-    }
-}
-
-/// Whether fsverity and openssl are missing (see common::env::missing).
+/// Whether fsverity or openssl is missing (see common::env::tools_missing).
 fn prerequisites_missing() -> bool {
-    install_in_ci();
-    for (cmd, pkg) in [("fsverity", "fsverity"), ("openssl", "openssl")] {
-        if !have(cmd) {
-            return missing(&format!("{cmd} is not installed (apt-get install {pkg})"));
-        }
-    }
-    false
+    tools_missing(&[("fsverity", "fsverity"), ("openssl", "openssl")])
 }
 
 fn write(dir: &Path, name: &str, data: &[u8]) -> PathBuf {
@@ -180,83 +157,4 @@ fn bad_parameters_are_refused() {
     let out = run(DMKIT, &["fsverity", "digest", "/nonexistent/file"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/file"));
-}
-
-/// A key and its self-signed certificate, `dir/NAME.key` and `dir/NAME.crt`.
-fn make_cert(dir: &Path, name: &str, newkey: &[&str]) -> (PathBuf, PathBuf) {
-    let id = make_ident(dir, name, &format!("/CN={name}"), newkey);
-    (id.key, id.cert)
-}
-
-#[test]
-fn signatures_match_fsverity_sign() {
-    if prerequisites_missing() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (key, cert) = make_cert(dir.path(), "rsa", pki::RSA);
-    let (k, c) = (key.to_str().unwrap(), cert.to_str().unwrap());
-    for (i, size) in [0usize, 1, 5000, 100_000].into_iter().enumerate() {
-        let file = write(dir.path(), &format!("f{i}"), &bytes(i as u64, size));
-        let f = file.to_str().unwrap();
-        for alg in ["sha256", "sha512"] {
-            let alg_arg = format!("--hash-alg={alg}");
-            let theirs = dir.path().join("theirs.sig");
-            let ours = dir.path().join("ours.sig");
-            let (t, o) = (theirs.to_str().unwrap(), ours.to_str().unwrap());
-            let out_t = ok(
-                "fsverity",
-                &["sign", f, t, "--key", k, "--cert", c, &alg_arg],
-            );
-            let out_o = ok(
-                DMKIT,
-                &["fsverity", "sign", f, o, "--key", k, "--cert", c, &alg_arg],
-            );
-            assert_eq!(out_o, out_t, "size {size} {alg}");
-            assert_eq!(
-                std::fs::read(&ours).unwrap(),
-                std::fs::read(&theirs).unwrap(),
-                "signature bytes, size {size} {alg}"
-            );
-        }
-    }
-}
-
-#[test]
-fn ec_signature_verifies_with_openssl() {
-    if prerequisites_missing() {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let (key, cert) = make_cert(dir.path(), "ec", pki::EC_P256);
-    let (k, c) = (key.to_str().unwrap(), cert.to_str().unwrap());
-    let file = write(dir.path(), "f", &bytes(5, 12345));
-    let f = file.to_str().unwrap();
-    let sig = dir.path().join("f.sig");
-    let s = sig.to_str().unwrap();
-    ok(DMKIT, &["fsverity", "sign", f, s, "--key", k, "--cert", c]);
-    // The signed content: the formatted digest, as `--for-builtin-sig --compact` prints it.
-    let hexd = ok("fsverity", &["digest", f, "--for-builtin-sig", "--compact"]);
-    let content = write(dir.path(), "content", &hex::decode(hexd.trim()).unwrap());
-    assert!(
-        pki::smime_verifies(&sig, &content, &cert),
-        "openssl smime -verify refuses our EC signature"
-    );
-    // A key that is not the certificate's is refused with a clear message.
-    let (other, _) = make_cert(dir.path(), "other", pki::RSA);
-    let out = run(
-        DMKIT,
-        &[
-            "fsverity",
-            "sign",
-            f,
-            s,
-            "--key",
-            other.to_str().unwrap(),
-            "--cert",
-            c,
-        ],
-    );
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("no certificate matches"));
 }

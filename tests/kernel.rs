@@ -7,11 +7,14 @@
 //!   with the guest's `veritysetup open` and read back identical; corrupted data and hash
 //!   blocks give EIO at the same blocks in the guest as through `dmkit verity open` on the
 //!   host; a wrong hash byte, a wrong salt and a wrong root hash are refused by the kernel.
-//! - `fsverity_*`: the guest's `fsverity measure` after `fsverity enable` equals
-//!   `dmkit fsverity digest` (SHA-256 and SHA-512, salts, sizes up to multi-level trees); a
-//!   signature by `dmkit fsverity sign` is accepted with `fs.verity.require_signatures=1` and
-//!   our certificate in the `.fs-verity` keyring, and refused on other content, from an
-//!   untrusted key, or missing.
+//! - `fsverity_*` (on Debian 12's 6.12 kernel, which has ECDSA): files enabled by the guest's
+//!   `fsverity enable` and by `dmkit fsverity enable` (SHA-256 and SHA-512, block sizes, salts,
+//!   sizes up to multi-level trees) measure as `dmkit fsverity digest` computes, through both
+//!   `fsverity measure` and `dmkit fsverity measure`; `dmkit fsverity dump-metadata` equals
+//!   `fsverity dump_metadata`; RSA and ECDSA (P-256, P-384) signatures by
+//!   `dmkit fsverity sign` are accepted with `fs.verity.require_signatures=1` and our
+//!   certificates in the `.fs-verity` keyring, and refused on other content, from untrusted
+//!   keys, or missing, dmkit naming the kernel's errno.
 //! - `guest_formats_*`: dm-integrity and LUKS2 images formatted in the guest come back to
 //!   the host with a known payload (scaffolding for the integrity and LUKS2 interop tests).
 //!
@@ -23,12 +26,14 @@ mod common;
 mod harness;
 
 use common::env::{is_root, missing};
-use common::pki::{make_ident, RSA};
+use common::pki::{make_ident, Ident, EC_P256, EC_P384, RSA};
 use common::rng::bytes;
 use common::run::{ok, RunDir};
 use common::verity_case::VerityCase as VCase;
 use common::{xor_byte, DMKIT};
-use harness::{format_in_guest, guest, sh_quote, Bundle, Disk, FormatJob, GuestFormat};
+use harness::{
+    format_in_guest, guest, guest_with_kernel, sh_quote, Bundle, Disk, FormatJob, GuestFormat,
+};
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -547,35 +552,142 @@ fn dm_verity_images_open_in_the_kernel() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// fs-verity: dmkit's digests and signatures, the kernel's measure and signature check
+// fs-verity: dmkit's digests, signatures, enable and measure against the kernel's
 
-/// The (hash, salt) variants enabled in the guest.
-const FSV_VARIANTS: [(&str, &str); 4] = [
-    ("sha256", ""),
-    ("sha512", ""),
-    ("sha256", "5a"),
+/// The kernel the fs-verity test boots: Debian 12's 6.12 kernel. Debian 12's own 6.1 kernels
+/// (cloud and generic) are built without CONFIG_CRYPTO_ECDSA: there `keyctl padd asymmetric`
+/// of a P-256 or P-384 certificate fails with "add_key: No such file or directory" and an
+/// ECDSA-signed file is refused with ENOKEY ("fs-verity keyring is empty, rejecting signed
+/// file!"), so ECDSA signatures can only be checked by a newer kernel.
+const FSV_KERNEL: &str = "linux-image-6.12-cloud-amd64 linux-image-6.12-amd64";
+
+/// (hash, block size, salt) variants enabled in the guest by its own `fsverity enable`.
+const FSV_VARIANTS: [(&str, u32, &str); 5] = [
+    ("sha256", 4096, ""),
+    ("sha512", 4096, ""),
+    ("sha256", 4096, "5a"),
     (
         "sha512",
+        4096,
         "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff",
+    ),
+    ("sha256", 1024, "a5a5"),
+];
+
+/// (size, hash, block size, salt) of the files `dmkit fsverity enable` enables in the guest.
+const DMKIT_ENABLED: [(usize, &str, u32, &str); 7] = [
+    (0, "sha256", 4096, ""),
+    (1, "sha512", 4096, "01"),
+    (4096, "sha256", 1024, "a5a5"),
+    (
+        4097,
+        "sha512",
+        2048,
+        "ffeeddccbbaa99887766554433221100ffeeddccbbaa99887766554433221100",
+    ),
+    (300_000, "sha256", 4096, "5a"),
+    (129 * 4096 + 3, "sha512", 1024, ""),
+    (
+        (2 << 20) + 5,
+        "sha256",
+        4096,
+        "000102030405060708090a0b0c0d0e0f",
     ),
 ];
 
-/// A key, its certificate (PEM) and the certificate in DER, in `dir/NAME.*`.
-fn make_cert(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let id = make_ident(dir, name, &format!("/CN=dmkit test {name}"), RSA);
-    (id.key, id.cert, id.cert_der)
+/// Which tool enables a signed file in the guest.
+#[derive(Clone, Copy)]
+enum Enabler {
+    /// fsverity-utils' `fsverity enable`.
+    Fsverity,
+    /// `dmkit fsverity enable`.
+    Dmkit,
+    /// Each, one after the other (for files the kernel refuses, so both try).
+    Both,
 }
 
+impl Enabler {
+    /// The names the guest script's `sig` function takes.
+    fn tools(self) -> &'static [&'static str] {
+        match self {
+            Enabler::Fsverity => &["fsverity"],
+            Enabler::Dmkit => &["dm"],
+            Enabler::Both => &["fsverity", "dm"],
+        }
+    }
+}
+
+/// A file the guest enables with `fs.verity.require_signatures=1`.
+struct SigCase<'a> {
+    /// The file's name in the guest.
+    name: &'static str,
+    /// Whose key signs it with `dmkit fsverity sign` (`None`: no signature).
+    signer: Option<&'a Ident>,
+    /// The fs-verity hash algorithm.
+    alg: &'static str,
+    /// Who enables it.
+    enabler: Enabler,
+    /// The errno the kernel refuses it with (`None`: accepted).
+    refused_with: Option<&'static str>,
+}
+
+/// `--hash-alg`, `--block-size` and (if any) `--salt` options.
+fn tree_opts(alg: &str, bs: u32, salt: &str) -> Vec<String> {
+    let mut v = vec![format!("--hash-alg={alg}"), format!("--block-size={bs}")];
+    if !salt.is_empty() {
+        v.push(format!("--salt={salt}"));
+    }
+    v
+}
+
+/// `alg:hex`, as `dmkit fsverity digest` computes it on the host.
+fn host_digest(path: &Path, opts: &[String]) -> String {
+    let mut args = vec!["fsverity", "digest", s(path), "--compact"];
+    args.extend(opts.iter().map(String::as_str));
+    let alg = opts[0].trim_start_matches("--hash-alg=");
+    format!("{alg}:{}", ok(DMKIT, &args).trim())
+}
+
+/// strerror text of the errno names dmkit reports for refused signatures.
+fn strerror_of(errno: &str) -> &'static str {
+    match errno {
+        "ENOKEY" => "Required key not available",
+        "EKEYREJECTED" => "Key was rejected by service",
+        "EPERM" => "Operation not permitted",
+        "EEXIST" => "File exists",
+        "ENODATA" => "No data available",
+        other => panic!("no strerror text for {other}"),
+    }
+}
+
+/// In the guest: every file of the list enabled by the guest's `fsverity enable` or by
+/// `dmkit fsverity enable` (the host's release binary, copied in) measures as dmkit computes on
+/// the host, with both `fsverity measure` and `dmkit fsverity measure`, which print the same
+/// lines; `dmkit fsverity dump-metadata` writes what `fsverity dump_metadata` writes. Then,
+/// with `fs.verity.require_signatures=1` and an RSA, a P-256 and a P-384 certificate in the
+/// `.fs-verity` keyring, signatures by `dmkit fsverity sign` (RSA and ECDSA, SHA-256 and
+/// SHA-512 digests) are accepted whichever tool enables the file; a signature over other
+/// content, by an untrusted RSA or ECDSA key, or none at all is refused by both tools, dmkit
+/// naming the errno the kernel returned.
 #[test]
 fn fsverity_digests_and_signatures_in_the_kernel() {
-    let Some(g) = guest("fsverity_digests_and_signatures_in_the_kernel") else {
+    let Some(g) = guest_with_kernel("fsverity_digests_and_signatures_in_the_kernel", FSV_KERNEL)
+    else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path().join("src");
-    std::fs::create_dir(&src).unwrap();
-    // Sizes: empty, one byte, block boundaries, two levels (more than 128 SHA-256 / 64 SHA-512
-    // blocks), three levels for SHA-512 (more than 64 * 64 blocks).
+    std::fs::create_dir_all(src.join("bin")).unwrap();
+    std::fs::copy(DMKIT, src.join("bin/dmkit")).unwrap();
+    let mut script = String::from(
+        "set -u\nmount -t ext4 /dev/disk/fs /mnt || exit 10\ncd /mnt\n\
+         dm() { /mnt/bin/dmkit \"$@\"; }\n\
+         dm --version >/dev/null || exit 13\n",
+    );
+
+    // Files the guest's fsverity enables. Sizes: empty, one byte, block boundaries, two levels
+    // (more than 128 SHA-256 / 64 SHA-512 blocks), three levels for SHA-512 (more than 64 * 64
+    // blocks).
     let sizes: [usize; 9] = [
         0,
         1,
@@ -590,7 +702,7 @@ fn fsverity_digests_and_signatures_in_the_kernel() {
     let mut expected: Vec<(String, String)> = Vec::new();
     for (i, &size) in sizes.iter().enumerate() {
         let data = bytes(i as u64 + 1000, size);
-        for (j, (alg, salt)) in FSV_VARIANTS.iter().enumerate() {
+        for (j, &(alg, bs, salt)) in FSV_VARIANTS.iter().enumerate() {
             // The 16 MiB file only once, to keep the image small.
             if size > 1 << 20 && j != 1 {
                 continue;
@@ -598,55 +710,201 @@ fn fsverity_digests_and_signatures_in_the_kernel() {
             let name = format!("f{i}_{j}");
             let path = src.join(&name);
             std::fs::write(&path, &data).unwrap();
-            let mut args = vec!["fsverity", "digest", s(&path), "--compact"];
-            let alg_arg = format!("--hash-alg={alg}");
-            let salt_arg = format!("--salt={salt}");
-            args.push(&alg_arg);
-            if !salt.is_empty() {
-                args.push(&salt_arg);
-            }
-            let ours = ok(DMKIT, &args);
-            expected.push((name, format!("{alg}:{}", ours.trim())));
+            let opts = tree_opts(alg, bs, salt).join(" ");
+            writeln!(
+                script,
+                "fsverity enable {opts} {name} || echo \"ENABLE-FAILED {name}\""
+            )
+            .unwrap();
+            expected.push((name.clone(), host_digest(&path, &tree_opts(alg, bs, salt))));
         }
     }
-    // Signatures: our certificate goes into the .fs-verity keyring; "other" is not trusted.
-    let (key, cert, der) = make_cert(dir.path(), "trusted");
-    let (okey, ocert, _) = make_cert(dir.path(), "other");
-    std::fs::copy(&der, src.join("cert.der")).unwrap();
-    let signed = bytes(1, 50_000);
-    for (name, content) in [
-        ("signed256", &signed),
-        ("signed512", &signed),
-        ("othercontent", &bytes(2, 50_000)),
-        ("untrusted", &signed),
-        ("unsigned", &signed),
-    ] {
-        std::fs::write(src.join(name), content).unwrap();
+    // Files dmkit enables.
+    for (i, &(size, alg, bs, salt)) in DMKIT_ENABLED.iter().enumerate() {
+        let name = format!("d{i}");
+        let path = src.join(&name);
+        std::fs::write(&path, bytes(i as u64 + 2000, size)).unwrap();
+        let opts = tree_opts(alg, bs, salt).join(" ");
+        writeln!(
+            script,
+            "dm fsverity enable {opts} {name} 2>/tmp/err || echo \"ENABLE-FAILED {name} $(tr '\\n' ' ' </tmp/err)\""
+        )
+        .unwrap();
+        expected.push((name, host_digest(&path, &tree_opts(alg, bs, salt))));
     }
-    let sign = |file: &str, sig: &str, alg: &str, key: &Path, cert: &Path| {
+    std::fs::write(src.join("plain"), b"never a verity file").unwrap();
+    let names: Vec<&str> = expected.iter().map(|(n, _)| n.as_str()).collect();
+    for name in &names {
+        writeln!(
+            script,
+            "echo \"MEASURE $(fsverity measure {name})\"\n\
+             echo \"DMEASURE $(dm fsverity measure {name})\"\n\
+             cat {name} >/dev/null || echo \"READ-FAILED {name}\""
+        )
+        .unwrap();
+    }
+    writeln!(
+        script,
+        "ALL=\"{}\"\n\
+         fsverity measure $ALL >/tmp/m1; dm fsverity measure $ALL >/tmp/m2\n\
+         if cmp -s /tmp/m1 /tmp/m2; then echo \"MEASURE-ALL same $(wc -l </tmp/m1)\"; \
+         else echo MEASURE-ALL differs; diff /tmp/m1 /tmp/m2; fi",
+        names.join(" ")
+    )
+    .unwrap();
+    script.push_str(
+        r#"
+dump() { # TYPE NAME [OPTIONS]
+    local t=$1 n=$2 a b
+    shift 2
+    fsverity dump_metadata "$t" "$n" "$@" >/tmp/u 2>/tmp/ue; a=$?
+    dm fsverity dump-metadata "$t" "$n" "$@" >/tmp/d 2>/tmp/de; b=$?
+    if [ $a -eq 0 ] && [ $b -eq 0 ] && cmp -s /tmp/u /tmp/d; then
+        echo "DUMP $t $n $* same $(wc -c </tmp/u)"
+    else
+        echo "DUMP $t $n $* differs $a $b $(cat /tmp/ue /tmp/de | tr '\n' ' ')"
+    fi
+}
+derr() { # LABEL DMKIT-ARGS...
+    local label=$1
+    shift
+    dm "$@" >/dev/null 2>/tmp/err
+    echo "DERR $label $? $(tr '\n' ' ' </tmp/err)"
+}
+for n in d2 d5 f6_1 f8_1; do
+    dump merkle_tree $n
+    dump descriptor $n
+done
+dump merkle_tree d5 --offset=1024 --length=100
+derr eexist fsverity enable d0
+derr enodata fsverity measure plain
+derr enodata-dump fsverity dump-metadata descriptor plain
+"#,
+    );
+
+    // Signatures: the RSA, P-256 and P-384 certificates go into the .fs-verity keyring; the
+    // "other" RSA and "ecother" P-256 keys are not trusted.
+    let id = |name: &str, key_options: &[&str]| {
+        make_ident(
+            dir.path(),
+            name,
+            &format!("/CN=dmkit test {name}"),
+            key_options,
+        )
+    };
+    let (rsa, ec256, ec384) = (id("rsa", RSA), id("ec256", EC_P256), id("ec384", EC_P384));
+    let (other, ecother) = (id("other", RSA), id("ecother", EC_P256));
+    for trusted in [&rsa, &ec256, &ec384] {
+        std::fs::copy(&trusted.cert_der, src.join(format!("{}.der", trusted.name))).unwrap();
+    }
+    let signed = bytes(1, 50_000);
+    let case = |name, signer, alg, enabler, refused_with| SigCase {
+        name,
+        signer,
+        alg,
+        enabler,
+        refused_with,
+    };
+    use Enabler::{Both, Dmkit, Fsverity};
+    let cases = [
+        case("signed256", Some(&rsa), "sha256", Fsverity, None),
+        case("signed512", Some(&rsa), "sha512", Dmkit, None),
+        case("ec256_256", Some(&ec256), "sha256", Fsverity, None),
+        case("ec256_512", Some(&ec256), "sha512", Dmkit, None),
+        case("ec384_256", Some(&ec384), "sha256", Dmkit, None),
+        case("ec384_512", Some(&ec384), "sha512", Fsverity, None),
+        // These two carry the signature of `signed` but hold other bytes.
+        case(
+            "othercontent",
+            Some(&rsa),
+            "sha256",
+            Both,
+            Some("EKEYREJECTED"),
+        ),
+        case(
+            "ecothercontent",
+            Some(&ec256),
+            "sha256",
+            Both,
+            Some("EKEYREJECTED"),
+        ),
+        case("untrusted", Some(&other), "sha256", Both, Some("ENOKEY")),
+        case(
+            "ecuntrusted",
+            Some(&ecother),
+            "sha512",
+            Both,
+            Some("ENOKEY"),
+        ),
+        case("unsigned", None, "sha256", Both, Some("EPERM")),
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        let path = src.join(c.name);
+        let content = if c.name.ends_with("othercontent") {
+            bytes(i as u64 + 3000, signed.len())
+        } else {
+            signed.clone()
+        };
+        std::fs::write(&path, content).unwrap();
+        let Some(signer) = c.signer else {
+            continue;
+        };
+        let signed_file = dir.path().join(format!("{}.signed", c.name));
+        std::fs::write(&signed_file, &signed).unwrap();
         ok(
             DMKIT,
             &[
                 "fsverity",
                 "sign",
-                s(&src.join(file)),
-                s(&src.join(sig)),
+                s(&signed_file),
+                s(&src.join(format!("{}.sig", c.name))),
                 "--key",
-                s(key),
+                s(&signer.key),
                 "--cert",
-                s(cert),
-                &format!("--hash-alg={alg}"),
+                s(&signer.cert),
+                &format!("--hash-alg={}", c.alg),
             ],
         );
-    };
-    sign("signed256", "signed256.sig", "sha256", &key, &cert);
-    sign("signed512", "signed512.sig", "sha512", &key, &cert);
-    sign("untrusted", "untrusted.sig", "sha256", &okey, &ocert);
+    }
+    script.push_str(
+        r#"
+# From here on, only signed files may be enabled.
+for c in rsa ec256 ec384; do
+    keyctl padd asymmetric '' %keyring:.fs-verity </mnt/$c.der >/dev/null 2>/tmp/err ||
+        echo "KEYRING-FAILED $c $(tr '\n' ' ' </tmp/err)"
+done
+echo 1 >/proc/sys/fs/verity/require_signatures || exit 12
+sig() { # NAME ALG TOOL(fsverity|dm)
+    local opt=""
+    [ -e "$1.sig" ] && opt="--signature=$1.sig"
+    if [ "$3" = dm ]; then
+        dm fsverity enable --hash-alg=$2 $opt "$1" 2>/tmp/err
+    else
+        fsverity enable --hash-alg=$2 $opt "$1" 2>/tmp/err
+    fi
+    if [ $? -eq 0 ]; then
+        echo "SIGN $1 $3 accepted $(fsverity measure "$1")"
+        cat "$1" >/dev/null || echo "READ-FAILED $1"
+    else
+        echo "SIGN $1 $3 refused $(tr '\n' ' ' </tmp/err)"
+    fi
+}
+"#,
+    );
+    for c in &cases {
+        for t in c.enabler.tools() {
+            writeln!(script, "sig {} {} {t}", c.name, c.alg).unwrap();
+        }
+    }
+    script.push_str(
+        "dump signature signed512\ncmp -s /tmp/d signed512.sig && echo DUMP-SIGNATURE-IS-OURS\n",
+    );
+    script.push_str("cd /\numount /mnt\n");
 
     let img = dir.path().join("fs.img");
     std::fs::File::create(&img)
         .unwrap()
-        .set_len(64 << 20)
+        .set_len(128 << 20)
         .unwrap();
     ok(
         "mkfs.ext4",
@@ -662,100 +920,101 @@ fn fsverity_digests_and_signatures_in_the_kernel() {
             s(&img),
         ],
     );
-
-    let mut script = String::from("set -u\nmount -t ext4 /dev/disk/fs /mnt || exit 10\ncd /mnt\n");
-    for (name, _) in &expected {
-        let (i, j) = name[1..].split_once('_').unwrap();
-        let _ = i;
-        let (alg, salt) = FSV_VARIANTS[j.parse::<usize>().unwrap()];
-        let salt_opt = if salt.is_empty() {
-            String::new()
-        } else {
-            format!("--salt={salt}")
-        };
-        writeln!(
-            script,
-            "fsverity enable --hash-alg={alg} {salt_opt} {name} || echo \"ENABLE-FAILED {name}\"\n\
-             echo \"MEASURE $(fsverity measure {name})\"\n\
-             cat {name} >/dev/null || echo \"READ-FAILED {name}\""
-        )
-        .unwrap();
-    }
-    script.push_str(
-        r#"
-# From here on, only signed files may be enabled.
-keyctl padd asymmetric '' %keyring:.fs-verity </mnt/cert.der >/dev/null || exit 11
-echo 1 >/proc/sys/fs/verity/require_signatures || exit 12
-sig() { # NAME SIGFILE ALG
-    local opt=""
-    [ -n "$2" ] && opt="--signature=$2"
-    if fsverity enable --hash-alg=$3 $opt "$1" 2>/tmp/err; then
-        echo "SIGN $1 accepted $(fsverity measure "$1")"
-        cat "$1" >/dev/null || echo "READ-FAILED $1"
-    else
-        echo "SIGN $1 refused $(tr '\n' ' ' </tmp/err)"
-    fi
-}
-sig signed256 signed256.sig sha256
-sig signed512 signed512.sig sha512
-sig othercontent signed256.sig sha256
-sig untrusted untrusted.sig sha256
-sig unsigned "" sha256
-cd /
-umount /mnt
-"#,
-    );
     let run = g.run(&script, &[Disk::rw("fs", &img)], Duration::from_secs(400));
     run.assert_ok("fs-verity guest script");
     let out = run.out();
     let ctx = || format!("guest said:\n{out}\n{}", run.stderr);
-    assert!(
-        !out.contains("FAILED"),
-        "enable or read failed in the guest; {}",
+    for bad in ["FAILED", "differs"] {
+        assert!(!out.contains(bad), "{bad} in the guest; {}", ctx());
+    }
+
+    // Digests: the kernel's measure of every file, through both tools, is dmkit's digest.
+    for (name, digest) in &expected {
+        for prefix in ["MEASURE", "DMEASURE"] {
+            let want = format!("{prefix} {digest} {name}");
+            assert!(
+                out.lines().any(|l| l == want),
+                "{name}: {prefix} differs from dmkit's digest {digest}; {}",
+                ctx()
+            );
+        }
+    }
+    let all = format!("MEASURE-ALL same {}", expected.len());
+    assert!(out.lines().any(|l| l == all), "{all}; {}", ctx());
+    assert_eq!(
+        out.lines().filter(|l| l.starts_with("DUMP ")).count(),
+        10,
+        "dump-metadata comparisons; {}",
         ctx()
     );
-    for (name, digest) in &expected {
-        let want = format!("MEASURE {digest} {name}");
-        assert!(
-            out.lines().any(|l| l == want),
-            "{name}: the kernel's measure differs from dmkit's digest {digest}; {}",
-            ctx()
-        );
-    }
-    let verdict = |name: &str| -> String {
+    assert!(out.contains("DUMP-SIGNATURE-IS-OURS"), "{}", ctx());
+
+    // dmkit's one-line errors for what the kernel refuses.
+    let derr = |label: &str| -> String {
         out.lines()
-            .find_map(|l| l.strip_prefix(&format!("SIGN {name} ")))
-            .unwrap_or_else(|| panic!("no verdict for {name}; {}", ctx()))
+            .find_map(|l| l.strip_prefix(&format!("DERR {label} ")))
+            .unwrap_or_else(|| panic!("no DERR {label}; {}", ctx()))
             .to_string()
     };
-    for (name, alg) in [("signed256", "sha256"), ("signed512", "sha512")] {
-        let v = verdict(name);
-        let ours = ok(
-            DMKIT,
-            &[
-                "fsverity",
-                "digest",
-                s(&src.join(name)),
-                &format!("--hash-alg={alg}"),
-            ],
-        );
-        let digest = ours.split_whitespace().next().unwrap();
+    for (label, file, errno, words) in [
+        ("eexist", "d0", "EEXIST", "already enabled"),
+        ("enodata", "plain", "ENODATA", "not enabled on this file"),
+        (
+            "enodata-dump",
+            "plain",
+            "ENODATA",
+            "not enabled on this file",
+        ),
+    ] {
+        let v = derr(label);
+        let want = format!("1 dmkit: {file}: ");
         assert!(
-            v.starts_with("accepted ") && v.contains(digest),
-            "{name}: our signature was not accepted by the kernel: {v}; {}",
-            ctx()
+            v.starts_with(&want)
+                && v.contains(words)
+                && v.trim_end().ends_with(&format!("({errno})")),
+            "{label}: {v}"
         );
     }
-    for name in ["othercontent", "untrusted", "unsigned"] {
-        let v = verdict(name);
+
+    // Signatures.
+    let verdict = |name: &str, tool: &str| -> String {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("SIGN {name} {tool} ")))
+            .unwrap_or_else(|| panic!("no verdict for {name} by {tool}; {}", ctx()))
+            .to_string()
+    };
+    for c in &cases {
+        let name = c.name;
+        let Some(errno) = c.refused_with else {
+            for tool in c.enabler.tools() {
+                let v = verdict(name, tool);
+                let digest = host_digest(&src.join(name), &tree_opts(c.alg, 4096, ""));
+                assert!(
+                    v == format!("accepted {digest} {name}"),
+                    "{name}: our {} signature was not accepted by the kernel ({tool} enable): \
+                     {v}; {}",
+                    c.alg,
+                    ctx()
+                );
+            }
+            continue;
+        };
+        let theirs = verdict(name, "fsverity");
+        let ours = verdict(name, "dm");
         assert!(
-            v.starts_with("refused"),
-            "{name}: the kernel should refuse it: {v}"
+            theirs.starts_with("refused") && theirs.contains(strerror_of(errno)),
+            "{name}: fsverity enable: {theirs}"
+        );
+        assert!(
+            ours.starts_with(&format!("refused dmkit: {name}: cannot enable fs-verity: "))
+                && ours.trim_end().ends_with(&format!("({errno})")),
+            "{name}: dmkit fsverity enable: {ours}"
         );
     }
     eprintln!(
-        "fs-verity: {} digests and 5 signature checks by the kernel in {:.1}s",
+        "fs-verity: {} digests, 10 metadata dumps and {} signature checks by the kernel in {:.1}s",
         expected.len(),
+        cases.iter().map(|c| c.enabler.tools().len()).sum::<usize>(),
         run.elapsed.as_secs_f64()
     );
 }

@@ -53,7 +53,7 @@ impl<const N: usize> Arg<N> {
     }
 }
 
-/// The symbolic name of an errno fs-verity's ioctls return.
+/// The symbolic name of an errno fs-verity's ioctls return (`errno N` for others).
 fn errno_name(errno: i32) -> String {
     let name = match errno {
         libc::ENOTTY => "ENOTTY",
@@ -123,7 +123,12 @@ fn kernel_error(
     if errno == libc::ENOTTY || errno == libc::EOPNOTSUPP {
         return FsVerityError::NotSupported {
             path: path.to_path_buf(),
-            errno: errno_name(errno),
+            feature: "fs-verity",
+            errno: if errno == libc::ENOTTY {
+                "ENOTTY"
+            } else {
+                "EOPNOTSUPP"
+            },
         };
     }
     let text = match explain(errno) {
@@ -177,7 +182,8 @@ pub fn enable(
                 // Also what a kernel without built-in signature support says.
                 return FsVerityError::NotSupported {
                     path: path.to_path_buf(),
-                    errno: format!("{}; or its built-in signatures", errno_name(errno)),
+                    feature: "fs-verity or its built-in signatures",
+                    errno: "EOPNOTSUPP",
                 };
             }
             kernel_error(path, "cannot enable fs-verity", errno, |e| {

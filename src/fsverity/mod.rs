@@ -101,12 +101,14 @@ pub enum FsVerityError {
     },
     /// The kernel or the file's filesystem has no fs-verity (the ioctl failed with `ENOTTY` or
     /// `EOPNOTSUPP`).
-    #[error("{path}: this kernel or filesystem does not support fs-verity ({errno})")]
+    #[error("{path}: this kernel or filesystem does not support {feature} ({errno})")]
     NotSupported {
         /// The file.
         path: PathBuf,
+        /// What is missing: `fs-verity`, or `fs-verity or its built-in signatures`.
+        feature: &'static str,
         /// The errno's name.
-        errno: String,
+        errno: &'static str,
     },
     /// An fs-verity ioctl failed.
     #[error("{path}: {action}: {reason}")]

@@ -2,13 +2,15 @@
 
 use std::path::{Path, PathBuf};
 
+use foreign_types::ForeignTypeRef;
 use openssl::cms::{CMSOptions, CmsContentInfo};
 use openssl::error::ErrorStack;
 use openssl::nid::Nid;
-use openssl::pkcs7::{Pkcs7, Pkcs7Flags};
+use openssl::pkcs7::{Pkcs7, Pkcs7Flags, Pkcs7Ref};
 use openssl::stack::Stack;
 use openssl::x509::store::X509StoreBuilder;
-use openssl::x509::{X509Ref, X509};
+use openssl::x509::{X509AlgorithmRef, X509Ref, X509};
+use openssl_sys as ffi;
 
 use super::load::{check_signature_framing, load_trusted, read_signature};
 use super::{one_line, ossl_reason, Message, SignatureError};
@@ -80,6 +82,46 @@ pub(crate) fn verify_loaded(
     }
 }
 
+/// The digest algorithms a signature may list: those OpenSSL's default provider always has.
+const DIGESTS: [Nid; 8] = [
+    Nid::SHA1,
+    Nid::SHA224,
+    Nid::SHA256,
+    Nid::SHA384,
+    Nid::SHA512,
+    Nid::SHA3_256,
+    Nid::SHA3_384,
+    Nid::SHA3_512,
+];
+
+/// The first of the signature's `digestAlgorithms` that is not one of [`DIGESTS`], named.
+///
+/// Checked before `PKCS7_verify`: when OpenSSL 3.0 cannot set up one of these digests, that
+/// function's error path leaks the copy of the content it made (found by the `signature` fuzz
+/// target). Such a signature could not verify anyway.
+fn unusable_digest(p7: &Pkcs7Ref) -> Option<String> {
+    let signed = p7.signed()?;
+    // SAFETY: `signed` is a live PKCS7_SIGNED owned by `p7`; its `md_algs` stack (possibly
+    // null) and the X509_ALGORs in it live as long as `p7`, and are only read here.
+    unsafe {
+        let algs = (*signed.as_ptr()).md_algs as *const ffi::OPENSSL_STACK;
+        if algs.is_null() {
+            return None;
+        }
+        for i in 0..ffi::OPENSSL_sk_num(algs) {
+            let alg = ffi::OPENSSL_sk_value(algs, i) as *mut ffi::X509_ALGOR;
+            if alg.is_null() {
+                return Some("(none)".into());
+            }
+            let object = X509AlgorithmRef::from_ptr(alg).object();
+            if !DIGESTS.contains(&object.nid()) {
+                return Some(one_line(&object.to_string()));
+            }
+        }
+    }
+    None
+}
+
 /// One signature being checked.
 struct Check<'a> {
     message: &'a Message<'a>,
@@ -111,6 +153,12 @@ impl Check<'_> {
                 path: self.path.to_path_buf(),
                 reason: "not a PKCS#7 signedData structure".into(),
             });
+        }
+        if let Some(name) = unusable_digest(p7) {
+            return Err(self.not_verified(format!(
+                "it lists the digest algorithm {name}, which dmkit does not check \
+                 (SHA-1, SHA-2 or SHA-3 only)"
+            )));
         }
         let mut certs = Stack::<X509>::new().map_err(ossl)?;
         for cert in self.trusted {

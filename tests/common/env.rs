@@ -82,3 +82,17 @@ pub fn tool_missing(tool: &str, package: &str) -> bool {
             "{tool} is not installed (apt-get install {package})"
         ))
 }
+
+/// Whether any of `tools` (command, Debian package) is missing, reported through [`missing`].
+/// In CI, as root, scripts/deps.sh installs what is missing first (once per test binary).
+pub fn tools_missing(tools: &[(&str, &str)]) -> bool {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if in_ci() && is_root() && tools.iter().any(|(cmd, _)| !on_path(cmd)) {
+        ONCE.call_once(|| {
+            let deps = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/deps.sh");
+            let st = Command::new("bash").arg(deps).status();
+            eprintln!("{}: {deps}: {st:?}", test_name());
+        });
+    }
+    tools.iter().any(|(cmd, pkg)| tool_missing(cmd, pkg))
+}

@@ -5,15 +5,19 @@ use std::path::{Path, PathBuf};
 
 /// `openssl req` options for a new RSA-2048 key.
 pub const RSA: &[&str] = &["-newkey", "rsa:2048"];
+/// `openssl req` options for a new RSA-4096 key.
+pub const RSA_4096: &[&str] = &["-newkey", "rsa:4096"];
 /// `openssl req` options for a new EC P-256 key.
 pub const EC_P256: &[&str] = &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256"];
+/// `openssl req` options for a new EC P-384 key.
+pub const EC_P384: &[&str] = &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-384"];
 
 /// A key and its self-signed certificate, made by [`make_ident`].
 #[derive(Debug, Clone)]
 pub struct Ident {
     /// The name the files are named after.
     pub name: String,
-    /// `NAME.key`: the private key (PEM).
+    /// `NAME.key`: the private key (PEM, PKCS#8).
     pub key: PathBuf,
     /// `NAME.crt`: the certificate (PEM).
     pub cert: PathBuf,

@@ -150,6 +150,13 @@ pub fn ok<S: AsRef<OsStr>>(program: &str, args: &[S]) -> String {
     success(&what, checked_output(cmd))
 }
 
+/// Runs `program args...` like [`output`]; returns what it produced as text.
+pub fn text<S: AsRef<OsStr>>(program: &str, args: &[S]) -> Run {
+    let cmd = command(program, args, None);
+    let what = command_line(&cmd);
+    Run::new(what, &checked_output(cmd))
+}
+
 /// What one run produced, as text.
 #[derive(Debug)]
 pub struct Run {

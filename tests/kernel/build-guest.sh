@@ -2,8 +2,9 @@
 # Build (or find in the cache) the test guest: a stock Debian kernel, extracted to its
 # uncompressed ELF vmlinux (booted through its PVH entry), and an uncompressed initramfs holding
 # bash, busybox, the Debian cryptsetup/veritysetup/integritysetup/dmsetup, fsverity, e2fsprogs,
-# keyctl, util-linux and kmod binaries with their libraries, the kernel's dm, crypto, virtio and
-# loop modules, and the guest init (tests/kernel/init).
+# keyctl, util-linux and kmod binaries with their libraries (and libssl, for dmkit binaries
+# tests copy in), the kernel's dm, crypto, virtio and loop modules, and the guest init
+# (tests/kernel/init).
 #
 #   tests/kernel/build-guest.sh [CACHE_ROOT]      (default: <repo>/target/kernel-cache)
 #
@@ -14,8 +15,8 @@
 # and the init, so a package upgrade or a harness change rebuilds it.
 #
 # Environment:
-#   DMKIT_GUEST_KERNEL_PKG  kernel meta package (default: linux-image-cloud-amd64, then
-#                           linux-image-amd64)
+#   DMKIT_GUEST_KERNEL_PKG  kernel meta packages, space separated, the first apt knows is used
+#                           (default: linux-image-cloud-amd64 linux-image-amd64)
 #
 # Exit status: 0 built or found; 77 a prerequisite is missing (the message says which);
 # anything else is a harness bug.
@@ -36,7 +37,8 @@ die_missing() {
 # --- which kernel package ------------------------------------------------------------------
 kernel_pkg=""
 kernel_ver=""
-for meta in ${DMKIT_GUEST_KERNEL_PKG:-linux-image-cloud-amd64 linux-image-amd64}; do
+metas=${DMKIT_GUEST_KERNEL_PKG:-linux-image-cloud-amd64 linux-image-amd64}
+for meta in $metas; do
     dep=$(apt-cache depends "$meta" 2>/dev/null | awk '/Depends: linux-image-[0-9]/ {print $2; exit}' || true)
     [ -n "$dep" ] || continue
     ver=$(apt-cache policy "$dep" 2>/dev/null | awk '/Candidate:/ {print $2; exit}' || true)
@@ -45,7 +47,7 @@ for meta in ${DMKIT_GUEST_KERNEL_PKG:-linux-image-cloud-amd64 linux-image-amd64}
     kernel_ver=$ver
     break
 done
-[ -n "$kernel_pkg" ] || die_missing "no Debian kernel package (linux-image-cloud-amd64 or linux-image-amd64) is known to apt (run apt-get update)"
+[ -n "$kernel_pkg" ] || die_missing "no Debian kernel package ($metas) is known to apt (run apt-get update)"
 
 # --- the user-space tools: binaries taken from the installed Debian packages ---------------
 # name:package. The first group is required; the rest are copied when present.
@@ -66,7 +68,7 @@ for pair in "${required_tools[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || die_missing "$cmd is not installed (apt-get install $pkg)"
     packages+=("$pkg")
 done
-for lib in libc6 libcryptsetup12 libdevmapper1.02.1 libfsverity0; do
+for lib in libc6 libcryptsetup12 libdevmapper1.02.1 libfsverity0 libssl3; do
     packages+=("$lib")
 done
 versions=$(
@@ -156,6 +158,12 @@ ln -sf ../usr/bin/bash "$root/bin/bash"
 for lib in /lib/x86_64-linux-gnu/libgcc_s.so.1; do
     [ -e "$lib" ] && install -D -m 0755 "$lib" "$root$lib"
 done
+# Tests copy the host's dmkit binary into the guest: it needs libssl besides the libraries the
+# tools above bring (libcrypto, libgcc_s, libc). Here rather than on each test's disk, so the
+# guest has one place for libraries and every test that runs dmkit gets it.
+libssl=$(readlink -f /usr/lib/x86_64-linux-gnu/libssl.so.3 2>/dev/null || true)
+[ -e "$libssl" ] || die_missing "libssl.so.3 is not installed (apt-get install libssl3)"
+install -D -m 0755 "$libssl" "$root/lib/x86_64-linux-gnu/libssl.so.3"
 
 # Modules: dm, crypto, virtio, loop (and their dependencies), with depmod's indexes so the
 # kernel's request_module (crypto algorithms, dm targets) finds them through /sbin/modprobe.
@@ -166,9 +174,9 @@ cp "$kmods"/modules.order "$kmods"/modules.builtin "$kmods"/modules.builtin.modi
 (
     cd "$kmods"
     for d in kernel/drivers/md kernel/crypto kernel/arch/x86/crypto kernel/lib kernel/drivers/virtio \
-        kernel/drivers/block/virtio_blk.ko kernel/drivers/block/loop.ko \
-        kernel/drivers/char/virtio_console.ko kernel/drivers/char/hw_random \
-        kernel/drivers/firmware/qemu_fw_cfg.ko kernel/security kernel/fs/fat kernel/fs/nls; do
+        kernel/drivers/block/virtio_blk.ko* kernel/drivers/block/loop.ko* \
+        kernel/drivers/char/virtio_console.ko* kernel/drivers/char/hw_random \
+        kernel/drivers/firmware/qemu_fw_cfg.ko* kernel/security kernel/fs/fat kernel/fs/nls; do
         [ -e "$d" ] && find "$d" -name '*.ko*'
     done
 ) | while read -r m; do

@@ -37,6 +37,9 @@ fn run_guest_sh() -> PathBuf {
 pub struct Guest {
     /// The cache directory holding vmlinux and initramfs.cpio.
     pub dir: PathBuf,
+    /// The kernel meta packages it was built from (`DMKIT_GUEST_KERNEL_PKG`), if not the
+    /// default.
+    pub kernel_pkg: Option<String>,
 }
 
 /// Exit status of run-guest.sh when a prerequisite is missing.
@@ -46,10 +49,19 @@ fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| !v.is_empty())
 }
 
-fn prepare() -> Result<Guest, String> {
+/// `run-guest.sh`, with the kernel package of `kernel_pkg` if given.
+fn run_guest_cmd(kernel_pkg: Option<&str>) -> Command {
+    let mut cmd = Command::new("bash");
+    cmd.arg(run_guest_sh());
+    if let Some(pkg) = kernel_pkg {
+        cmd.env("DMKIT_GUEST_KERNEL_PKG", pkg);
+    }
+    cmd
+}
+
+fn prepare(kernel_pkg: Option<&str>) -> Result<Guest, String> {
     let attempt = || {
-        Command::new("bash")
-            .arg(run_guest_sh())
+        run_guest_cmd(kernel_pkg)
             .arg("--prepare")
             .stdin(Stdio::null())
             .output()
@@ -81,6 +93,7 @@ fn prepare() -> Result<Guest, String> {
             }
             Ok(Guest {
                 dir: PathBuf::from(dir),
+                kernel_pkg: kernel_pkg.map(str::to_string),
             })
         }
         Some(MISSING) => Err(format!(
@@ -94,7 +107,28 @@ fn prepare() -> Result<Guest, String> {
 /// prerequisite panics instead.
 pub fn guest(test: &str) -> Option<Guest> {
     static GUEST: OnceLock<Result<Guest, String>> = OnceLock::new();
-    match GUEST.get_or_init(prepare) {
+    found(test, GUEST.get_or_init(|| prepare(None)))
+}
+
+/// [`guest`] booting another kernel: the first of the meta packages `kernel_pkg` (space
+/// separated, e.g. `linux-image-6.12-cloud-amd64`) that apt knows. Built and cached once per
+/// package list.
+pub fn guest_with_kernel(test: &str, kernel_pkg: &str) -> Option<Guest> {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    static GUESTS: OnceLock<Mutex<HashMap<String, Result<Guest, String>>>> = OnceLock::new();
+    let mut guests = GUESTS
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    let prepared = guests
+        .entry(kernel_pkg.to_string())
+        .or_insert_with(|| prepare(Some(kernel_pkg)));
+    found(test, prepared)
+}
+
+fn found(test: &str, prepared: &Result<Guest, String>) -> Option<Guest> {
+    match prepared {
         Ok(g) => Some(g.clone()),
         Err(why) if in_ci() => panic!("{test}: the kernel tests cannot run in CI: {why}"),
         Err(why) => {
@@ -173,8 +207,7 @@ impl Guest {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("script.sh");
         std::fs::write(&path, script).unwrap();
-        let mut cmd = Command::new("bash");
-        cmd.arg(run_guest_sh());
+        let mut cmd = run_guest_cmd(self.kernel_pkg.as_deref());
         cmd.arg("--timeout")
             .arg(timeout.as_secs().max(1).to_string());
         for d in disks {
