@@ -10,37 +10,16 @@
 
 mod common;
 
-use common::env::{in_ci, is_root, missing, on_path as have};
+use common::env::tools_missing;
 use common::pki::{self, make_ident};
 use common::rng::bytes;
 use common::run::{ok, output as run};
 use common::DMKIT;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// In CI, as root, installs what is missing with scripts/deps.sh (once per test binary).
-fn install_in_ci() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    if in_ci() && is_root() {
-        ONCE.call_once(|| {
-            if !have("fsverity") || !have("openssl") {
-                let deps = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/deps.sh");
-                let st = Command::new("bash").arg(deps).status();
-                eprintln!("fsverity_interop: {deps}: {st:?}");
-            }
-        });
-    }
-}
-
-/// Whether fsverity and openssl are missing (see common::env::missing).
+/// Whether fsverity or openssl is missing (see common::env::tools_missing).
 fn prerequisites_missing() -> bool {
-    install_in_ci();
-    for (cmd, pkg) in [("fsverity", "fsverity"), ("openssl", "openssl")] {
-        if !have(cmd) {
-            return missing(&format!("{cmd} is not installed (apt-get install {pkg})"));
-        }
-    }
-    false
+    tools_missing(&[("fsverity", "fsverity"), ("openssl", "openssl")])
 }
 
 fn write(dir: &Path, name: &str, data: &[u8]) -> PathBuf {

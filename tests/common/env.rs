@@ -82,3 +82,20 @@ pub fn tool_missing(tool: &str, package: &str) -> bool {
             "{tool} is not installed (apt-get install {package})"
         ))
 }
+
+/// Whether any of `tools` (command, Debian package) is not on PATH. In CI, as root, what is
+/// missing is first installed with scripts/deps.sh (once per test binary); what is still
+/// missing is then reported through [`missing`].
+pub fn tools_missing(tools: &[(&str, &str)]) -> bool {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    if in_ci() && is_root() && tools.iter().any(|(tool, _)| !on_path(tool)) {
+        ONCE.call_once(|| {
+            let deps = concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/deps.sh");
+            let st = Command::new("bash").arg(deps).status();
+            eprintln!("{}: {deps}: {st:?}", test_name());
+        });
+    }
+    tools
+        .iter()
+        .any(|&(tool, package)| tool_missing(tool, package))
+}
