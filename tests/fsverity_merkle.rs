@@ -152,7 +152,7 @@ fn trees_and_descriptors_match_fsverity_utils() {
                 for salt_len in SALT_LENGTHS {
                     let params = Params::new(bs, hash, salt_len);
                     let what = format!("size {size}");
-                    let ours = assert_same(&[file.clone()], &params, dir.path(), &what);
+                    let ours = assert_same(std::slice::from_ref(&file), &params, dir.path(), &what);
                     // A file of at most one block has no tree; any larger one has one.
                     assert_eq!(ours.tree.is_empty(), size <= b, "{what}");
                     checked += 1;
@@ -177,7 +177,12 @@ fn large_file_matches_fsverity_utils() {
         Params::new(4096, "sha256", 16),
         Params::new(1024, "sha512", 32),
     ] {
-        let ours = assert_same(&[file.clone()], &params, dir.path(), "192 MiB + 1 byte");
+        let ours = assert_same(
+            std::slice::from_ref(&file),
+            &params,
+            dir.path(),
+            "192 MiB + 1 byte",
+        );
         assert!(ours.tree.len() > size / 256, "{}", ours.tree.len());
     }
 }
