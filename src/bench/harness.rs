@@ -78,6 +78,9 @@ pub struct Captured {
     pub stderr: String,
     /// Wall time from spawn to exit.
     pub elapsed: Duration,
+    /// CPU time (user + system) of the process and the children it waited for: on a machine
+    /// shared with other work this moves far less than the wall time.
+    pub cpu: Duration,
 }
 
 static CAPTURE_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -109,7 +112,7 @@ pub fn run_captured(
         .process_group(0);
 
     let start = Instant::now();
-    let mut child = cmd.spawn().map_err(|e| {
+    let child = cmd.spawn().map_err(|e| {
         if e.kind() == io::ErrorKind::NotFound {
             BenchError::Missing(format!(
                 "{program} not found (is it installed and on PATH?)"
@@ -124,8 +127,10 @@ pub fn run_captured(
     let pid = child.id() as libc::pid_t;
     let (tx, rx) = mpsc::channel();
     let waiter = std::thread::spawn(move || {
-        let status = child.wait();
-        let _ = tx.send((status, Instant::now()));
+        let r = wait_with_cpu(pid);
+        // Reaped above: dropping `child` neither waits nor kills.
+        drop(child);
+        let _ = tx.send((r, Instant::now()));
     });
     let mut killed = None;
     let (status, end) = loop {
@@ -135,7 +140,7 @@ pub fn run_captured(
                 let over = timeout.is_some_and(|t| start.elapsed() > t);
                 if killed.is_none() && (interrupt.is_set() || over) {
                     // SAFETY: plain kill(2) of the child's process group; the child is not
-                    // reaped until the waiter's wait() returns, and it has not (no message
+                    // reaped until the waiter's wait4() returns, and it has not (no message
                     // yet), so the group id is still ours.
                     unsafe { libc::kill(-pid, libc::SIGKILL) };
                     killed = Some(if over { "timed out" } else { "interrupted" });
@@ -149,7 +154,7 @@ pub fn run_captured(
         }
     };
     let _ = waiter.join();
-    let status = status.map_err(io_err(format!("wait for {program}")))?;
+    let (status, cpu) = status.map_err(io_err(format!("wait for {program}")))?;
     let read = |p: &Path| -> String {
         let mut s = Vec::new();
         let _ = File::open(p).and_then(|mut f| f.read_to_end(&mut s));
@@ -161,12 +166,36 @@ pub fn run_captured(
         stdout: read(&out_path),
         stderr: read(&err_path),
         elapsed: end - start,
+        cpu,
     };
     interrupt.check()?;
     if let Some(why) = killed {
         return Err(BenchError::Tool(format!("{program} {why}")));
     }
     Ok(captured)
+}
+
+/// Waits for child `pid` (not reaped yet) and returns its status and CPU time (`wait4`).
+fn wait_with_cpu(pid: libc::pid_t) -> io::Result<(ExitStatus, Duration)> {
+    use std::os::unix::process::ExitStatusExt;
+    let mut status = 0;
+    // SAFETY: a zeroed rusage is a valid value to be overwritten.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: wait4 on our own child with valid out-pointers.
+        if unsafe { libc::wait4(pid, &mut status, 0, &mut usage) } == pid {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    Ok((
+        ExitStatus::from_raw(status),
+        tv(usage.ru_utime) + tv(usage.ru_stime),
+    ))
 }
 
 /// Run `cmd` and require success; the error carries its stderr.
@@ -256,10 +285,23 @@ impl Drop for Workspace {
 
 /// A fast non-cryptographic generator (xoshiro256**) seeded from the OS: benchmark data only
 /// needs to be incompressible and different every run, and 2 GiB must not take long to make.
-struct Xoshiro256([u64; 4]);
+/// Seeded explicitly, it draws reproducible choices (file sizes).
+pub(crate) struct Xoshiro256([u64; 4]);
 
 impl Xoshiro256 {
-    fn from_os() -> Result<Self, BenchError> {
+    /// A generator whose stream depends only on `seed` (expanded with splitmix64).
+    pub(crate) fn seeded(seed: u64) -> Self {
+        let mut x = seed;
+        Xoshiro256(std::array::from_fn(|_| {
+            x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+            let mut z = x;
+            z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (z ^ (z >> 31)) | 1
+        }))
+    }
+
+    pub(crate) fn from_os() -> Result<Self, BenchError> {
         let mut seed = [0u8; 32];
         getrandom::getrandom(&mut seed).map_err(|e| BenchError::Io {
             what: "getrandom".into(),
@@ -272,7 +314,7 @@ impl Xoshiro256 {
         Ok(Xoshiro256(s))
     }
 
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         let s = &mut self.0;
         let result = s[1].wrapping_mul(5).rotate_left(7).wrapping_mul(9);
         let t = s[1] << 17;
@@ -285,7 +327,8 @@ impl Xoshiro256 {
         result
     }
 
-    fn fill(&mut self, buf: &mut [u8]) {
+    /// Fills whole 8-byte words of `buf` (a tail shorter than 8 bytes is left as it is).
+    pub(crate) fn fill(&mut self, buf: &mut [u8]) {
         for c in buf.chunks_exact_mut(8) {
             c.copy_from_slice(&self.next().to_le_bytes());
         }

@@ -11,7 +11,8 @@
 //!   Ctrl-C);
 //! - [`config`]: the configurations side by side (`plain`, `verity`; later `integrity`,
 //!   `crypt`), [`verity`]: the verity specifics;
-//! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios.
+//! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios;
+//!   [`fsverity_digest`]: `fsverity digest` against `dmkit fsverity digest`.
 //!
 //! Every dmkit operation runs the `dmkit` executable itself as a subprocess, exactly as a user
 //! would, so the benchmark measures what users get.
@@ -21,6 +22,7 @@ pub mod cloudflare;
 pub mod config;
 pub mod fio;
 pub mod format;
+pub mod fsverity_digest;
 pub mod fsverity_read;
 pub mod harness;
 pub mod integrity;

@@ -41,6 +41,46 @@ enum BenchCommand {
     /// fs-verity reads through `fsverity mount` with and without verification (SEEDS.md seed
     /// 002): 4 KiB buffered read and randread of a 1 MiB file and of a --size file.
     Fsverity(RwArgs),
+    /// `fsverity digest` against `dmkit fsverity digest` on a large file and on many small
+    /// files (same data, same run, identical output checked).
+    FsverityDigest(FsvDigestArgs),
+}
+
+/// Arguments of `dmkit bench fsverity-digest`.
+#[derive(clap::Args)]
+struct FsvDigestArgs {
+    /// Size of the large file; 0 to skip it [default: 2G, --quick: 64M].
+    #[arg(long)]
+    size: Option<String>,
+    /// Number of small files; 0 to skip them [default: 10000, --quick: 500].
+    #[arg(long)]
+    files: Option<u32>,
+    /// Largest small file; their sizes are uniform from 0 to this unless --mean-file-size.
+    #[arg(long, default_value = "64K")]
+    max_file_size: String,
+    /// Draw the small files' sizes from an exponential distribution with this mean (capped
+    /// at --max-file-size) instead: mostly tiny files.
+    #[arg(long)]
+    mean_file_size: Option<String>,
+    /// Seed of the small files' sizes.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Runs per tool and case (the median is reported) [default: 5, --quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Hash algorithm given to both tools: sha256 or sha512.
+    #[arg(long, default_value = "sha256")]
+    hash_alg: String,
+    /// Directory for the scratch files (a temporary directory is made inside and removed
+    /// afterwards).
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Small and fast (a smoke run).
+    #[arg(long)]
+    quick: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -193,6 +233,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Integrity(i)) => run_integrity(i),
         Some(BenchCommand::VerityIntegrity(a)) => run_verity_integrity(a),
         Some(BenchCommand::Fsverity(a)) => run_fsverity_read(a),
+        Some(BenchCommand::FsverityDigest(a)) => run_fsverity_digest(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -282,6 +323,33 @@ fn run_fsverity_read(a: RwArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = fsverity_read::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, fsverity_read::render)
+}
+
+fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
+    use crate::bench::fsverity_digest::{self, FsvDigestOptions};
+    let mut o = FsvDigestOptions::defaults(a.quick);
+    if let Some(s) = &a.size {
+        o.size = bench::parse_size(s).map_err(cli_error)?;
+    }
+    if let Some(n) = a.files {
+        o.files = n;
+    }
+    if let Some(r) = a.runs {
+        o.runs = r;
+    }
+    o.max_file_size = bench::parse_size(&a.max_file_size).map_err(cli_error)?;
+    o.mean_file_size = a
+        .mean_file_size
+        .as_deref()
+        .map(bench::parse_size)
+        .transpose()
+        .map_err(cli_error)?;
+    o.seed = a.seed;
+    o.hash = a.hash_alg;
+    o.dir = a.dir;
+    let interrupt = Interrupt::install();
+    let r = fsverity_digest::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, fsverity_digest::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

@@ -42,6 +42,24 @@ const TASK_FILES: usize = 64;
 /// Runs on rayon's global thread pool (starting it if needed) when there is more than one
 /// file or a large one, and may map files (installing the SIGBUS handler of
 /// [`super::mapped`]): do not call it before `export::open` forks.
+///
+/// ```no_run
+/// use dmkit::fsverity::{digest_files, FsVerityParams};
+/// use std::path::PathBuf;
+/// use std::sync::Mutex;
+///
+/// let paths: Vec<PathBuf> = vec!["a".into(), "b".into()];
+/// // One slot per file: results arrive in any order, from any thread.
+/// let results = Mutex::new((0..paths.len()).map(|_| None).collect::<Vec<_>>());
+/// digest_files(&paths, &FsVerityParams::default(), true, |i, r| {
+///     results.lock().unwrap()[i] = Some(r);
+/// });
+/// for (path, r) in paths.iter().zip(results.into_inner().unwrap()) {
+///     let t = r.expect("every file is reported").expect("readable");
+///     // `sha256:<hex>`, the tree (`--out-merkle-tree`), the descriptor (`--out-descriptor`).
+///     println!("{} {} {} {}", t.digest, path.display(), t.tree.len(), t.descriptor_bytes().len());
+/// }
+/// ```
 pub fn digest_files<F>(paths: &[PathBuf], params: &FsVerityParams, keep_tree: bool, each: F)
 where
     F: Fn(usize, Result<MerkleTree, FsVerityError>) + Sync,

@@ -164,6 +164,28 @@ impl TreeGeometry {
     /// its own hash, then the hash of the level-0 block holding it, and so on. The top level's
     /// block is vouched for by the root hash in the descriptor. Empty for a file of at most
     /// one block (the root hash is the data block's hash) and for a block past the end.
+    ///
+    /// To verify data block `b`: hash it (`H(salt' || block)`, zero-padded) and compare with
+    /// the hash at `path[0]`; hash the tree block `path[0].tree_block` and compare with the
+    /// hash at `path[1]`, and so on; the last tree block's hash must be the root hash.
+    ///
+    /// ```
+    /// use dmkit::fsverity::{FsVerityParams, TreeGeometry};
+    ///
+    /// // 1 GiB, SHA-256, 4096-byte blocks: 128 hashes per block; levels of 2048, 16, 1 blocks.
+    /// let g = TreeGeometry::new(1 << 30, &FsVerityParams::default()).unwrap();
+    /// assert_eq!(g.levels(), 3);
+    /// let path: Vec<_> = g.hash_path(1000).collect();
+    /// // Data block 1000's hash: entry 1000 % 128 of level-0 block 1000 / 128...
+    /// assert_eq!((path[0].block_in_level, path[0].offset_in_block), (7, 104 * 32));
+    /// // ...which is stored after the top level (1 block) and level 1 (16 blocks).
+    /// assert_eq!(g.level_offset(0), Some(17 * 4096));
+    /// assert_eq!(path[0].tree_block, 17 + 7);
+    /// assert_eq!(path[0].tree_offset(&g), (17 + 7) * 4096 + 104 * 32);
+    /// // Level-0 block 7's hash is entry 7 of level-1 block 0 (stored block 1), and so on.
+    /// assert_eq!((path[1].child, path[1].tree_block, path[1].offset_in_block), (7, 1, 7 * 32));
+    /// assert_eq!((path[2].child, path[2].tree_block), (0, 0));
+    /// ```
     pub fn hash_path(&self, data_block: u64) -> impl Iterator<Item = HashPosition> + '_ {
         let valid = data_block < self.data_blocks;
         let mut child = data_block;

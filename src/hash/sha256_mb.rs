@@ -20,6 +20,22 @@ mod imp {
     /// (32 for the interlaced AVX-512 kernel), small enough to sit on the stack.
     const CHUNK: usize = 64;
 
+    /// Backing for empty prefixes and suffixes: see [`readable`].
+    static EMPTY: [u8; 1] = [0];
+
+    /// `s`, or an empty slice at a readable address when `s` is empty. `tape-sha256` compares
+    /// every message's prefix with the first one's through `memcmp`, whose AVX-512 version
+    /// reads with a fault-suppressing masked load even for zero bytes; at the dangling address
+    /// of an ordinary empty slice (page 0, unmapped) each suppressed fault costs a microcode
+    /// assist: about 7% of the time of hashing 4 KiB blocks without a salt.
+    fn readable(s: &[u8]) -> &[u8] {
+        if s.is_empty() {
+            &EMPTY[..0]
+        } else {
+            s
+        }
+    }
+
     /// The kernel `tape-sha256` selected for this CPU.
     pub(crate) fn backend() -> &'static str {
         tape_sha256::backend()
@@ -42,6 +58,7 @@ mod imp {
         out: &mut [u8],
     ) {
         debug_assert_eq!(blocks.len() / block_size * 32, out.len());
+        let (prefix, suffix) = (readable(prefix), readable(suffix));
         let mut msgs = [Message::new(&[]); CHUNK];
         let mut digests = [[0u8; 32]; CHUNK];
         for (chunk, out) in blocks
@@ -89,7 +106,7 @@ mod imp {
                 *m = Message {
                     prefix: &pre[i * prefix_len..(i + 1) * prefix_len],
                     body,
-                    tail: &[],
+                    tail: readable(&[]),
                 };
             }
             tape_sha256::hash_messages(&msgs[..n], &mut digests[..n]);
