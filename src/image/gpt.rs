@@ -605,4 +605,16 @@ mod tests {
         let e = parse(&d[..]).unwrap_err();
         assert!(e.to_string().contains("partition_entry_array_crc32"), "{e}");
     }
+
+    #[test]
+    fn fuzz_seed_is_a_valid_table() {
+        // fuzz/seeds/image_gpt: a disk size, then LBA 1 onwards (the fuzz target's layout).
+        let seed = include_bytes!("../../fuzz/seeds/image_gpt/three-partitions");
+        let size = u32::from_le_bytes(seed[..4].try_into().unwrap()) as usize;
+        let mut disk = vec![0u8; size];
+        disk[512..512 + seed.len() - 4].copy_from_slice(&seed[4..]);
+        let g = parse(&disk[..]).unwrap();
+        assert_eq!(g.entries.len(), 3);
+        assert_eq!(g.entries[2].name, "root-x86-64-verity-sig");
+    }
 }
