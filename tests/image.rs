@@ -898,3 +898,53 @@ fn bad_input_is_refused_in_one_line_and_leaves_nothing_behind() {
     assert_refused(&r, 4, &[&["mnt"], &["no image is open"]]);
     env.assert_nothing_left("the end");
 }
+
+// ---------------------------------------------------------------------------------------------
+// bench image
+
+#[test]
+fn bench_image_measures_the_rows_it_is_given() {
+    if open_missing() {
+        return;
+    }
+    let env = Env::new();
+    let scratch = env.ws.path("bench");
+    std::fs::create_dir(&scratch).unwrap();
+    let r = env
+        .run(&[
+            "bench",
+            "image",
+            "--tree",
+            s(&env.tree),
+            "--rows",
+            "1,4,10",
+            "--runs",
+            "1",
+            "--dir",
+            s(&scratch),
+            "--json",
+        ])
+        .ok();
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    let files = snapshot(&env.tree)
+        .values()
+        .filter(|w| w.starts_with("file "))
+        .count() as u64;
+    let rows = v["rows"].as_array().unwrap();
+    // Row 2, the baseline, is always measured.
+    let ns: Vec<u64> = rows.iter().map(|r| r["n"].as_u64().unwrap()).collect();
+    assert_eq!(ns, [1, 2, 4, 10]);
+    for row in rows {
+        assert!(row["skipped"].is_null(), "{row}");
+        assert_eq!(row["files_read"].as_u64(), Some(files), "{row}");
+        assert_eq!(row["read_s"].as_array().unwrap().len(), 1, "{row}");
+        assert!(row["fs_size"].as_u64().unwrap() > 0, "{row}");
+    }
+    // ext4's share is of its blocks in use; gzip makes the text and small files smaller.
+    let used = rows[1]["fs_used"].as_u64().unwrap();
+    assert!(used < rows[1]["fs_size"].as_u64().unwrap());
+    assert!(rows[2]["fs_size"].as_u64().unwrap() < used);
+    // Nothing stays: no mount, no export, the scratch directory emptied.
+    assert!(listing(&scratch).is_empty(), "{:?}", listing(&scratch));
+    env.assert_nothing_left("bench image");
+}

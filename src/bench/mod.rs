@@ -11,7 +11,8 @@
 //!   Ctrl-C);
 //! - [`config`]: the configurations side by side (`plain`, `verity`; later `integrity`,
 //!   `crypt`), [`verity`]: the verity specifics;
-//! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios.
+//! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios;
+//!   [`image`] (`dmkit bench image`, seed 001) with its default tree from [`image_tree`].
 //!
 //! Every dmkit operation runs the `dmkit` executable itself as a subprocess, exactly as a user
 //! would, so the benchmark measures what users get.
@@ -22,6 +23,8 @@ pub mod config;
 pub mod fio;
 pub mod format;
 pub mod harness;
+pub mod image;
+pub mod image_tree;
 pub mod integrity;
 pub mod model;
 pub mod overhead;

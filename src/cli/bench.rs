@@ -38,6 +38,37 @@ enum BenchCommand {
     /// dm-verity against dm-integrity (sha256, hmac-sha256) as read paths: throughput and CPU
     /// per GB, beside the Mitsubishi Electric paper's ratios.
     VerityIntegrity(RwArgs),
+    /// Read-only root images (seed 001): one tree built as ext4, SquashFS and EROFS with each
+    /// compression of the document's table; size as % of ext4 and the cold-cache time to read
+    /// the whole tree through `dmkit image open`, beside the document's figures.
+    Image(ImageArgs),
+}
+
+/// Arguments of `dmkit bench image`.
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// The tree to build [default: a minimal Debian root made once with debootstrap and cached
+    /// under --cache, else /usr].
+    #[arg(long)]
+    tree: Option<PathBuf>,
+    /// Cold-cache runs per row [default: 3, --quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// The document's rows to run, e.g. 2,4,10 [default: all 14; row 2 is always run].
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<u32>,
+    /// Directory for the images and the mount point (a temporary directory is made inside).
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Where the default tree is cached.
+    #[arg(long, default_value = "/var/tmp")]
+    cache: PathBuf,
+    /// Small and fast: the tree's usr/bin only, one run.
+    #[arg(long)]
+    quick: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -189,6 +220,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Crypt(c)) => run_crypt(c),
         Some(BenchCommand::Integrity(i)) => run_integrity(i),
         Some(BenchCommand::VerityIntegrity(a)) => run_verity_integrity(a),
+        Some(BenchCommand::Image(a)) => run_image(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -270,6 +302,25 @@ fn run_verity_integrity(a: RwArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = verity_integrity::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, verity_integrity::render)
+}
+
+fn run_image(a: ImageArgs) -> CliResult {
+    use crate::bench::image::{self, ImageBenchOptions};
+    use std::io::IsTerminal;
+    let mut o = ImageBenchOptions::defaults(a.quick);
+    o.progress = std::io::stderr().is_terminal();
+    o.tree = a.tree;
+    if let Some(r) = a.runs {
+        o.runs = r;
+    }
+    if !a.rows.is_empty() {
+        o.rows = a.rows;
+    }
+    o.dir = a.dir;
+    o.cache = a.cache;
+    let interrupt = Interrupt::install();
+    let r = image::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, image::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.
