@@ -1,5 +1,5 @@
 //! The Discoverable Partitions Specification as systemd applies it: partition type GUIDs,
-//! their labels, and how systemd-repart derives every identifier of an image.
+//! their labels, and how every identifier of an image derives from its seed.
 //!
 //! - Verity data and hash partitions: their UUIDs are the first and the last 128 bits of the
 //!   root hash, so the root hash finds its partitions (and a reader can check that it did).
@@ -8,6 +8,11 @@
 //!   message), the file system UUID (`"file-system-uuid"`, keyed by the partition's seeded
 //!   UUID), the verity salt (`"verity-salt"`, all 32 bytes) and the verity superblock UUID
 //!   (`"verity-uuid"`). Derived UUIDs are marked as version 4.
+//!
+//! Debian 12's systemd-repart (252) derives the disk GUID and the signature partition's UUID
+//! this way (the test below and tests/image.rs check it with the same seed), but takes a
+//! random verity salt and superblock UUID, so its images of one tree differ from build to
+//! build; ours derive those from the seed too, which makes the whole image reproducible.
 
 use super::gpt::Guid;
 use crate::hash::hmac_sha256;
@@ -163,8 +168,8 @@ pub struct Ids {
 }
 
 impl Ids {
-    /// Derive every identifier from `seed`, as systemd-repart does for a root, root-verity and
-    /// root-verity-sig partition set.
+    /// Derive every identifier from `seed` for a root, root-verity and root-verity-sig
+    /// partition set (see the module's notes on what systemd-repart 252 derives alike).
     pub fn derive(seed: &Guid) -> Ids {
         let root_seeded = seeded_partition_uuid(seed, &ROOT_X86_64.guid);
         Ids {
