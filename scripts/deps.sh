@@ -26,6 +26,13 @@ packages=(
   passwd
   # The passphrase tests type at a terminal through script(1).
   bsdutils
+  # `dmkit image build` runs the real mkfs.erofs and mksquashfs (mkfs.ext4 is e2fsprogs').
+  erofs-utils squashfs-tools
+  # The image tests check our images with systemd-dissect (systemd-container) and compare
+  # them with an image systemd-repart (systemd) builds from the same tree.
+  systemd systemd-container
+  # `dmkit bench image` builds its default tree, a minimal Debian root, with debootstrap.
+  debootstrap
 )
 
 # busybox and busybox-static conflict; either serves the test guest, so keep the one installed.

@@ -13,6 +13,7 @@ pub mod crypt;
 pub mod export;
 pub mod fsverity;
 pub mod hash;
+pub mod image;
 pub mod integrity;
 pub mod logcap;
 pub mod sig;

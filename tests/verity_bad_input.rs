@@ -13,7 +13,7 @@ mod common;
 use common::env::fuse_device_missing;
 use common::pki;
 use common::rng::{time_seed, SplitMix64};
-use common::run::{Opened, Run, RunDir};
+use common::run::{assert_refused, Opened, Run, RunDir};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -23,43 +23,8 @@ const BS: usize = 4096;
 const SALT_A: &str = "00112233445566778899aabbccddeeff";
 const SALT_B: &str = "ffeeddccbbaa99887766554433221100";
 
-// ---------------------------------------------------------------------------------------------
-// Running dmkit
-
-// The runs themselves (120 s limit, no daemon holding the pipes): common::run.
-
-/// Assert the contract for a refused command: exit `code`, one stderr line `dmkit: ...` that
-/// contains every group of `names` (each group: any one of its alternatives, case-insensitive).
-fn assert_refused(r: &Run, code: i32, names: &[&[&str]]) {
-    r.assert_no_panic();
-    assert_eq!(
-        r.code,
-        Some(code),
-        "expected exit code {code}:\n{}",
-        r.describe()
-    );
-    let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(
-        lines.len(),
-        1,
-        "expected exactly one non-empty stderr line:\n{}",
-        r.describe()
-    );
-    let line = lines[0];
-    assert!(
-        line.starts_with("dmkit: ") && line.len() > "dmkit: ".len(),
-        "the error line must start with \"dmkit: \":\n{}",
-        r.describe()
-    );
-    let lower = line.to_lowercase();
-    for group in names {
-        assert!(
-            group.iter().any(|n| lower.contains(&n.to_lowercase())),
-            "the error line should name one of {group:?}:\n{}",
-            r.describe()
-        );
-    }
-}
+// The runs themselves (120 s limit, no daemon holding the pipes) and the refusal contract
+// (`assert_refused`): common::run.
 
 // ---------------------------------------------------------------------------------------------
 // Fixtures

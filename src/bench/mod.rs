@@ -13,6 +13,7 @@
 //!   `crypt`), [`verity`]: the verity specifics;
 //! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios;
 //!   [`fsverity_digest`]: `fsverity digest` against `dmkit fsverity digest`.
+//!   [`image`] (`dmkit bench image`, seed 001) with its default tree from [`image_tree`].
 //!
 //! Every dmkit operation runs the `dmkit` executable itself as a subprocess, exactly as a user
 //! would, so the benchmark measures what users get.
@@ -25,6 +26,8 @@ pub mod format;
 pub mod fsverity_digest;
 pub mod fsverity_read;
 pub mod harness;
+pub mod image;
+pub mod image_tree;
 pub mod integrity;
 pub mod model;
 pub mod overhead;

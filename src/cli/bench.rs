@@ -44,6 +44,10 @@ enum BenchCommand {
     /// `fsverity digest` against `dmkit fsverity digest` on a large file and on many small
     /// files (same data, same run, identical output checked).
     FsverityDigest(FsvDigestArgs),
+    /// Read-only root images (seed 001): one tree built as ext4, SquashFS and EROFS with each
+    /// compression of the document's table; size as % of ext4 and the cold-cache time to read
+    /// the whole tree through `dmkit image open`, beside the document's figures.
+    Image(ImageArgs),
 }
 
 /// Arguments of `dmkit bench fsverity-digest`.
@@ -76,6 +80,33 @@ struct FsvDigestArgs {
     #[arg(long, default_value = "/var/tmp")]
     dir: PathBuf,
     /// Small and fast (a smoke run).
+    #[arg(long)]
+    quick: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `dmkit bench image`.
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// The tree to build [default: a minimal Debian root made once with debootstrap and cached
+    /// under --cache, else /usr].
+    #[arg(long)]
+    tree: Option<PathBuf>,
+    /// Cold-cache runs per row [default: 3, --quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// The document's rows to run, e.g. 2,4,10 [default: all 14; row 2 is always run].
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<u32>,
+    /// Directory for the images and the mount point (a temporary directory is made inside).
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Where the default tree is cached.
+    #[arg(long, default_value = "/var/tmp")]
+    cache: PathBuf,
+    /// Small and fast: the tree's usr/bin only, one run.
     #[arg(long)]
     quick: bool,
     /// Print the result as JSON.
@@ -234,6 +265,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::VerityIntegrity(a)) => run_verity_integrity(a),
         Some(BenchCommand::Fsverity(a)) => run_fsverity_read(a),
         Some(BenchCommand::FsverityDigest(a)) => run_fsverity_digest(a),
+        Some(BenchCommand::Image(a)) => run_image(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -350,6 +382,25 @@ fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = fsverity_digest::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, fsverity_digest::render)
+}
+
+fn run_image(a: ImageArgs) -> CliResult {
+    use crate::bench::image::{self, ImageBenchOptions};
+    use std::io::IsTerminal;
+    let mut o = ImageBenchOptions::defaults(a.quick);
+    o.progress = std::io::stderr().is_terminal();
+    o.tree = a.tree;
+    if let Some(r) = a.runs {
+        o.runs = r;
+    }
+    if !a.rows.is_empty() {
+        o.rows = a.rows;
+    }
+    o.dir = a.dir;
+    o.cache = a.cache;
+    let interrupt = Interrupt::install();
+    let r = image::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, image::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

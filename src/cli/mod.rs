@@ -8,6 +8,7 @@ mod device;
 mod files;
 mod fsverity;
 mod fsverity_tree;
+mod image;
 mod integrity;
 mod integrity_open;
 mod linear;
@@ -85,6 +86,10 @@ enum Command {
     /// fs-verity: file digests and built-in signatures (like fsverity-utils), sealed trees.
     #[command(subcommand)]
     Fsverity(fsverity::FsVerityCommand),
+    /// Read-only root images: build (EROFS/SquashFS/ext4 + dm-verity + signature), open with
+    /// a writable overlay, close, status, inspect.
+    #[command(subcommand)]
+    Image(image::ImageCommand),
     /// A pass-through export of a file (like dm-linear), the baseline for benchmarks.
     #[command(subcommand)]
     Linear(linear::LinearCommand),
@@ -139,6 +144,7 @@ fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
     match cli.command {
         Command::Verity(c) => verity::run(c),
         Command::Integrity(c) => integrity::run(c),
+        Command::Image(c) => image::run(c),
         Command::Linear(c) => linear::run(c),
         Command::Fsverity(c) => fsverity::run(c),
         Command::Luks(c) => luks::run(c),

@@ -225,6 +225,22 @@ pub fn hmac_sha256_pads(key: &[u8]) -> zeroize::Zeroizing<[u8; 128]> {
     pads
 }
 
+/// HMAC-SHA-256 of one message (RFC 2104), for deriving identifiers from a seed: systemd
+/// derives partition, file system and verity UUIDs and salts this way.
+pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    let pads = hmac_sha256_pads(key);
+    let inner = sha2::Sha256::new()
+        .chain_update(&pads[..64])
+        .chain_update(message)
+        .finalize();
+    sha2::Sha256::new()
+        .chain_update(&pads[64..])
+        .chain_update(inner)
+        .finalize()
+        .into()
+}
+
 /// Name of the implementation [`hash_blocks`] uses for SHA-256 batches on this CPU: the
 /// multi-buffer kernel of the `tape-sha256` crate (`"avx512-2x16"`, `"avx512-16"`,
 /// `"avx2-8"`, `"shani-x4"`), or `"sha2"` when none applies and blocks are hashed one at
@@ -272,6 +288,14 @@ fn scalar_blocks<D: sha2::Digest + Clone>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hmac_sha256_rfc4231_case_2() {
+        assert_eq!(
+            hex::encode(hmac_sha256(b"Jefe", b"what do ya want for nothing?")),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
 
     #[test]
     fn known_answers() {

@@ -32,7 +32,9 @@ pub use error::SignatureError;
 pub use sign::sign_detached;
 pub use verify::{verify_detached, verify_detached_der, VerifiedSigner};
 
-pub(crate) use load::{check_signature_framing, load_trusted, read_signature};
+pub(crate) use load::{
+    check_signature_framing, load_certs, load_key, load_trusted, read_signature,
+};
 pub(crate) use ossl::{one_line, ossl_reason};
 pub(crate) use verify::verify_loaded;
 

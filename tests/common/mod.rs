@@ -3,7 +3,7 @@
 //!
 //! - [`run`]: running `dmkit` and other tools with a time limit, failing a test whose command
 //!   hangs or leaves a daemon holding its output; private `DMKIT_RUN_DIR`s that close what was
-//!   opened in them.
+//!   opened in them; `assert_refused`, the contract of a refused command.
 //! - [`env`]: what a test needs from the machine (root, /dev/fuse, loop devices, tools): when
 //!   something is missing the test fails loudly if `CI` is set and is skipped with a message
 //!   otherwise.
@@ -12,6 +12,7 @@
 //! - [`sys`]: mounts, processes, loop devices and aligned buffers as tests see them.
 //! - [`cryptsetup_material`]: cryptsetup 2.6.1's `tests/` material, fetched and checked once.
 //! - [`pki`]: keys and self-signed certificates made with the openssl CLI.
+//! - [`image_tree`]: a small root tree for the image tests, and what a tree holds.
 //! - [`xor_byte`]: corrupting one byte of an image in place.
 //! - [`status_field`]: one value of `dmkit status` text.
 
@@ -21,6 +22,7 @@
 pub mod cryptsetup_material;
 pub mod env;
 pub mod gcrypt;
+pub mod image_tree;
 pub mod pki;
 pub mod rng;
 pub mod run;

@@ -209,6 +209,39 @@ impl Run {
     }
 }
 
+/// Assert the contract for a refused command: exit `code`, one stderr line `dmkit: ...` that
+/// contains every group of `names` (each group: any one of its alternatives, case-insensitive).
+pub fn assert_refused(r: &Run, code: i32, names: &[&[&str]]) {
+    r.assert_no_panic();
+    assert_eq!(
+        r.code,
+        Some(code),
+        "expected exit code {code}:\n{}",
+        r.describe()
+    );
+    let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(
+        lines.len(),
+        1,
+        "expected exactly one non-empty stderr line:\n{}",
+        r.describe()
+    );
+    let line = lines[0];
+    assert!(
+        line.starts_with("dmkit: ") && line.len() > "dmkit: ".len(),
+        "the error line must start with \"dmkit: \":\n{}",
+        r.describe()
+    );
+    let lower = line.to_lowercase();
+    for group in names {
+        assert!(
+            group.iter().any(|n| lower.contains(&n.to_lowercase())),
+            "the error line should name one of {group:?}:\n{}",
+            r.describe()
+        );
+    }
+}
+
 /// Runs `program args...` with `DMKIT_RUN_DIR=run_dir` within `limit` ([`output_within`]).
 pub fn run_in(program: &str, args: &[&str], run_dir: &Path, limit: Duration) -> Run {
     let mut cmd = command(program, args, Some(run_dir));

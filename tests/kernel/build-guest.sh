@@ -165,8 +165,9 @@ libssl=$(readlink -f /usr/lib/x86_64-linux-gnu/libssl.so.3 2>/dev/null || true)
 [ -e "$libssl" ] || die_missing "libssl.so.3 is not installed (apt-get install libssl3)"
 install -D -m 0755 "$libssl" "$root/lib/x86_64-linux-gnu/libssl.so.3"
 
-# Modules: dm, crypto, virtio, loop (and their dependencies), with depmod's indexes so the
-# kernel's request_module (crypto algorithms, dm targets) finds them through /sbin/modprobe.
+# Modules: dm, crypto, virtio, loop, the read-only root file systems EROFS and SquashFS (and
+# their dependencies), with depmod's indexes so the kernel's request_module (crypto algorithms,
+# dm targets, file systems) finds them through /sbin/modprobe.
 kmods=$work/pkg/lib/modules/$kver
 dst=$root/lib/modules/$kver
 mkdir -p "$dst"
@@ -176,7 +177,7 @@ cp "$kmods"/modules.order "$kmods"/modules.builtin "$kmods"/modules.builtin.modi
     for d in kernel/drivers/md kernel/crypto kernel/arch/x86/crypto kernel/lib kernel/drivers/virtio \
         kernel/drivers/block/virtio_blk.ko* kernel/drivers/block/loop.ko* \
         kernel/drivers/char/virtio_console.ko* kernel/drivers/char/hw_random \
-        kernel/drivers/firmware/qemu_fw_cfg.ko* kernel/security kernel/fs/fat kernel/fs/nls; do
+        kernel/drivers/firmware/qemu_fw_cfg.ko* kernel/security kernel/fs/erofs kernel/fs/squashfs kernel/fs/fat kernel/fs/nls; do
         [ -e "$d" ] && find "$d" -name '*.ko*'
     done
 ) | while read -r m; do

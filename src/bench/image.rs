@@ -1,0 +1,893 @@
+//! `dmkit bench image`: SEEDS.md seed 001 on our layers. The document made a Raspberry Pi's
+//! root read-only (OverlayFS over a read-only lower, tmpfs upper), then swapped the lower for
+//! SquashFS and EROFS images in 14 configurations, and reported each image's size as a share
+//! of the ext4 image and the boot time.
+//!
+//! Here every configuration is a `dmkit image build` of one tree; row 1 (ext4 rw) is the ext4
+//! file system mounted read-write through a plain loop device, every other row goes through
+//! `dmkit image open` (dm-verity by dmkit, the file system read-only, an OverlayFS with a
+//! tmpfs upper), as an immutable system boots. The stand-in for boot time is the time to read
+//! the whole tree (every file's bytes, every link, every inode's attributes) with cold caches
+//! (`drop_caches` before each open), beside the open itself. Ratios are against row 2 (ext4
+//! read-only through the same stack) measured in the same run, as the document's are.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+
+use super::cloudflare::say;
+use super::harness::{run_ok, Dmkit, Interrupt, Workspace};
+use super::image_tree::{self, Tree};
+use super::model::Stats;
+use super::table::{Align, TextTable};
+use super::BenchError;
+use crate::image::build::human;
+use crate::image::tree::TreeStats;
+
+/// How a row is mounted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mount {
+    /// The bare file system, read-write through a loop device (`mount -o loop`).
+    PlainRw,
+    /// `dmkit image open`: verity, read-only file system, OverlayFS with a tmpfs upper.
+    ImageOpen,
+}
+
+/// One row of the document's table and the build that stands for it.
+#[derive(Debug, Clone, Copy)]
+pub struct SeedRow {
+    /// The document's row number.
+    pub n: u32,
+    /// Its name.
+    pub label: &'static str,
+    /// `--fs`.
+    pub fs: &'static str,
+    /// `--compress`.
+    pub compress: &'static str,
+    /// The options the document gives.
+    pub options: &'static str,
+    /// Boot time the document measured, seconds.
+    pub boot_s: f64,
+    /// Image size as % of the ext4 image, where the document gives one.
+    pub size_pct: Option<f64>,
+    /// How it is mounted.
+    pub mount: Mount,
+}
+
+const fn row(
+    n: u32,
+    label: &'static str,
+    fs: &'static str,
+    compress: &'static str,
+    options: &'static str,
+    boot_s: f64,
+    size_pct: Option<f64>,
+) -> SeedRow {
+    SeedRow {
+        n,
+        label,
+        fs,
+        compress,
+        options,
+        boot_s,
+        size_pct,
+        mount: if n == 1 {
+            Mount::PlainRw
+        } else {
+            Mount::ImageOpen
+        },
+    }
+}
+
+/// The document's table (Raspberry Pi 4, Linux 6.6; sizes against a 4,580,120 KB ext4 image).
+pub const SEED_001: [SeedRow; 14] = [
+    row(1, "ext4 rw", "ext4", "none", "-", 16.553, None),
+    row(2, "ext4 ro", "ext4", "none", "-", 15.988, None),
+    row(
+        3,
+        "SquashFS uncompressed",
+        "squashfs",
+        "none",
+        "-noD -noI -noX -noF",
+        18.789,
+        None,
+    ),
+    row(
+        4,
+        "SquashFS gzip",
+        "squashfs",
+        "gzip",
+        "default",
+        19.000,
+        Some(38.45),
+    ),
+    row(
+        5,
+        "SquashFS lz4hc",
+        "squashfs",
+        "lz4hc",
+        "-comp lz4 -Xhc",
+        16.751,
+        Some(44.18),
+    ),
+    row(
+        6,
+        "SquashFS xz",
+        "squashfs",
+        "xz",
+        "-comp xz",
+        28.728,
+        Some(32.74),
+    ),
+    row(
+        7,
+        "SquashFS lzo",
+        "squashfs",
+        "lzo",
+        "-comp lzo",
+        17.563,
+        Some(41.63),
+    ),
+    row(
+        8,
+        "SquashFS zstd",
+        "squashfs",
+        "zstd",
+        "-comp zstd",
+        16.891,
+        Some(36.11),
+    ),
+    row(9, "EROFS uncompressed", "erofs", "none", "-", 15.842, None),
+    row(
+        10,
+        "EROFS lz4hc",
+        "erofs",
+        "lz4hc,12",
+        "-zlz4hc,12",
+        15.842,
+        Some(54.70),
+    ),
+    row(
+        11,
+        "EROFS lzma",
+        "erofs",
+        "lzma",
+        "-zlzma",
+        22.001,
+        Some(32.75),
+    ),
+    row(
+        12,
+        "EROFS big pcluster",
+        "erofs",
+        "big-pcluster",
+        "-zlz4hc -C65536",
+        15.779,
+        Some(48.81),
+    ),
+    row(
+        13,
+        "EROFS hints",
+        "erofs",
+        "hints",
+        "compress hints, -zlz4hc,12",
+        17.419,
+        Some(45.01),
+    ),
+    row(
+        14,
+        "EROFS well-compressed",
+        "erofs",
+        "well-compressed",
+        "-C1048576 -Eztailpacking -Eall-fragments -Ededupe -zlz4hc,12",
+        18.820,
+        Some(43.39),
+    ),
+];
+
+/// The row whose time the others are compared with (ext4 read-only), as in the document.
+pub const BASELINE: u32 = 2;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ImageBenchOptions {
+    /// The tree (`None`: [`image_tree::default_tree`]).
+    pub tree: Option<PathBuf>,
+    /// Under `tree` (or the default tree): only this subdirectory (`--quick` uses `usr/bin`).
+    pub subdir: Option<PathBuf>,
+    /// Where the scratch directory (images, mount point) is made.
+    pub dir: PathBuf,
+    /// Where the default tree is cached.
+    pub cache: PathBuf,
+    /// Cold-cache runs per row.
+    pub runs: u32,
+    /// The rows, by the document's numbers (the baseline is always measured).
+    pub rows: Vec<u32>,
+    /// Progress lines on stderr.
+    pub progress: bool,
+}
+
+impl ImageBenchOptions {
+    /// Defaults: the full table, 3 runs; `quick`: the default tree's `usr/bin` and one run.
+    pub fn defaults(quick: bool) -> ImageBenchOptions {
+        ImageBenchOptions {
+            tree: None,
+            subdir: quick.then(|| PathBuf::from("usr/bin")),
+            dir: PathBuf::from("/var/tmp"),
+            cache: PathBuf::from("/var/tmp"),
+            runs: if quick { 1 } else { 3 },
+            rows: SEED_001.iter().map(|r| r.n).collect(),
+            progress: false,
+        }
+    }
+}
+
+/// One row's result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct RowResult {
+    /// The document's row number.
+    pub n: u32,
+    /// The document's name for it.
+    pub label: String,
+    /// `--fs`.
+    pub fs: String,
+    /// `--compress`.
+    pub compress: String,
+    /// How it was mounted.
+    pub mount: Mount,
+    /// The mkfs command line dmkit ran (program name first).
+    pub mkfs: Vec<String>,
+    /// Bytes of the file system image.
+    pub fs_size: Option<u64>,
+    /// Bytes of the whole GPT disk image (file system, hash tree, signature).
+    pub image_size: Option<u64>,
+    /// ext4: the bytes its blocks in use take (the file has mkfs's margin on top).
+    pub fs_used: Option<u64>,
+    /// Seconds `dmkit image build` took.
+    pub build_s: Option<f64>,
+    /// Seconds to open (mount) it, one per run, caches dropped first.
+    pub open_s: Vec<f64>,
+    /// Seconds to read the whole tree through it, one per run.
+    pub read_s: Vec<f64>,
+    /// Regular files and bytes read in the last run.
+    pub files_read: u64,
+    /// Bytes read in the last run.
+    pub bytes_read: u64,
+    /// Why the row could not run (the build's or open's one-line error).
+    pub skipped: Option<String>,
+    /// The document's boot time, seconds.
+    pub doc_boot_s: f64,
+    /// The document's size, % of its ext4 image.
+    pub doc_size_pct: Option<f64>,
+    /// The document's options.
+    pub doc_options: String,
+}
+
+/// The whole result.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct ImageBenchReport {
+    /// The tree.
+    pub tree: PathBuf,
+    /// What the tree is.
+    pub tree_source: String,
+    /// Its counts.
+    pub tree_stats: TreeStats,
+    /// Runs per row.
+    pub runs: u32,
+    /// The scratch directory's parent.
+    pub dir: PathBuf,
+    /// The running kernel.
+    pub kernel: String,
+    /// One per row, in the document's order.
+    pub rows: Vec<RowResult>,
+}
+
+impl ImageBenchReport {
+    fn row(&self, n: u32) -> Option<&RowResult> {
+        self.rows.iter().find(|r| r.n == n)
+    }
+}
+
+fn median(v: &[f64]) -> Option<f64> {
+    Stats::of(v).map(|s| s.median)
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> BenchError {
+    move |source| BenchError::Io { what, source }
+}
+
+/// Write back dirty pages and drop the page, dentry and inode caches.
+fn drop_caches() -> Result<(), BenchError> {
+    // SAFETY: sync(2) takes no arguments and cannot fail.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", "3").map_err(io(
+        "writing 3 to /proc/sys/vm/drop_caches (needs root)".into(),
+    ))
+}
+
+/// Read everything under `root` as a booting system would meet it: every inode's attributes,
+/// every link's target, every regular file's bytes. Returns (files, bytes).
+pub fn read_tree(root: &Path, interrupt: &Interrupt) -> Result<(u64, u64), BenchError> {
+    use std::io::Read;
+    let mut buf = vec![0u8; 1 << 20];
+    let (mut files, mut bytes) = (0u64, 0u64);
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        interrupt.check()?;
+        let rd = std::fs::read_dir(&d).map_err(io(format!("reading {}", d.display())))?;
+        for e in rd {
+            let p = e.map_err(io(format!("reading {}", d.display())))?.path();
+            let m = std::fs::symlink_metadata(&p).map_err(io(format!("stat {}", p.display())))?;
+            if m.is_dir() {
+                stack.push(p);
+            } else if m.is_symlink() {
+                std::fs::read_link(&p).map_err(io(format!("readlink {}", p.display())))?;
+            } else if m.is_file() {
+                let mut f = std::fs::File::open(&p).map_err(io(format!("open {}", p.display())))?;
+                loop {
+                    let n = f
+                        .read(&mut buf)
+                        .map_err(io(format!("read {}", p.display())))?;
+                    if n == 0 {
+                        break;
+                    }
+                    bytes += n as u64;
+                }
+                files += 1;
+            }
+        }
+    }
+    Ok((files, bytes))
+}
+
+/// A mounted row, unmounted (or `image close`d) when dropped.
+struct Mounted<'a> {
+    dmkit: &'a Dmkit,
+    mount: Mount,
+    at: PathBuf,
+    scratch: PathBuf,
+    open: bool,
+}
+
+impl Mounted<'_> {
+    fn undo(&mut self) -> Result<(), BenchError> {
+        if !self.open {
+            return Ok(());
+        }
+        self.open = false;
+        let mut cmd = match self.mount {
+            Mount::ImageOpen => {
+                self.dmkit
+                    .command(["image".as_ref(), "close".as_ref(), self.at.as_os_str()])
+            }
+            Mount::PlainRw => {
+                let mut c = std::process::Command::new("umount");
+                c.arg(&self.at);
+                c
+            }
+        };
+        run_ok(&mut cmd, &self.scratch, &Interrupt::none(), None).map(|_| ())
+    }
+}
+
+impl Drop for Mounted<'_> {
+    fn drop(&mut self) {
+        if let Err(e) = self.undo() {
+            eprintln!(
+                "dmkit: warning: could not unmount {}: {e}",
+                self.at.display()
+            );
+        }
+    }
+}
+
+/// What a build gave.
+struct Built {
+    image: PathBuf,
+    report: serde_json::Value,
+}
+
+fn build_row(
+    dmkit: &Dmkit,
+    r: &SeedRow,
+    tree: &Path,
+    ws: &Workspace,
+    interrupt: &Interrupt,
+) -> Result<Built, BenchError> {
+    // Row 1 mounts the bare file system: a --split build gives it as a file of its own.
+    let split = r.mount == Mount::PlainRw;
+    let image = ws.path(&format!(
+        "{:02}-{}-{}.{}",
+        r.n,
+        r.fs,
+        r.compress.replace(',', "-"),
+        if split { "raw" } else { "img" }
+    ));
+    let mut args: Vec<std::ffi::OsString> = vec![
+        "image".into(),
+        "build".into(),
+        tree.into(),
+        image.clone().into(),
+        "--fs".into(),
+        r.fs.into(),
+        "--compress".into(),
+        r.compress.into(),
+        "--json".into(),
+    ];
+    if split {
+        args.push("--split".into());
+    }
+    let out = run_ok(&mut dmkit.command(&args), ws.dir(), interrupt, None)?;
+    let report = serde_json::from_str(&out.stdout)
+        .map_err(|e| BenchError::Tool(format!("dmkit image build --json: {e}")))?;
+    Ok(Built { image, report })
+}
+
+/// Drop caches, mount `b` at `mp` (timed), read the tree (timed).
+fn measure(
+    dmkit: &Dmkit,
+    r: &SeedRow,
+    b: &Built,
+    mp: &Path,
+    ws: &Workspace,
+    interrupt: &Interrupt,
+) -> Result<(f64, f64, u64, u64), BenchError> {
+    drop_caches()?;
+    let t = Instant::now();
+    let mut cmd = match r.mount {
+        Mount::ImageOpen => dmkit.command([
+            "image".as_ref(),
+            "open".as_ref(),
+            b.image.as_os_str(),
+            mp.as_os_str(),
+        ]),
+        Mount::PlainRw => {
+            let mut c = std::process::Command::new("mount");
+            c.args(["-t", r.fs, "-o", "loop"]).arg(&b.image).arg(mp);
+            c
+        }
+    };
+    let res = run_ok(&mut cmd, ws.dir(), interrupt, None);
+    let mut m = Mounted {
+        dmkit,
+        mount: r.mount,
+        at: mp.to_path_buf(),
+        scratch: ws.dir().to_path_buf(),
+        open: res.is_ok(),
+    };
+    res?;
+    let open_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let (files, bytes) = read_tree(mp, interrupt)?;
+    let read_s = t.elapsed().as_secs_f64();
+    m.undo()?;
+    Ok((open_s, read_s, files, bytes))
+}
+
+/// The bytes of the blocks in use in the ext4 file system at `offset` of `image`, from its
+/// superblock (`None` if it is not one).
+pub fn ext4_used_bytes(image: &Path, offset: u64) -> Result<Option<u64>, BenchError> {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::File::open(image).map_err(io(format!("open {}", image.display())))?;
+    let mut sb = [0u8; 1024];
+    f.read_exact_at(&mut sb, offset + 1024)
+        .map_err(io(format!("read the superblock of {}", image.display())))?;
+    Ok(used_from_superblock(&sb))
+}
+
+fn used_from_superblock(sb: &[u8; 1024]) -> Option<u64> {
+    let le32 = |o: usize| u32::from_le_bytes(sb[o..o + 4].try_into().expect("4 bytes")) as u64;
+    if sb[0x38..0x3a] != [0x53, 0xef] || le32(24) > 6 {
+        return None;
+    }
+    let wide = le32(0x60) & 0x80 != 0;
+    let hi = |o: usize| if wide { le32(o) << 32 } else { 0 };
+    let blocks = le32(4) | hi(0x150);
+    let free = le32(12) | hi(0x158);
+    Some(blocks.checked_sub(free)? << (10 + le32(24)))
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Run the table.
+pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchReport, BenchError> {
+    if o.runs == 0 {
+        return Err(BenchError::Invalid("--runs must be at least 1".into()));
+    }
+    for n in &o.rows {
+        if !SEED_001.iter().any(|r| r.n == *n) {
+            return Err(BenchError::Invalid(format!(
+                "--rows: there is no row {n} in seed 001's table (1 to 14)"
+            )));
+        }
+    }
+    if !is_root() {
+        return Err(BenchError::Missing(
+            "bench image needs root: it mounts, uses loop devices and drops the page cache".into(),
+        ));
+    }
+    let dmkit = Dmkit::from_env()?;
+    let ws = Workspace::create(&o.dir)?;
+    let base: Tree = match &o.tree {
+        Some(t) => Tree {
+            path: t.clone(),
+            source: format!("{} (--tree)", t.display()),
+        },
+        None => image_tree::default_tree(&o.cache, ws.dir(), o.progress, interrupt)?,
+    };
+    let tree = match &o.subdir {
+        Some(s) => Tree {
+            path: base.path.join(s),
+            source: format!("{} of {}", s.display(), base.source),
+        },
+        None => base,
+    };
+    let tree_stats = TreeStats::scan(&tree.path).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    say(
+        o.progress,
+        format!(
+            "tree: {} ({}): {} files, {}",
+            tree.path.display(),
+            tree.source,
+            tree_stats.files,
+            human(tree_stats.bytes)
+        ),
+    );
+    let mut wanted: Vec<u32> = o.rows.clone();
+    if !wanted.contains(&BASELINE) {
+        wanted.push(BASELINE);
+    }
+    let rows: Vec<&SeedRow> = SEED_001.iter().filter(|r| wanted.contains(&r.n)).collect();
+    let mp = ws.path("mnt");
+    std::fs::create_dir(&mp).map_err(io(format!("create {}", mp.display())))?;
+
+    let mut results = Vec::new();
+    let mut built = Vec::new();
+    for r in &rows {
+        let mut res = RowResult {
+            n: r.n,
+            label: r.label.into(),
+            fs: r.fs.into(),
+            compress: r.compress.into(),
+            mount: r.mount,
+            mkfs: Vec::new(),
+            fs_size: None,
+            image_size: None,
+            fs_used: None,
+            build_s: None,
+            open_s: Vec::new(),
+            read_s: Vec::new(),
+            files_read: 0,
+            bytes_read: 0,
+            skipped: None,
+            doc_boot_s: r.boot_s,
+            doc_size_pct: r.size_pct,
+            doc_options: r.options.into(),
+        };
+        let t = Instant::now();
+        match build_row(&dmkit, r, &tree.path, &ws, interrupt) {
+            Ok(b) => {
+                res.build_s = Some(t.elapsed().as_secs_f64());
+                res.fs_size = b.report["fs_size"].as_u64();
+                res.image_size = b.report["image_size"].as_u64();
+                if r.fs == "ext4" {
+                    let at = b.report["parts"][0]["offset"].as_u64().unwrap_or(0);
+                    res.fs_used = ext4_used_bytes(&b.image, at)?;
+                }
+                res.mkfs = b.report["mkfs"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .filter_map(|v| v.as_str().map(String::from))
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                say(
+                    o.progress,
+                    format!(
+                        "built #{} {}: {} in {:.1} s",
+                        r.n,
+                        r.label,
+                        human(res.fs_size.unwrap_or(0)),
+                        t.elapsed().as_secs_f64()
+                    ),
+                );
+                built.push(Some(b));
+            }
+            Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+            Err(e) => {
+                let why = e.to_string();
+                let why = why
+                    .rsplit("dmkit: ")
+                    .next()
+                    .unwrap_or(&why)
+                    .trim()
+                    .to_string();
+                say(
+                    o.progress,
+                    format!("#{} {}: not built: {why}", r.n, r.label),
+                );
+                res.skipped = Some(why);
+                built.push(None);
+            }
+        }
+        results.push(res);
+    }
+
+    for run in 0..o.runs {
+        for (k, r) in rows.iter().enumerate() {
+            let Some(b) = &built[k] else { continue };
+            if results[k].skipped.is_some() {
+                continue;
+            }
+            match measure(&dmkit, r, b, &mp, &ws, interrupt) {
+                Ok((open_s, read_s, files, bytes)) => {
+                    let res = &mut results[k];
+                    res.open_s.push(open_s);
+                    res.read_s.push(read_s);
+                    res.files_read = files;
+                    res.bytes_read = bytes;
+                    say(
+                        o.progress,
+                        format!(
+                            "run {}/{} #{:<2} {:<22} open {:.2} s, read {} files {} in {:.2} s",
+                            run + 1,
+                            o.runs,
+                            r.n,
+                            r.label,
+                            open_s,
+                            files,
+                            human(bytes),
+                            read_s
+                        ),
+                    );
+                }
+                Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
+                Err(e) if r.n == BASELINE => return Err(e),
+                Err(e) => results[k].skipped = Some(e.to_string()),
+            }
+        }
+    }
+    if dmkit.replaced() {
+        return Err(BenchError::Tool(format!(
+            "{} was rebuilt during the benchmark: the runs mix two builds",
+            dmkit.exe.display()
+        )));
+    }
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default();
+    Ok(ImageBenchReport {
+        tree: tree.path,
+        tree_source: tree.source,
+        tree_stats,
+        runs: o.runs,
+        dir: o.dir.clone(),
+        kernel,
+        rows: results,
+    })
+}
+
+/// The mkfs options a row stands for (as `image build` passes them).
+fn options(row: &RowResult) -> String {
+    use crate::image::mkfs::{Compression, FsKind};
+    let args = FsKind::parse(&row.fs)
+        .and_then(|fs| Compression::parse(fs, Some(&row.compress)))
+        .map(|c| c.args.join(" "))
+        .unwrap_or_default();
+    if args.is_empty() {
+        "-".into()
+    } else {
+        args
+    }
+}
+
+fn pct(v: f64) -> String {
+    format!("{v:.2}%")
+}
+
+/// The table: per row, our size and times beside the document's.
+pub fn render(r: &ImageBenchReport) -> String {
+    let ext4 = r.row(BASELINE).and_then(|b| b.fs_used.or(b.fs_size));
+    let base_read = r.row(BASELINE).and_then(|b| median(&b.read_s));
+    let doc_base = SEED_001
+        .iter()
+        .find(|s| s.n == BASELINE)
+        .map_or(1.0, |s| s.boot_s);
+    let mut t = TextTable::new(
+        [
+            ("#", Align::Right),
+            ("image", Align::Left),
+            ("options", Align::Left),
+            ("size", Align::Right),
+            ("% of ext4", Align::Right),
+            ("doc %", Align::Right),
+            ("open s", Align::Right),
+            ("read s (min..max)", Align::Right),
+            ("vs #2", Align::Right),
+            ("doc boot s", Align::Right),
+            ("doc vs #2", Align::Right),
+        ]
+        .into_iter()
+        .map(|(h, a)| (h.to_string(), a))
+        .collect(),
+    );
+    for row in &r.rows {
+        let doc_size = row.doc_size_pct.map_or("-".into(), pct);
+        let doc = [
+            format!("{:.3}", row.doc_boot_s),
+            format!("{:.0}%", row.doc_boot_s / doc_base * 100.0),
+        ];
+        let mut cells = vec![row.n.to_string(), row.label.clone(), options(row)];
+        if row.skipped.is_some() {
+            cells.extend([
+                "n/a".into(),
+                "-".into(),
+                doc_size,
+                "-".into(),
+                "-".into(),
+                "-".into(),
+            ]);
+            cells.extend(doc);
+            t.push(cells);
+            continue;
+        }
+        let size = row.fs_used.or(row.fs_size).unwrap_or(0);
+        let share = ext4
+            .filter(|e| *e > 0)
+            .map_or("-".into(), |e| pct(size as f64 / e as f64 * 100.0));
+        let read = median(&row.read_s);
+        cells.extend([
+            human(size),
+            share,
+            doc_size,
+            median(&row.open_s).map_or("-".into(), |v| format!("{v:.2}")),
+            Stats::of(&row.read_s).map_or("-".into(), |st| {
+                if st.n > 1 {
+                    format!("{:.2} ({:.2}..{:.2})", st.median, st.min, st.max)
+                } else {
+                    format!("{:.2}", st.median)
+                }
+            }),
+            match (read, base_read) {
+                (Some(v), Some(b)) if b > 0.0 => format!("{:.0}%", v / b * 100.0),
+                _ => "-".into(),
+            },
+        ]);
+        cells.extend(doc);
+        t.push(cells);
+    }
+    let s = &r.tree_stats;
+    let ext4_file = r
+        .row(BASELINE)
+        .and_then(|b| b.fs_size)
+        .map_or("-".into(), human);
+    let mut out = format!(
+        "Read-only root images (SEEDS.md seed 001) on dmkit, kernel {}: median of {} cold-cache run(s), alternated, images in {}\n\
+tree: {}: {} files, {} dirs, {} ({})\n\
+#1 = ext4 read-write through a plain loop device; #2 to #14 = `dmkit image open` (dm-verity by dmkit, \
+the file system read-only, OverlayFS with a tmpfs upper)\n\
+size = the file system (ext4: its blocks in use; the file is {ext4_file} with mkfs's margin); % of ext4 = size / #2's size\n\
+open s = mounting, caches dropped first; read s = reading every file, link and inode; vs #2 = read s / #2's read s in this run\n\
+doc = the document's figures (Raspberry Pi 4, Linux 6.6: boot time; size against its 4,580,120 KB ext4 image)\n\n",
+        r.kernel,
+        r.runs,
+        r.dir.display(),
+        r.tree.display(),
+        s.files,
+        s.dirs,
+        human(s.bytes),
+        r.tree_source,
+    );
+    out.push_str(&t.render());
+    for row in &r.rows {
+        if let Some(why) = &row.skipped {
+            out.push_str(&format!("#{} {}: not measured: {why}\n", row.n, row.label));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documents_table() {
+        assert_eq!(SEED_001.len(), 14);
+        for (i, r) in SEED_001.iter().enumerate() {
+            assert_eq!(r.n as usize, i + 1);
+            // Every row's settings are ones `image build` takes.
+            let fs = crate::image::mkfs::FsKind::parse(r.fs).unwrap();
+            crate::image::mkfs::Compression::parse(fs, Some(r.compress)).unwrap();
+        }
+        assert_eq!(SEED_001[0].mount, Mount::PlainRw);
+        assert!(SEED_001[1..].iter().all(|r| r.mount == Mount::ImageOpen));
+    }
+
+    fn result(n: u32, fs_size: u64, read: f64) -> RowResult {
+        let s = SEED_001[n as usize - 1];
+        RowResult {
+            n,
+            label: s.label.into(),
+            fs: s.fs.into(),
+            compress: s.compress.into(),
+            mount: s.mount,
+            mkfs: vec![],
+            fs_size: Some(fs_size),
+            image_size: Some(fs_size + 4096),
+            fs_used: None,
+            build_s: Some(1.0),
+            open_s: vec![0.5],
+            read_s: vec![read],
+            files_read: 10,
+            bytes_read: 100,
+            skipped: None,
+            doc_boot_s: s.boot_s,
+            doc_size_pct: s.size_pct,
+            doc_options: s.options.into(),
+        }
+    }
+
+    #[test]
+    fn renders_shares_and_ratios_against_row_2() {
+        let mut skipped = result(11, 0, 0.0);
+        skipped.skipped = Some("this mkfs.erofs has no lzma compressor".into());
+        let r = ImageBenchReport {
+            tree: "/t".into(),
+            tree_source: "test".into(),
+            tree_stats: TreeStats::default(),
+            runs: 1,
+            dir: "/var/tmp".into(),
+            kernel: "6.x".into(),
+            rows: vec![
+                result(2, 1000 << 20, 2.0),
+                result(6, 330 << 20, 3.0),
+                skipped,
+            ],
+        };
+        let s = render(&r);
+        assert!(s.contains("33.00%"), "{s}");
+        assert!(s.contains("150%"), "{s}");
+        // The document's xz boot against its ext4 ro: 28.728 / 15.988.
+        assert!(s.contains("180%"), "{s}");
+        assert!(
+            s.contains("#11 EROFS lzma: not measured: this mkfs.erofs has no lzma"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn ext4_used_size_from_the_superblock() {
+        let mut sb = [0u8; 1024];
+        sb[0x38..0x3a].copy_from_slice(&[0x53, 0xef]);
+        sb[4..8].copy_from_slice(&1000u32.to_le_bytes());
+        sb[12..16].copy_from_slice(&250u32.to_le_bytes());
+        sb[24..28].copy_from_slice(&2u32.to_le_bytes());
+        assert_eq!(used_from_superblock(&sb), Some(750 * 4096));
+        sb[0x60] = 0x80;
+        sb[0x150] = 1;
+        assert_eq!(used_from_superblock(&sb), Some(((1 << 32) + 750) * 4096));
+        sb[12..16].copy_from_slice(&2000u32.to_le_bytes());
+        sb[0x150] = 0;
+        assert_eq!(used_from_superblock(&sb), None);
+        sb[0x38] = 0;
+        assert_eq!(used_from_superblock(&sb), None);
+    }
+
+    #[test]
+    fn reads_a_tree() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("a")).unwrap();
+        std::fs::write(d.path().join("a/x"), vec![1u8; 3 << 20]).unwrap();
+        std::fs::write(d.path().join("y"), b"abc").unwrap();
+        std::os::unix::fs::symlink("a/x", d.path().join("l")).unwrap();
+        let (files, bytes) = read_tree(d.path(), &Interrupt::none()).unwrap();
+        assert_eq!((files, bytes), (2, (3 << 20) + 3));
+    }
+}

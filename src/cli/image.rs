@@ -1,0 +1,312 @@
+//! `dmkit image build|open|close|status|inspect`: read-only root images (the logic lives in
+//! [`crate::image`]).
+
+use super::{CliError, CliResult};
+use crate::image::build::{self, BuildOptions};
+use crate::image::mkfs::{Compression, FsKind};
+use crate::image::open::{self, OpenOptions};
+use crate::image::{inspect, ImageError, DEFAULT_SEED};
+use crate::verity::superblock::parse_uuid;
+use serde_json::Value;
+use std::io::IsTerminal;
+use std::path::PathBuf;
+
+/// `dmkit image` subcommands.
+#[derive(clap::Subcommand)]
+pub enum ImageCommand {
+    /// Build TREE into a signed, verity-protected read-only root image (a GPT disk image laid
+    /// out as the Discoverable Partitions Specification says, or --split files).
+    Build(BuildArgs),
+    /// Open IMAGE at MOUNTPOINT: verity over the root partition, the file system read-only, an
+    /// OverlayFS with a tmpfs (or --upper) on top.
+    Open(OpenArgs),
+    /// Undo `open` at MOUNTPOINT, in reverse order.
+    Close(CloseArgs),
+    /// Show the open images (or the one at MOUNTPOINT).
+    Status(StatusArgs),
+    /// Print an image's layout: partitions, file system, verity, root hash, signature.
+    Inspect(InspectArgs),
+}
+
+/// Arguments of `image build`.
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// The directory tree to put in the image.
+    tree: PathBuf,
+    /// The image to write (with --split: the file system; NAME.verity, NAME.roothash and
+    /// NAME.roothash.p7s go beside it).
+    image: PathBuf,
+    /// File system: erofs, squashfs or ext4.
+    #[arg(long, default_value = "erofs")]
+    fs: String,
+    /// Compression (seed 001's settings). squashfs: none, gzip (default), lz4hc, lz4, xz, lzo,
+    /// zstd; erofs: none (default), lz4, lz4hc[,LEVEL], lzma[,LEVEL], big-pcluster, hints,
+    /// well-compressed.
+    #[arg(long)]
+    compress: Option<String>,
+    /// The seed (a UUID) every identifier derives from: disk GUID, file system UUID, verity
+    /// salt and UUID [default: a fixed dmkit seed].
+    #[arg(long)]
+    seed: Option<String>,
+    /// The time every file gets, in seconds since 1970 [default: $SOURCE_DATE_EPOCH, else 0].
+    #[arg(long)]
+    timestamp: Option<u32>,
+    /// Private key (PEM) to sign the root hash with.
+    #[arg(long, requires = "cert")]
+    key: Option<PathBuf>,
+    /// The key's certificate (PEM).
+    #[arg(long, requires = "key")]
+    cert: Option<PathBuf>,
+    /// Write separate files instead of a GPT disk image.
+    #[arg(long)]
+    split: bool,
+    /// Replace existing output files.
+    #[arg(long)]
+    force: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `image open`.
+#[derive(clap::Args)]
+pub struct OpenArgs {
+    /// The image.
+    image: PathBuf,
+    /// An existing directory where the writable root appears.
+    mountpoint: PathBuf,
+    /// Require a valid signature of the root hash by this certificate (may be repeated).
+    #[arg(long)]
+    cert: Vec<PathBuf>,
+    /// Trust this root hash (hex) instead of the image's.
+    #[arg(long)]
+    root_hash: Option<String>,
+    /// A persistent upper layer: writes go to DIR/upper (DIR/work is overlayfs' scratch).
+    #[arg(long)]
+    upper: Option<PathBuf>,
+    /// Threads serving the verity device.
+    #[arg(long, default_value_t = 4)]
+    threads: usize,
+    /// Print what was opened as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `image close`.
+#[derive(clap::Args)]
+pub struct CloseArgs {
+    /// The mount point given to `open`.
+    mountpoint: PathBuf,
+}
+
+/// Arguments of `image status`.
+#[derive(clap::Args)]
+pub struct StatusArgs {
+    /// The mount point (all open images if omitted).
+    mountpoint: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `image inspect`.
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// The image.
+    image: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+impl From<ImageError> for CliError {
+    fn from(e: ImageError) -> Self {
+        CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Run a `dmkit image` subcommand.
+pub fn run(c: ImageCommand) -> CliResult {
+    match c {
+        ImageCommand::Build(a) => build(a),
+        ImageCommand::Open(a) => open(a),
+        ImageCommand::Close(a) => Ok(open::close(&a.mountpoint)?),
+        ImageCommand::Status(a) => status(a),
+        ImageCommand::Inspect(a) => inspect(a),
+    }
+}
+
+fn print_json(v: &impl serde::Serialize) -> CliResult {
+    let s = serde_json::to_string_pretty(v)
+        .map_err(|e| CliError::invalid(format!("cannot encode JSON: {e}")))?;
+    println!("{s}");
+    Ok(())
+}
+
+fn build(a: BuildArgs) -> CliResult {
+    let fs = FsKind::parse(&a.fs)?;
+    let compression = Compression::parse(fs, a.compress.as_deref())?;
+    let seed = match &a.seed {
+        Some(s) => parse_uuid(s)
+            .ok_or_else(|| CliError::invalid(format!("--seed: {s:?} is not a UUID")))?,
+        None => DEFAULT_SEED,
+    };
+    let timestamp = match a.timestamp {
+        Some(t) => t,
+        None => match std::env::var("SOURCE_DATE_EPOCH") {
+            Ok(v) => v.trim().parse().map_err(|_| {
+                CliError::invalid(format!(
+                    "SOURCE_DATE_EPOCH: {v:?} is not a number of seconds (0 to 4294967295)"
+                ))
+            })?,
+            Err(_) => 0,
+        },
+    };
+    let o = BuildOptions {
+        tree: a.tree,
+        output: a.image,
+        fs,
+        compression,
+        seed,
+        timestamp,
+        key: a.key,
+        cert: a.cert,
+        split: a.split,
+        force: a.force,
+    };
+    let tty = std::io::stderr().is_terminal();
+    let report = build::build(&o, &mut |line| {
+        if tty {
+            eprintln!("dmkit: {line}");
+        }
+    })?;
+    if a.json {
+        return print_json(&report);
+    }
+    println!("Image:          {}", report.image.display());
+    println!(
+        "File system:    {} ({}), {} bytes",
+        report.fs.name(),
+        report.compress,
+        report.fs_size
+    );
+    println!("Hash tree:      {} bytes", report.hash_size);
+    println!("Image size:     {} bytes", report.image_size);
+    println!("Root hash:      {}", report.root_hash);
+    println!(
+        "Signed:         {}",
+        report
+            .certificate_fingerprint
+            .as_ref()
+            .map_or("no".to_string(), |f| format!(
+                "yes (certificate SHA-256 {f})"
+            ))
+    );
+    Ok(())
+}
+
+fn open(a: OpenArgs) -> CliResult {
+    let root_hash =
+        match &a.root_hash {
+            Some(h) => Some(hex::decode(h.trim()).map_err(|_| {
+                CliError::invalid(format!("--root-hash: {h:?} is not a hex string"))
+            })?),
+            None => None,
+        };
+    let o = OpenOptions {
+        image: a.image,
+        mountpoint: a.mountpoint,
+        certs: a.cert,
+        root_hash,
+        upper: a.upper,
+        threads: a.threads.max(1),
+    };
+    let r = open::open(&o)?;
+    if a.json {
+        return print_json(&serde_json::json!({
+            "name": r.name,
+            "mountpoint": r.mountpoint,
+            "loop_device": r.loop_device,
+            "fs": r.fs.name(),
+            "root_hash": r.root_hash,
+            "root_hash_source": r.root_hash_source,
+            "signed_by": r.signer.as_ref().map(|s| &s.subject),
+            "upper": r.upper,
+        }));
+    }
+    println!(
+        "{}: {} over {} (dm-verity by dmkit, root hash {}, {})",
+        r.mountpoint.display(),
+        r.fs.name(),
+        r.loop_device.display(),
+        r.root_hash,
+        match &r.signer {
+            Some(s) => format!("signed by {}", s.subject),
+            None => "signature not checked".to_string(),
+        }
+    );
+    Ok(())
+}
+
+fn status(a: StatusArgs) -> CliResult {
+    let list = open::status(a.mountpoint.as_deref())?;
+    if a.json {
+        let v = match (a.mountpoint.is_some(), list) {
+            (true, mut l) if l.len() == 1 => l.remove(0),
+            (_, l) => Value::Array(l),
+        };
+        return print_json(&v);
+    }
+    for v in &list {
+        let d = &v["details"];
+        let s = |x: &Value| match x {
+            Value::String(s) => s.clone(),
+            Value::Null => "-".to_string(),
+            o => o.to_string(),
+        };
+        let m = |k: &str| match v["mounted"][k].as_bool() {
+            Some(true) => "mounted",
+            Some(false) => "NOT MOUNTED",
+            None => "-",
+        };
+        println!("{} is {}.", s(&d["mountpoint"]), s(&v["state"]));
+        println!("  image:       {}", s(&d["image"]));
+        println!(
+            "  root hash:   {} ({})",
+            s(&d["root_hash"]),
+            s(&d["root_hash_source"])
+        );
+        println!("  signed by:   {}", s(&d["signed_by"]));
+        println!("  overlay:     {} ({})", s(&d["mountpoint"]), m("overlay"));
+        match d["tmpfs"].as_str() {
+            Some(t) => println!(
+                "  upper:       {} on tmpfs {t} ({})",
+                s(&d["upper"]),
+                m("upper_tmpfs")
+            ),
+            None => println!("  upper:       {}", s(&d["upper"])),
+        }
+        println!(
+            "  lower:       {} {} ({})",
+            s(&d["fs"]),
+            s(&d["lower"]),
+            m("lower")
+        );
+        println!("  loop:        {}", s(&v["loop_device"]));
+        println!("  verity:      {} ({})", s(&v["path"]), s(&v["name"]));
+        println!("  corruptions: {}", s(&v["stats"]["corruptions"]));
+    }
+    Ok(())
+}
+
+fn inspect(a: InspectArgs) -> CliResult {
+    let i = inspect::inspect(&a.image)?;
+    if a.json {
+        return print_json(&i);
+    }
+    print!("{}", inspect::render(&i));
+    Ok(())
+}
