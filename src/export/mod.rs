@@ -1,6 +1,8 @@
 //! Exporters: how the top of a stack reaches the kernel (a single-file FUSE export, optionally
 //! with a loop device on top), and the daemon lifecycle behind `open`, `close` and `status`.
 
+mod buf;
+mod bytes;
 pub mod daemon;
 pub mod fuse;
 pub mod loopdev;
