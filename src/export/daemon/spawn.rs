@@ -59,6 +59,7 @@ pub fn open_tree(spec: TreeSpec) -> Result<Opened> {
 
 fn launch(job: Job) -> Result<Opened> {
     job.threads()?;
+    job.check()?;
     // Where the job is served: the device file, or the tree's mount point.
     let served_at = match &job {
         Job::Tree(t) => Some(t.mountpoint.clone()),
@@ -127,6 +128,7 @@ fn launch(job: Job) -> Result<Opened> {
             name: p.name.clone(),
             path: served_at.unwrap_or_else(|| p.dev.clone()),
             loop_device: reply["loop"].as_str().map(PathBuf::from),
+            nbd: reply["nbd"].as_str().map(String::from),
             pid: reply["pid"].as_u64().unwrap_or(0) as u32,
         });
     }
@@ -161,7 +163,12 @@ fn server_main(job: Job, p: Paths, lock: NameLock, wr: OwnedFd) -> ! {
             std::process::exit(1);
         }
         Ok(mut server) => {
-            let msg = json!({"ok": true, "pid": pid, "loop": server.state.loop_device});
+            let msg = json!({
+                "ok": true,
+                "pid": pid,
+                "loop": server.state.loop_device,
+                "nbd": server.state.nbd_uri,
+            });
             let _ = writeln!(wr, "{msg}");
             drop(wr);
             let ending = server.run();
@@ -250,6 +257,7 @@ pub fn serve_tree_foreground(spec: TreeSpec, on_ready: impl FnOnce(&Opened)) -> 
 
 fn serve_job_foreground(job: Job, on_ready: impl FnOnce(&Opened)) -> Result<()> {
     job.threads()?;
+    job.check()?;
     check_loop_allowed(job.name(), job.wants_loop())?;
     let p = Paths::new(job.name(), true)?;
     let lock = NameLock::try_take(&p.lock)?.ok_or_else(|| busy(&p))?;
@@ -262,6 +270,7 @@ fn serve_job_foreground(job: Job, on_ready: impl FnOnce(&Opened)) -> Result<()> 
         name: server.state.name.clone(),
         path: server.state.path.clone(),
         loop_device: server.state.loop_device.clone(),
+        nbd: server.state.nbd_uri.clone(),
         pid,
     });
     let ending = server.run();
