@@ -74,6 +74,11 @@ pub enum Ending {
     HungUp,
 }
 
+/// READs at least this long are sent with `sendfile(2)` when the device stores them as they
+/// are in a file ([`crate::block::BlockDevice::passthrough`]) and the stream is a plain
+/// socket; shorter ones are batched with other replies, which pays more.
+pub const SEND_FILE_MIN: u32 = 64 << 10;
+
 /// One connection's transmission phase.
 pub struct Transmission<'a> {
     export: &'a ExportInfo,
@@ -147,19 +152,18 @@ impl<'a> Transmission<'a> {
         cmd: Command,
     ) -> io::Result<()> {
         let r = match cmd {
-            Command::Read { offset, len } => {
-                return match self.bytes.read(offset, len as usize, &mut self.io) {
-                    Ok(at) => {
-                        add(
-                            [&self.client.bytes_read, &self.totals.bytes_read],
-                            u64::from(len),
-                        );
-                        let data = &self.io.as_slice()[at..at + len as usize];
-                        send_data(wire, self.structured, req, offset, data)
-                    }
-                    Err(e) => self.fail(wire, req, e),
-                };
+            Command::Read { offset, len } if len >= SEND_FILE_MIN && wire.can_send_file() => {
+                if let Some((file, at)) = self.bytes.device().passthrough(offset, u64::from(len)) {
+                    add(
+                        [&self.client.bytes_read, &self.totals.bytes_read],
+                        u64::from(len),
+                    );
+                    let h = read_header(self.structured, req, offset, len);
+                    return wire.send_file(&[&h], file, at, len as usize);
+                }
+                return self.read(wire, req, offset, len);
             }
+            Command::Read { offset, len } => return self.read(wire, req, offset, len),
             Command::Write { offset, len, fua } => {
                 let data = self.payload.get(len as usize);
                 // A client that hangs up in the middle of a payload leaves nothing written.
@@ -192,6 +196,28 @@ impl<'a> Transmission<'a> {
         };
         match r {
             Ok(()) => wire.send(&[&simple_reply(0, req.cookie)]),
+            Err(e) => self.fail(wire, req, e),
+        }
+    }
+
+    /// A READ through the stack: read into the buffer, reply from it.
+    fn read<S: Stream>(
+        &mut self,
+        wire: &mut Wire<S>,
+        req: &Header,
+        offset: u64,
+        len: u32,
+    ) -> io::Result<()> {
+        match self.bytes.read(offset, len as usize, &mut self.io) {
+            Ok(at) => {
+                add(
+                    [&self.client.bytes_read, &self.totals.bytes_read],
+                    u64::from(len),
+                );
+                let h = read_header(self.structured, req, offset, len);
+                let data = &self.io.as_slice()[at..at + len as usize];
+                wire.send(&[&h, data])
+            }
             Err(e) => self.fail(wire, req, e),
         }
     }
@@ -239,20 +265,16 @@ impl<'a> Transmission<'a> {
     }
 }
 
-/// A successful READ's reply: one `OFFSET_DATA` chunk, or a simple reply and the data.
-fn send_data<S: Stream>(
-    wire: &mut Wire<S>,
-    structured: bool,
-    req: &Header,
-    offset: u64,
-    data: &[u8],
-) -> io::Result<()> {
+/// The header of a successful READ's reply, before the data: an `OFFSET_DATA` chunk's
+/// header and offset, or a simple reply.
+fn read_header(structured: bool, req: &Header, offset: u64, len: u32) -> Vec<u8> {
     if structured {
-        let len = data.len() as u32 + 8;
-        let h = structured_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, len);
-        wire.send(&[&h, &offset.to_be_bytes(), data])
+        let mut h = structured_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, len + 8)
+            .to_vec();
+        h.extend_from_slice(&offset.to_be_bytes());
+        h
     } else {
-        wire.send(&[&simple_reply(0, req.cookie), data])
+        simple_reply(0, req.cookie).to_vec()
     }
 }
 

@@ -5,7 +5,7 @@
 //! from the buffer the data was read into (`sendmsg` of header and data, no copy).
 
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd, RawFd};
 
 /// Bytes of client input read ahead.
 const IN_BUFFER: usize = 256 << 10;
@@ -26,6 +26,19 @@ pub trait Stream: Read + Write + Send {
 
     /// End the session cleanly where the stream has a way to (TLS: `close_notify`).
     fn close(&mut self) {}
+
+    /// Whether [`Stream::send_file`] works on this stream (a plain socket: yes; TLS: no, the
+    /// bytes must be encrypted in userspace).
+    fn can_send_file(&self) -> bool {
+        false
+    }
+
+    /// Send `len` bytes of `file` from `offset` without reading them into userspace
+    /// (`sendfile(2)`: the page cache straight to the socket).
+    fn send_file(&mut self, file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<()> {
+        let _ = (file, offset, len);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
 }
 
 /// A connected socket (TCP or Unix), read with `recv` and written with `sendmsg` and
@@ -98,6 +111,34 @@ impl Socket {
 }
 
 impl Stream for Socket {
+    fn can_send_file(&self) -> bool {
+        true
+    }
+
+    fn send_file(&mut self, file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<()> {
+        let mut off = offset as libc::off_t;
+        let mut left = len;
+        while left > 0 {
+            // SAFETY: sendfile(2) between two descriptors we hold, with a valid offset pointer.
+            let n = unsafe { libc::sendfile(self.as_raw_fd(), file.as_raw_fd(), &mut off, left) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the file ended before the reply did",
+                ));
+            }
+            left -= n as usize;
+        }
+        Ok(())
+    }
+
     fn write_parts(&mut self, parts: &[&[u8]]) -> io::Result<()> {
         let total: usize = parts.iter().map(|p| p.len()).sum();
         let mut sent = self.send_iov(parts)?;
@@ -243,6 +284,28 @@ impl<S: Stream> Wire<S> {
         self.flush()?;
         self.stream.write_parts(parts)?;
         self.stream.flush()
+    }
+
+    /// Whether [`Wire::send_file`] works here.
+    pub fn can_send_file(&self) -> bool {
+        self.stream.can_send_file()
+    }
+
+    /// Send `header` then `len` bytes of `file` from `offset` (see [`Stream::send_file`]),
+    /// after what is queued. A failure after the header leaves the stream mid-reply: the
+    /// connection must end.
+    pub fn send_file(
+        &mut self,
+        header: &[&[u8]],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<()> {
+        for p in header {
+            self.out.extend_from_slice(p);
+        }
+        self.flush()?;
+        self.stream.send_file(file, offset, len)
     }
 
     /// Send what is queued and end the session (see [`Stream::close`]).
