@@ -11,6 +11,7 @@
 //!   Ctrl-C);
 //! - [`config`]: the configurations side by side (`plain`, `verity`; later `integrity`,
 //!   `crypt`), [`verity`]: the verity specifics;
+//! - [`nbd`] (`dmkit bench nbd`): the NBD export against qemu-storage-daemon's;
 //! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios.
 //!
 //! Every dmkit operation runs the `dmkit` executable itself as a subprocess, exactly as a user
@@ -24,6 +25,7 @@ pub mod format;
 pub mod harness;
 pub mod integrity;
 pub mod model;
+pub mod nbd;
 pub mod overhead;
 pub mod rw;
 pub mod table;

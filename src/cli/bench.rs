@@ -38,6 +38,10 @@ enum BenchCommand {
     /// dm-verity against dm-integrity (sha256, hmac-sha256) as read paths: throughput and CPU
     /// per GB, beside the Mitsubishi Electric paper's ratios.
     VerityIntegrity(RwArgs),
+    /// dmkit's NBD export (linear, Unix socket) against qemu-storage-daemon's NBD export of the
+    /// same file, fio's nbd engine on both: 4k qd32 randread and 1M read (target 1.5x), writes,
+    /// and each server's CPU per request.
+    Nbd(RwArgs),
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -189,6 +193,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Crypt(c)) => run_crypt(c),
         Some(BenchCommand::Integrity(i)) => run_integrity(i),
         Some(BenchCommand::VerityIntegrity(a)) => run_verity_integrity(a),
+        Some(BenchCommand::Nbd(a)) => run_nbd(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -270,6 +275,14 @@ fn run_verity_integrity(a: RwArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = verity_integrity::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, verity_integrity::render)
+}
+
+fn run_nbd(a: RwArgs) -> CliResult {
+    use crate::bench::nbd;
+    let o = a.options("bench nbd")?;
+    let interrupt = Interrupt::install();
+    let r = nbd::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, nbd::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.
