@@ -30,6 +30,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Time a reply may wait for a client that does not read.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(120);
+/// Socket buffer asked for each way.
+pub const SOCKET_BUFFER: usize = 4 << 20;
 
 /// One connected client as `status` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -132,6 +134,25 @@ fn set_timeout(fd: RawFd, opt: libc::c_int, t: Option<Duration>) {
             std::mem::size_of::<libc::timeval>() as libc::socklen_t,
         )
     };
+}
+
+/// Ask for socket buffers of [`SOCKET_BUFFER`] each way (the kernel caps them at
+/// `net.core.wmem_max`/`rmem_max`): a 1 MiB read reply then goes into the socket whole, and the
+/// connection's thread moves on to the next request while the client drains it.
+fn set_buffers(fd: RawFd) {
+    let size = SOCKET_BUFFER as libc::c_int;
+    for opt in [libc::SO_SNDBUF, libc::SO_RCVBUF] {
+        // SAFETY: setsockopt(2) with an int that outlives the call.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                opt,
+                (&size as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+    }
 }
 
 fn shutdown(fd: &OwnedFd, how: libc::c_int) {
@@ -447,6 +468,7 @@ fn connection(shared: Arc<Shared>, sock: Socket, client: Arc<Client>) {
     let fd = sock.as_raw_fd();
     set_timeout(fd, libc::SO_RCVTIMEO, Some(HANDSHAKE_TIMEOUT));
     set_timeout(fd, libc::SO_SNDTIMEO, Some(SEND_TIMEOUT));
+    set_buffers(fd);
     let r = negotiate_and_serve(&shared, sock, &client, fd);
     let c = client.counters.values();
     let how = match r {
