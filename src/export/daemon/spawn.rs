@@ -23,6 +23,20 @@ fn thread_count() -> usize {
         .unwrap_or(1)
 }
 
+/// [`thread_count`], given a moment to fall to 1: a thread that was just joined (the KDF's
+/// lanes) is still counted until the kernel has reaped it, a little after `join` returns.
+fn settled_thread_count() -> usize {
+    let mut n = thread_count();
+    for _ in 0..100 {
+        if n <= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        n = thread_count();
+    }
+    n
+}
+
 /// `--loop` needs /dev/loop-control, which only root may use: say so before anything starts
 /// (commands call this before they unlock or claim anything).
 pub fn check_loop_allowed(name: &str, want_loop: bool) -> Result<()> {
@@ -67,7 +81,7 @@ fn launch(job: Job) -> Result<Opened> {
     };
     check_loop_allowed(job.name(), job.wants_loop())?;
     let p = Paths::new(job.name(), true)?;
-    let n = thread_count();
+    let n = settled_thread_count();
     if n > 1 {
         return Err(ExportError::Failed(format!(
             "open {}: the process already runs {n} threads; open must be called before any \
