@@ -26,6 +26,13 @@ impl AlignedBuf {
         }
     }
 
+    /// Give the memory back when the window grew beyond `max` (to a window of `max`).
+    pub(crate) fn cap(&mut self, max: usize) {
+        if self.len > max {
+            *self = AlignedBuf::new(max);
+        }
+    }
+
     /// The first `len` bytes of the window, grown if needed.
     pub(crate) fn get(&mut self, len: usize) -> &mut [u8] {
         self.ensure(len);
@@ -55,5 +62,10 @@ mod tests {
         assert_eq!(b.get(10000).len(), 10000);
         assert_eq!(b.all().as_ptr() as usize % PAGE, 0);
         assert_eq!(b.as_slice().len(), 10000);
+        b.cap(20000);
+        assert_eq!(b.all().len(), 10000);
+        b.cap(4096);
+        assert_eq!(b.all().len(), 4096);
+        assert_eq!(b.all().as_ptr() as usize % PAGE, 0);
     }
 }

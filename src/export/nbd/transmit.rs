@@ -79,6 +79,10 @@ pub enum Ending {
 /// socket; shorter ones are batched with other replies, which pays more.
 pub const SEND_FILE_MIN: u32 = 64 << 10;
 
+/// Buffer memory a connection keeps between requests: one that grew for a larger request (up
+/// to [`super::MAX_PAYLOAD`]) gives the rest back after it.
+const KEEP_BUFFER: usize = 4 << 20;
+
 /// One connection's transmission phase.
 pub struct Transmission<'a> {
     export: &'a ExportInfo,
@@ -142,6 +146,8 @@ impl<'a> Transmission<'a> {
                 }
                 Ok(cmd) => self.execute(wire, &req, cmd)?,
             }
+            self.io.cap(KEEP_BUFFER);
+            self.payload.cap(KEEP_BUFFER);
         }
     }
 
