@@ -15,6 +15,9 @@ packages=(
   # qemu-img (LUKS1 images, NBD tests), qemu-storage-daemon (the `bench crypt --peer` peer) and
   # qemu-system-x86 (the kernel tests boot a Debian kernel under it; qboot comes with it).
   qemu-utils qemu-system-x86 qemu-system-common
+  # Real NBD clients the NBD server is tested against (tests/nbd.rs): nbdinfo and nbdcopy
+  # (libnbd-bin) and nbdfuse; qemu-img and qemu-io come with qemu-utils.
+  libnbd-bin nbdfuse
   # The kernel test guest: its initramfs is built from these (tests/kernel/build-guest.sh).
   busybox cpio lz4 zstd xz-utils
   # cryptsetup's own test material (tests/cryptsetup_suite.rs): downloaded with curl, its

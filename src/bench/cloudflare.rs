@@ -160,25 +160,41 @@ pub(super) fn fio_rw(
     scratch: &Path,
     interrupt: &Interrupt,
 ) -> Result<RwResult, BenchError> {
+    fio_parsed(
+        label,
+        args,
+        &file.display().to_string(),
+        runtime_ms,
+        scratch,
+        interrupt,
+        parse_rw,
+    )
+}
+
+/// Run fio with `args` (one job named `label`, on `target`, for `runtime_ms`) and `parse` its
+/// JSON; a failure names the job and the target.
+pub(super) fn fio_parsed<T>(
+    label: &str,
+    args: &[String],
+    target: &str,
+    runtime_ms: u64,
+    scratch: &Path,
+    interrupt: &Interrupt,
+    parse: impl FnOnce(&str) -> Result<T, BenchError>,
+) -> Result<T, BenchError> {
     let mut cmd = Command::new("fio");
     cmd.args(args);
     let limit = Duration::from_millis(runtime_ms) + Duration::from_secs(120);
     let out = harness::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
     if !out.status.success() {
         return Err(BenchError::Fio(format!(
-            "{label} on {} failed ({}): {}",
-            file.display(),
+            "{label} on {target} failed ({}): {}",
             out.status,
             out.stderr.trim()
         )));
     }
-    parse_rw(&out.stdout).map_err(|e| {
-        BenchError::Fio(format!(
-            "{label} on {}: {e} {}",
-            file.display(),
-            out.stderr.trim()
-        ))
-    })
+    parse(&out.stdout)
+        .map_err(|e| BenchError::Fio(format!("{label} on {target}: {e} {}", out.stderr.trim())))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -391,9 +407,13 @@ bound = plain x cipher / (plain + cipher)\n\n",
 // --peer qemu-storage-daemon
 
 /// A child process killed (SIGTERM, then SIGKILL) and reaped when dropped.
-struct Daemon {
-    child: Child,
-    what: String,
+/// A server process of ours (qemu-storage-daemon), stopped with SIGTERM (then SIGKILL) when
+/// dropped.
+pub(super) struct Daemon {
+    /// The process.
+    pub child: Child,
+    /// Its name, for messages.
+    pub what: String,
 }
 
 impl Drop for Daemon {
@@ -429,7 +449,8 @@ impl Drop for Loop {
     }
 }
 
-fn tool_version(prog: &str) -> String {
+/// The first line of `PROG --version`.
+pub(super) fn tool_version(prog: &str) -> String {
     Command::new(prog)
         .arg("--version")
         .stdin(Stdio::null())
@@ -445,7 +466,8 @@ fn tool_version(prog: &str) -> String {
         .unwrap_or_default()
 }
 
-fn need(prog: &str, package: &str) -> Result<(), BenchError> {
+/// Fails unless `PROG --version` runs, naming the package to install.
+pub(super) fn need(prog: &str, package: &str) -> Result<(), BenchError> {
     let ok = Command::new(prog)
         .arg("--version")
         .stdin(Stdio::null())

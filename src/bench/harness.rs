@@ -429,6 +429,30 @@ pub fn evict_from_page_cache(path: &Path) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// User + system CPU seconds of process `pid` (all its threads).
+pub fn cpu_seconds(pid: u32) -> Result<f64, BenchError> {
+    let path = format!("/proc/{pid}/stat");
+    let text = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
+        what: format!("reading {path}"),
+        source,
+    })?;
+    // The fields after the parenthesised command name, which may hold spaces.
+    let rest = text
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| BenchError::Tool(format!("{path}: unexpected format")))?;
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks = |i: usize| -> Result<f64, BenchError> {
+        f.get(i)
+            .and_then(|s| s.parse::<f64>().ok())
+            .ok_or_else(|| BenchError::Tool(format!("{path}: no field {}", i + 3)))
+    };
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok((ticks(11)? + ticks(12)?) / hz)
+}
+
 /// How to run this very `dmkit` binary as a subprocess (never a fork of this process).
 #[derive(Debug, Clone)]
 pub struct Dmkit {
@@ -505,6 +529,55 @@ impl Dmkit {
         let mut c = Command::new(&self.exe);
         c.args(args);
         c
+    }
+
+    /// The serving process of export `name` (`dmkit status NAME --json`).
+    pub fn server_pid(
+        &self,
+        name: &str,
+        scratch: &Path,
+        interrupt: &Interrupt,
+    ) -> Result<u32, BenchError> {
+        let out = run_ok(
+            &mut self.command(["status", name, "--json"]),
+            scratch,
+            interrupt,
+            None,
+        )?;
+        let v: serde_json::Value = serde_json::from_str(&out.stdout)
+            .map_err(|e| BenchError::Tool(format!("dmkit status {name} --json: {e}")))?;
+        v["pid"]
+            .as_u64()
+            .map(|p| p as u32)
+            .ok_or_else(|| BenchError::Tool(format!("dmkit status {name} --json: no pid")))
+    }
+
+    /// Run `dmkit ARGS...` (an `open` with `--nbd` that serves NAME) and return a guard that
+    /// closes the export when dropped, and the NBD URI the open printed (its last line).
+    pub fn open_nbd(
+        &self,
+        name: &str,
+        args: &[String],
+        scratch: &Path,
+        interrupt: &Interrupt,
+    ) -> Result<(Export, String), BenchError> {
+        let mut cmd = self.command(args);
+        let res = run_ok(&mut cmd, scratch, interrupt, Some(LIFECYCLE_TIMEOUT));
+        let export = Export {
+            dmkit: self.clone(),
+            name: name.to_string(),
+            path: self.run_dir.join(name),
+            scratch: scratch.to_path_buf(),
+            open: true,
+        };
+        let out = res?;
+        match out.stdout.lines().last().filter(|l| l.starts_with("nbd")) {
+            Some(uri) => Ok((export, uri.to_string())),
+            None => Err(BenchError::Tool(format!(
+                "`{}` printed no NBD URI",
+                command_line(&cmd)
+            ))),
+        }
     }
 
     /// Run `dmkit ARGS...` (an `open` of some kind that serves NAME) and return a guard that

@@ -11,8 +11,10 @@
 //!   Ctrl-C);
 //! - [`config`]: the configurations side by side (`plain`, `verity`; later `integrity`,
 //!   `crypt`), [`verity`]: the verity specifics;
+//! - [`nbd`] (`dmkit bench nbd`): the NBD export against qemu-storage-daemon's;
 //! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios;
 //!   [`fsverity_digest`]: `fsverity digest` against `dmkit fsverity digest`.
+//!   [`fsverity_read`]: reads through `fsverity mount`, verified or not;
 //!   [`image`] (`dmkit bench image`, seed 001) with its default tree from [`image_tree`].
 //!
 //! Every dmkit operation runs the `dmkit` executable itself as a subprocess, exactly as a user
@@ -30,6 +32,7 @@ pub mod image;
 pub mod image_tree;
 pub mod integrity;
 pub mod model;
+pub mod nbd;
 pub mod overhead;
 pub mod rw;
 pub mod table;

@@ -11,7 +11,7 @@
 //! that share divided by the throughput: the paper's "normalised to equal throughput" ratio
 //! (80.2% and 79.7%) is the one ours compares with directly, and is printed too.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
@@ -88,51 +88,6 @@ pub struct VerityIntegrityReport {
     pub commands: Vec<String>,
     /// One row per job.
     pub rows: Vec<Row>,
-}
-
-/// User + system CPU seconds of process `pid` (all its threads).
-fn cpu_seconds(pid: u32) -> Result<f64, BenchError> {
-    let path = format!("/proc/{pid}/stat");
-    let text = std::fs::read_to_string(&path).map_err(|source| BenchError::Io {
-        what: format!("reading {path}"),
-        source,
-    })?;
-    // The fields after the parenthesised command name, which may hold spaces.
-    let rest = text
-        .rsplit_once(')')
-        .map(|(_, r)| r)
-        .ok_or_else(|| BenchError::Tool(format!("{path}: unexpected format")))?;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
-    let ticks = |i: usize| -> Result<f64, BenchError> {
-        f.get(i)
-            .and_then(|s| s.parse::<f64>().ok())
-            .ok_or_else(|| BenchError::Tool(format!("{path}: no field {}", i + 3)))
-    };
-    // SAFETY: sysconf has no preconditions.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-    Ok((ticks(11)? + ticks(12)?) / hz)
-}
-
-/// The serving process of export `name` (`dmkit status NAME --json`).
-fn server_pid(
-    dmkit: &Dmkit,
-    name: &str,
-    scratch: &Path,
-    interrupt: &Interrupt,
-) -> Result<u32, BenchError> {
-    let out = run_ok(
-        &mut dmkit.command(["status", name, "--json"]),
-        scratch,
-        interrupt,
-        None,
-    )?;
-    let v: serde_json::Value = serde_json::from_str(&out.stdout)
-        .map_err(|e| BenchError::Tool(format!("dmkit status {name} --json: {e}")))?;
-    v["pid"]
-        .as_u64()
-        .map(|p| p as u32)
-        .ok_or_else(|| BenchError::Tool(format!("dmkit status {name} --json: no pid")))
 }
 
 fn strings(v: &[&str]) -> Vec<String> {
@@ -214,7 +169,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<VerityIntegrityR
     }
     let pids: Vec<u32> = exports
         .iter()
-        .map(|e| server_pid(&dmkit, e.name(), ws.dir(), interrupt))
+        .map(|e| dmkit.server_pid(e.name(), ws.dir(), interrupt))
         .collect::<Result<_, _>>()?;
     let mut rows: Vec<Row> = read_jobs()
         .into_iter()
@@ -230,7 +185,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<VerityIntegrityR
                 interrupt.check()?;
                 let file = exports[side].path();
                 let args = row.job.args(file, o.size, o.runtime_ms);
-                let before = cpu_seconds(pids[side])?;
+                let before = harness::cpu_seconds(pids[side])?;
                 let r = fio_rw(
                     &row.job.label(),
                     &args,
@@ -239,7 +194,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<VerityIntegrityR
                     ws.dir(),
                     interrupt,
                 )?;
-                let cpu = cpu_seconds(pids[side])? - before;
+                let cpu = harness::cpu_seconds(pids[side])? - before;
                 let gb = r.read * o.runtime_ms as f64 / 1000.0 / 1e9;
                 let s = &mut row.sides[side];
                 s.bw.push(r.read);
@@ -338,7 +293,7 @@ mod tests {
                 "read 1 MiB direct"
             ]
         );
-        let a = jobs[0].args(Path::new("/x"), 1 << 20, 1000);
+        let a = jobs[0].args(std::path::Path::new("/x"), 1 << 20, 1000);
         assert!(a.contains(&"--invalidate=1".to_string()));
         assert!(a.contains(&"--direct=0".to_string()));
     }
@@ -368,6 +323,6 @@ mod tests {
 
     #[test]
     fn cpu_of_this_process_is_read() {
-        assert!(cpu_seconds(std::process::id()).unwrap() >= 0.0);
+        assert!(harness::cpu_seconds(std::process::id()).unwrap() >= 0.0);
     }
 }

@@ -132,6 +132,11 @@ impl BlockDevice for FileDevice {
         }
         Ok(())
     }
+    fn passthrough(&self, offset: u64, len: u64) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
+        use std::os::fd::AsFd;
+        check_range(&self.name, offset, usize::try_from(len).ok()?, self.size).ok()?;
+        Some((self.file.as_fd(), offset))
+    }
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
         use std::os::fd::AsRawFd;
         use std::os::unix::fs::FileTypeExt;

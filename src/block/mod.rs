@@ -130,6 +130,14 @@ pub trait BlockDevice: Send + Sync {
             op: "write zeroes",
         })
     }
+    /// Where `[offset, offset + len)` is stored as it is, untransformed, in a file: the file
+    /// and the offset in it. An exporter may then send those bytes with `sendfile(2)`, straight
+    /// from the page cache, instead of reading them through the stack (dm-linear's remapping,
+    /// seen from above). `None`, the default, for every layer that transforms or checks data.
+    fn passthrough(&self, offset: u64, len: u64) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
+        let _ = (offset, len);
+        None
+    }
 }
 
 /// A block device that stores a tag beside every block and takes it from the layer above
@@ -191,6 +199,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for $ptr {
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
         (**self).write_zeroes(offset, len)
+    }
+    fn passthrough(&self, offset: u64, len: u64) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
+        (**self).passthrough(offset, len)
     }
 }
     )*};

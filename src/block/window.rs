@@ -56,6 +56,10 @@ impl<D: BlockDevice> BlockDevice for Window<D> {
         check_range(self.name(), offset, len as usize, self.size)?;
         self.lower.write_zeroes(self.offset + offset, len)
     }
+    fn passthrough(&self, offset: u64, len: u64) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
+        check_range(self.name(), offset, usize::try_from(len).ok()?, self.size).ok()?;
+        self.lower.passthrough(self.offset + offset, len)
+    }
 }
 
 #[cfg(test)]

@@ -48,6 +48,10 @@ enum BenchCommand {
     /// compression of the document's table; size as % of ext4 and the cold-cache time to read
     /// the whole tree through `dmkit image open`, beside the document's figures.
     Image(ImageArgs),
+    /// dmkit's NBD export (linear, Unix socket) against qemu-storage-daemon's NBD export of the
+    /// same file, fio's nbd engine on both: 4k qd32 randread and 1M read (target 1.5x), writes,
+    /// and each server's CPU per request.
+    Nbd(RwArgs),
 }
 
 /// Arguments of `dmkit bench fsverity-digest`.
@@ -266,6 +270,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Fsverity(a)) => run_fsverity_read(a),
         Some(BenchCommand::FsverityDigest(a)) => run_fsverity_digest(a),
         Some(BenchCommand::Image(a)) => run_image(a),
+        Some(BenchCommand::Nbd(a)) => run_nbd(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -401,6 +406,14 @@ fn run_image(a: ImageArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = image::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, image::render)
+}
+
+fn run_nbd(a: RwArgs) -> CliResult {
+    use crate::bench::nbd;
+    let o = a.options("bench nbd")?;
+    let interrupt = Interrupt::install();
+    let r = nbd::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, nbd::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

@@ -45,15 +45,21 @@ pub fn prepare_open(name: &str, loop_device: bool) -> CliResult {
     Ok(())
 }
 
-/// Serve `spec` and print where: the exported file on the first line, the loop device (if
-/// any) on the second. In the background (the default) this returns once the device is
+/// Serve `spec` and print where: the exported file on the first line (unless `--no-fuse`),
+/// the loop device (if any) on the next, and the NBD URI (if any) last. In the background (the default) this returns once the device is
 /// served; with `foreground` it returns when the device is closed or the process is signalled.
 /// Must run before the command has spawned any thread (see [`export::open`]).
 pub fn open_export(spec: ExportSpec, foreground: bool) -> CliResult {
-    let print = |o: &export::Opened| {
-        println!("{}", o.path.display());
+    let fuse = spec.fuse;
+    let print = move |o: &export::Opened| {
+        if fuse {
+            println!("{}", o.path.display());
+        }
         if let Some(l) = &o.loop_device {
             println!("{}", l.display());
+        }
+        if let Some(u) = &o.nbd {
+            println!("{u}");
         }
     };
     if foreground {
@@ -161,9 +167,73 @@ impl Rows {
     }
 }
 
+/// The NBD server and its clients, one row each.
+fn nbd_rows(rows: &mut Rows, v: &Value) {
+    let n = &v["nbd"];
+    let Some(uri) = n["uri"].as_str().or(v["nbd_uri"].as_str()) else {
+        return;
+    };
+    rows.add("nbd", uri);
+    if !n.is_object() {
+        return;
+    }
+    rows.add("nbd tls", scalar(&n["tls"]));
+    let t = &n["totals"];
+    rows.add(
+        "nbd served",
+        format!(
+            "{} requests, {} bytes read, {} written, {} I/O errors ({} corruptions)",
+            scalar(&t["requests"]),
+            scalar(&t["bytes_read"]),
+            scalar(&t["bytes_written"]),
+            scalar(&t["io_errors"]),
+            scalar(&t["corruptions"])
+        ),
+    );
+    let clients = n["clients"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    rows.add(
+        "nbd clients",
+        format!(
+            "{} of {} ({} connections so far, {} refused)",
+            clients.len(),
+            scalar(&n["max_connections"]),
+            scalar(&n["connections"]),
+            scalar(&n["refused"])
+        ),
+    );
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    for c in clients {
+        let since = c["since"].as_u64().unwrap_or(now);
+        rows.add(
+            "nbd client",
+            format!(
+                "{}{}, {} for {} s, {} requests, {} bytes read, {} written",
+                scalar(&c["peer"]),
+                if c["tls"].as_bool() == Some(true) {
+                    " (TLS)"
+                } else {
+                    ""
+                },
+                scalar(&c["phase"]),
+                now.saturating_sub(since),
+                scalar(&c["requests"]),
+                scalar(&c["bytes_read"]),
+                scalar(&c["bytes_written"])
+            ),
+        );
+    }
+}
+
 /// veritysetup-style text for one status object.
 fn human(v: &Value) -> String {
-    let path = scalar(&v["path"]);
+    // An NBD-only device has no file: its URI names it.
+    let path = match (v["fuse"].as_bool(), v["nbd_uri"].as_str()) {
+        (Some(false), Some(uri)) => uri.to_string(),
+        _ => scalar(&v["path"]),
+    };
     let mut out = match v["state"].as_str() {
         Some("active") => format!("{path} is active.\n"),
         Some("dead") => format!(
@@ -227,6 +297,7 @@ fn human(v: &Value) -> String {
         rows.add("corruptions", scalar(corruptions));
     }
     rows.add_object(&v["stats"], &["corruptions"]);
+    nbd_rows(&mut rows, v);
     rows.add("log", scalar(&v["log"]));
     out.push_str(&rows.render());
     out

@@ -46,6 +46,8 @@ pub struct OpenArgs {
     /// Also attach a loop device (/dev/loopN, direct I/O) to the exported file.
     #[arg(long = "loop")]
     pub loop_device: bool,
+    #[command(flatten)]
+    pub nbd: super::nbd::NbdArgs,
     /// Serving threads.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
@@ -57,6 +59,7 @@ pub struct OpenArgs {
 /// Run `dmkit integrity open`.
 pub fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
+    let nbd = a.nbd.config(a.loop_device)?;
     let (alg, key) = a.alg.algorithm_and_key()?;
     let mode = if a.integrity_recovery_mode {
         Mode::Recovery
@@ -106,6 +109,8 @@ pub fn open(a: OpenArgs) -> CliResult {
         "replay": replay,
     });
     let spec = ExportSpec {
+        fuse: a.nbd.fuse(),
+        nbd,
         name: a.name,
         device: Arc::new(integrity),
         kind: "integrity".to_string(),

@@ -29,6 +29,8 @@ pub struct OpenArgs {
     /// Also attach a loop device (/dev/loopN) to the exported file.
     #[arg(long = "loop")]
     pub loop_device: bool,
+    #[command(flatten)]
+    pub nbd: super::nbd::NbdArgs,
     /// Bypass the page cache: open FILE with O_DIRECT, and use direct I/O on the loop device.
     #[arg(long)]
     pub direct: bool,
@@ -52,6 +54,7 @@ pub fn run(c: LinearCommand) -> CliResult {
 
 fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
+    let nbd = a.nbd.config(a.loop_device)?;
     let dev = super::files::open_backing(&a.file, a.read_only, a.direct)?;
     let claim = super::files::claim(dev.file(), &a.file, 0, 0, !a.read_only)?;
     let size = dev.size();
@@ -66,6 +69,8 @@ fn open(a: OpenArgs) -> CliResult {
     }
     let backing = std::fs::canonicalize(&a.file).unwrap_or_else(|_| a.file.clone());
     let spec = ExportSpec {
+        fuse: a.nbd.fuse(),
+        nbd,
         name: a.name,
         device: Arc::new(dev),
         kind: "linear".to_string(),

@@ -263,6 +263,8 @@ pub struct OpenArgs {
     /// Also attach a loop device and print it.
     #[arg(long = "loop")]
     loop_device: bool,
+    #[command(flatten)]
+    nbd: super::nbd::NbdArgs,
     /// Threads serving requests.
     #[arg(long, default_value_t = 4)]
     threads: usize,
@@ -696,11 +698,11 @@ fn open(a: OpenArgs) -> CliResult {
             "--type: {t:?} is not luks, luks1 or luks2"
         )));
     }
-    let name = match (&a.name, a.test_passphrase) {
-        (_, true) => None,
+    let (name, nbd) = match (&a.name, a.test_passphrase) {
+        (_, true) => (None, None),
         (Some(n), false) => {
             super::device::prepare_open(n, a.loop_device)?;
-            Some(n.clone())
+            (Some(n.clone()), a.nbd.config(a.loop_device)?)
         }
         (None, false) => return Err(CliError::invalid("missing NAME (or use --test-passphrase)")),
     };
@@ -769,6 +771,8 @@ fn open(a: OpenArgs) -> CliResult {
         "keyslot": slot,
     });
     let spec = ExportSpec {
+        fuse: a.nbd.fuse(),
+        nbd,
         name,
         device: active.device,
         kind: "crypt".to_string(),

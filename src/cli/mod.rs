@@ -15,6 +15,7 @@ mod linear;
 mod luks;
 mod luks_keys;
 mod luks_slots;
+mod nbd;
 mod open;
 mod plain;
 mod verity;

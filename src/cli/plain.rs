@@ -69,6 +69,8 @@ pub struct OpenArgs {
     /// Also attach a loop device (/dev/loopN, direct I/O) to the exported file.
     #[arg(long = "loop")]
     pub loop_device: bool,
+    #[command(flatten)]
+    pub nbd: super::nbd::NbdArgs,
     /// Serving threads.
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
@@ -86,6 +88,7 @@ pub fn run(c: PlainCommand) -> CliResult {
 
 fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
+    let nbd = a.nbd.config(a.loop_device)?;
     let spec = CipherSpec::parse(&a.cipher).map_err(|e| CliError::invalid(e.to_string()))?;
     if a.key_size == 0 || !a.key_size.is_multiple_of(8) {
         return Err(CliError::invalid(format!(
@@ -167,6 +170,8 @@ fn open(a: OpenArgs) -> CliResult {
         "implementation": implementation,
     });
     let spec = ExportSpec {
+        fuse: a.nbd.fuse(),
+        nbd,
         name: a.name,
         device: Arc::new(crypt),
         kind: "crypt".to_string(),

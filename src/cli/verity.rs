@@ -141,6 +141,8 @@ pub struct OpenArgs {
     /// Also attach a loop device and print it.
     #[arg(long = "loop")]
     loop_device: bool,
+    #[command(flatten)]
+    nbd: super::nbd::NbdArgs,
     /// Verify each data block only on its first read.
     #[arg(long)]
     check_at_most_once: bool,
@@ -575,6 +577,7 @@ fn dump(a: DumpArgs) -> CliResult {
 
 fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
+    let nbd = a.nbd.config(a.loop_device)?;
     let data = open_file(&a.data, true)?;
     let hash = open_file(&a.hash_device, true)?;
     // Read-only: other verity devices may share these files; writers may not.
@@ -619,6 +622,8 @@ fn open(a: OpenArgs) -> CliResult {
     details["data_cache_bytes"] = a.data_cache.into();
     details["signed"] = a.root.root_hash_signature.is_some().into();
     let spec = ExportSpec {
+        fuse: a.nbd.fuse(),
+        nbd,
         name: a.name.clone(),
         device: Arc::new(dev),
         kind: "verity".to_string(),

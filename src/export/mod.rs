@@ -1,10 +1,15 @@
-//! Exporters: how the top of a stack reaches the kernel (a single-file FUSE export, optionally
-//! with a loop device on top), and the daemon lifecycle behind `open`, `close` and `status`.
+//! Exporters: how the top of a stack reaches its users (a single-file FUSE export, optionally
+//! with a loop device on top; an NBD server for virtual machines and other hosts), and the
+//! daemon lifecycle behind `open`, `close` and `status`. The exporters of one device share its
+//! byte-granular access (`bytes`).
 
+mod buf;
+mod bytes;
 pub mod daemon;
 pub mod fuse;
 pub mod loopdev;
 pub mod mountinfo;
+pub mod nbd;
 
 pub use daemon::{
     check_loop_allowed, claim_holder, close, ensure_not_open, name_for_mountpoint, open, open_tree,

@@ -410,6 +410,8 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
         details,
         stats: Some(Arc::new(move || stats.to_json())),
         claims: vec![data_claim, hash_claim],
+        fuse: true,
+        nbd: None,
     };
     let mut rb = Rollback {
         name: None,

@@ -9,6 +9,7 @@
 //!   otherwise.
 //! - [`rng`]: deterministic pseudo-random test data and replayable seeds.
 //! - [`verity_case`]: one veritysetup/`dmkit verity` parameter set and its command-line options.
+//! - [`nbd`]: a raw NBD client for tests that misbehave on purpose.
 //! - [`sys`]: mounts, processes, loop devices and aligned buffers as tests see them.
 //! - [`cryptsetup_material`]: cryptsetup 2.6.1's `tests/` material, fetched and checked once.
 //! - [`pki`]: keys and self-signed certificates made with the openssl CLI.
@@ -23,6 +24,7 @@ pub mod cryptsetup_material;
 pub mod env;
 pub mod gcrypt;
 pub mod image_tree;
+pub mod nbd;
 pub mod pki;
 pub mod rng;
 pub mod run;

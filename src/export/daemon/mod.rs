@@ -127,6 +127,10 @@ pub struct ExportSpec {
     pub device: Arc<dyn BlockDevice>,
     /// The kind of device ("verity", "linear", "crypt", ...), shown by `status`.
     pub kind: String,
+    /// Serve the FUSE file `$RUN_DIR/NAME` (false only with an NBD export: `--no-fuse`).
+    pub fuse: bool,
+    /// Also serve the device over NBD.
+    pub nbd: Option<crate::export::nbd::NbdConfig>,
     /// Also attach a loop device (`/dev/loopN`) to the exported file.
     pub loop_device: bool,
     /// Ask for direct I/O on the loop device (`LO_FLAGS_DIRECT_IO`); silently off when refused.
@@ -244,6 +248,26 @@ impl Job {
     fn wants_loop(&self) -> bool {
         matches!(self, Job::Device(s) if s.loop_device)
     }
+
+    /// What cannot be served: a loop device needs the FUSE file, and a device is served
+    /// somewhere.
+    fn check(&self) -> Result<()> {
+        if let Job::Device(s) = self {
+            if !s.fuse && s.loop_device {
+                return Err(ExportError::Invalid(format!(
+                    "{}: --loop needs the FUSE file (drop --no-fuse)",
+                    s.name
+                )));
+            }
+            if !s.fuse && s.nbd.is_none() {
+                return Err(ExportError::Invalid(format!(
+                    "{}: --no-fuse needs --nbd (the device would be served nowhere)",
+                    s.name
+                )));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A device that is open and served.
@@ -255,6 +279,8 @@ pub struct Opened {
     pub path: PathBuf,
     /// The loop device, when one was asked for.
     pub loop_device: Option<PathBuf>,
+    /// The NBD URI clients connect to, when the device is served over NBD.
+    pub nbd: Option<String>,
     /// The server's pid.
     pub pid: u32,
 }

@@ -7,9 +7,11 @@ use super::rundir::{prune_logs, Paths};
 use super::state::{self, State};
 use super::{io_err, ExportError, ExportSpec, Job, Result, StatsFn, TreeSpec};
 use crate::block::Claim;
+use crate::export::bytes::ByteDevice;
 use crate::export::fuse::{ExportStats, FuseExport, FuseOptions, Mounted};
 use crate::export::loopdev::{self, LoopDevice};
 use crate::export::mountinfo::is_mounted;
+use crate::export::nbd::{ExportInfo, NbdConfig, NbdServer};
 use serde_json::{json, Value};
 use std::fs;
 use std::io::{self, BufRead, BufReader, Read, Write};
@@ -43,7 +45,11 @@ pub(super) enum Ending {
 
 /// How a job's filesystem gets mounted.
 enum Mount {
-    Device(std::sync::Arc<dyn crate::block::BlockDevice>),
+    Device {
+        device: std::sync::Arc<dyn crate::block::BlockDevice>,
+        fuse: bool,
+        nbd: Option<NbdConfig>,
+    },
     Tree(super::TreeMounter),
 }
 
@@ -60,6 +66,7 @@ pub(super) struct Server {
     paths: Paths,
     lock: Option<NameLock>,
     fuse: Option<Box<dyn Mounted>>,
+    nbd: Option<NbdServer>,
     loop_dev: Option<LoopDevice>,
     listener: Option<UnixListener>,
     sigfd: Option<OwnedFd>,
@@ -89,6 +96,7 @@ impl Server {
             paths,
             lock: Some(lock),
             fuse: None,
+            nbd: None,
             loop_dev: None,
             listener: None,
             sigfd: None,
@@ -120,7 +128,7 @@ impl Server {
         // SAFETY: a fresh descriptor owned only here.
         server.sigfd = Some(unsafe { OwnedFd::from_raw_fd(sigfd) });
         let mounted = match serve.mount {
-            Mount::Device(device) => server.setup_device(device, threads),
+            Mount::Device { device, fuse, nbd } => server.setup_device(device, fuse, nbd, threads),
             Mount::Tree(mount) => server.setup_tree(mount, threads),
         };
         if let Err(e) = mounted.and_then(|()| server.listen()) {
@@ -143,6 +151,8 @@ impl Server {
             tree: false,
             loop_device: None,
             loop_direct_io: false,
+            fuse: spec.fuse,
+            nbd_uri: None,
             size: device.size(),
             read_only: device.read_only(),
             allow_discards: spec.allow_discards,
@@ -157,7 +167,11 @@ impl Server {
             want_loop: spec.loop_device,
             want_direct_io: spec.direct_io_loop,
             claims: spec.claims,
-            mount: Mount::Device(device),
+            mount: Mount::Device {
+                device,
+                fuse: spec.fuse,
+                nbd: spec.nbd,
+            },
         };
         (state, serve)
     }
@@ -172,6 +186,8 @@ impl Server {
             tree: true,
             loop_device: None,
             loop_direct_io: false,
+            fuse: true,
+            nbd_uri: None,
             size: spec.size,
             read_only: true,
             allow_discards: false,
@@ -229,6 +245,48 @@ impl Server {
     fn setup_device(
         &mut self,
         device: std::sync::Arc<dyn crate::block::BlockDevice>,
+        fuse: bool,
+        nbd: Option<NbdConfig>,
+        threads: usize,
+    ) -> Result<()> {
+        let lbs = device.logical_block_size();
+        let read_only = device.read_only();
+        // One byte access for every exporter: their read-modify-writes exclude each other.
+        let bytes = std::sync::Arc::new(ByteDevice::new(device));
+        if fuse {
+            self.setup_fuse(bytes.clone(), lbs, read_only, threads)?;
+        }
+        if let Some(cfg) = nbd {
+            let info = ExportInfo::new(
+                &self.state.name,
+                &format!("dmkit {} device {}", self.state.kind, self.state.name),
+                self.state.size,
+                lbs,
+                read_only,
+                self.state.allow_discards,
+            );
+            let tls = cfg.tls.as_ref().map(|t| t.kind());
+            let server = NbdServer::start(cfg, info, bytes)
+                .map_err(|e| ExportError::Failed(format!("nbd: {e}")))?;
+            eprintln!(
+                "dmkit: {}: serving {} over NBD at {}{}",
+                self.state.name,
+                self.state.kind,
+                server.uri(),
+                tls.map(|k| format!(" (TLS required: {k})"))
+                    .unwrap_or_default()
+            );
+            self.state.nbd_uri = Some(server.uri().to_string());
+            self.nbd = Some(server);
+        }
+        Ok(())
+    }
+
+    fn setup_fuse(
+        &mut self,
+        bytes: std::sync::Arc<ByteDevice>,
+        lbs: u32,
+        read_only: bool,
         threads: usize,
     ) -> Result<()> {
         let dev = self.paths.dev.clone();
@@ -250,11 +308,9 @@ impl Server {
                     .map_err(io_err(format!("{}: cannot create", dev.display())))?;
             }
         }
-        let lbs = device.logical_block_size();
-        let read_only = device.read_only();
-        let fuse = FuseExport::mount(
+        let fuse = FuseExport::mount_shared(
             &dev,
-            device,
+            bytes,
             FuseOptions {
                 threads,
                 allow_discards: self.state.allow_discards,
@@ -317,6 +373,18 @@ impl Server {
                 return Some(why);
             }
         }
+        if let Some(nbd) = &self.nbd {
+            let st = nbd.status();
+            if !st.clients.is_empty() {
+                let peers: Vec<&str> = st.clients.iter().map(|c| c.peer.as_str()).collect();
+                return Some(format!(
+                    "{} NBD client{} connected ({})",
+                    peers.len(),
+                    if peers.len() == 1 { " is" } else { "s are" },
+                    peers.join(", ")
+                ));
+            }
+        }
         let n = self.open_handles();
         if n > 0 && self.state.tree {
             return Some(format!(
@@ -366,7 +434,15 @@ impl Server {
             );
             m.insert("open_handles".into(), json!(self.open_handles().max(0)));
             m.insert("deferred_close".into(), json!(self.deferred));
-            m.insert("export".into(), export_json(&export));
+            if self.fuse.is_some() {
+                m.insert("export".into(), export_json(&export));
+            }
+            if let Some(nbd) = &self.nbd {
+                m.insert(
+                    "nbd".into(),
+                    serde_json::to_value(nbd.status()).unwrap_or(Value::Null),
+                );
+            }
             m.insert("stats".into(), stats);
         }
         v
@@ -481,6 +557,14 @@ impl Server {
         let mut errors = Vec::new();
         self.listener = None;
         let _ = fs::remove_file(&self.paths.sock);
+        if let Some(mut n) = self.nbd.take() {
+            n.stop(Duration::from_secs(5));
+            let t = n.totals();
+            eprintln!(
+                "dmkit: nbd: served {} requests, {} bytes read, {} written, {} I/O errors, {} of them corruptions",
+                t.requests, t.bytes_read, t.bytes_written, t.io_errors, t.corruptions
+            );
+        }
         if let Some(l) = self.loop_dev.take() {
             match loopdev::detach(&l.path) {
                 // The kernel lets go of the exported file only once the last opener of the

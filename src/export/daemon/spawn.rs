@@ -23,6 +23,20 @@ fn thread_count() -> usize {
         .unwrap_or(1)
 }
 
+/// [`thread_count`], given a moment to fall to 1: a thread that was just joined (the KDF's
+/// lanes) is still counted until the kernel has reaped it, a little after `join` returns.
+fn settled_thread_count() -> usize {
+    let mut n = thread_count();
+    for _ in 0..100 {
+        if n <= 1 {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        n = thread_count();
+    }
+    n
+}
+
 /// `--loop` needs /dev/loop-control, which only root may use: say so before anything starts
 /// (commands call this before they unlock or claim anything).
 pub fn check_loop_allowed(name: &str, want_loop: bool) -> Result<()> {
@@ -59,6 +73,7 @@ pub fn open_tree(spec: TreeSpec) -> Result<Opened> {
 
 fn launch(job: Job) -> Result<Opened> {
     job.threads()?;
+    job.check()?;
     // Where the job is served: the device file, or the tree's mount point.
     let served_at = match &job {
         Job::Tree(t) => Some(t.mountpoint.clone()),
@@ -66,7 +81,7 @@ fn launch(job: Job) -> Result<Opened> {
     };
     check_loop_allowed(job.name(), job.wants_loop())?;
     let p = Paths::new(job.name(), true)?;
-    let n = thread_count();
+    let n = settled_thread_count();
     if n > 1 {
         return Err(ExportError::Failed(format!(
             "open {}: the process already runs {n} threads; open must be called before any \
@@ -127,6 +142,7 @@ fn launch(job: Job) -> Result<Opened> {
             name: p.name.clone(),
             path: served_at.unwrap_or_else(|| p.dev.clone()),
             loop_device: reply["loop"].as_str().map(PathBuf::from),
+            nbd: reply["nbd"].as_str().map(String::from),
             pid: reply["pid"].as_u64().unwrap_or(0) as u32,
         });
     }
@@ -161,7 +177,12 @@ fn server_main(job: Job, p: Paths, lock: NameLock, wr: OwnedFd) -> ! {
             std::process::exit(1);
         }
         Ok(mut server) => {
-            let msg = json!({"ok": true, "pid": pid, "loop": server.state.loop_device});
+            let msg = json!({
+                "ok": true,
+                "pid": pid,
+                "loop": server.state.loop_device,
+                "nbd": server.state.nbd_uri,
+            });
             let _ = writeln!(wr, "{msg}");
             drop(wr);
             let ending = server.run();
@@ -250,6 +271,7 @@ pub fn serve_tree_foreground(spec: TreeSpec, on_ready: impl FnOnce(&Opened)) -> 
 
 fn serve_job_foreground(job: Job, on_ready: impl FnOnce(&Opened)) -> Result<()> {
     job.threads()?;
+    job.check()?;
     check_loop_allowed(job.name(), job.wants_loop())?;
     let p = Paths::new(job.name(), true)?;
     let lock = NameLock::try_take(&p.lock)?.ok_or_else(|| busy(&p))?;
@@ -262,6 +284,7 @@ fn serve_job_foreground(job: Job, on_ready: impl FnOnce(&Opened)) -> Result<()> 
         name: server.state.name.clone(),
         path: server.state.path.clone(),
         loop_device: server.state.loop_device.clone(),
+        nbd: server.state.nbd_uri.clone(),
         pid,
     });
     let ending = server.run();

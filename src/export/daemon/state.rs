@@ -28,6 +28,12 @@ pub(super) struct State {
     pub loop_device: Option<PathBuf>,
     #[serde(default)]
     pub loop_direct_io: bool,
+    /// The FUSE file `path` is served (false with `--no-fuse`: NBD only).
+    #[serde(default = "yes")]
+    pub fuse: bool,
+    /// The NBD URI, when the device is served over NBD.
+    #[serde(default)]
+    pub nbd_uri: Option<String>,
     pub size: u64,
     pub read_only: bool,
     pub allow_discards: bool,
@@ -38,6 +44,10 @@ pub(super) struct State {
     #[serde(default)]
     pub claims: Vec<ClaimInfo>,
     pub details: Value,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// Read a name's state (`None` if there is none or it cannot be parsed).

@@ -5,29 +5,25 @@
 use super::proto::*;
 use super::session::{Counters, Filesystem, Reply, Request, State};
 use crate::block::{BlockDevice, BlockError};
-use crate::logcap::LogCap;
+use crate::export::bytes::ByteDevice;
 use std::io;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A block device as a FUSE filesystem whose root is a regular file.
 pub(super) struct FileFs {
-    pub device: Arc<dyn BlockDevice>,
+    /// The device, shared with the other exporters serving it.
+    pub bytes: Arc<ByteDevice>,
     pub allow_discards: bool,
-    /// Aligned writes share it; a read-modify-write of a partial block takes it exclusively so
-    /// no concurrent write to the same block is lost.
-    pub rmw: RwLock<()>,
-    pub io_error_log: LogCap,
-    pub corruption_log: LogCap,
     pub mtime: u64,
     pub uid: u32,
     pub gid: u32,
 }
 
 impl FileFs {
-    /// The filesystem serving `device`.
-    pub fn new(device: Arc<dyn BlockDevice>, allow_discards: bool) -> FileFs {
+    /// The filesystem serving `bytes`.
+    pub fn new(bytes: Arc<ByteDevice>, allow_discards: bool) -> FileFs {
         let mtime = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -35,11 +31,8 @@ impl FileFs {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         FileFs {
-            device,
+            bytes,
             allow_discards,
-            rmw: RwLock::new(()),
-            io_error_log: LogCap::new("I/O errors", crate::logcap::DEFAULT_LIMIT),
-            corruption_log: LogCap::new("corruptions", crate::logcap::DEFAULT_LIMIT),
             mtime,
             uid,
             gid,
@@ -52,7 +45,7 @@ impl Filesystem for FileFs {
     type Scratch = AlignedBuf;
 
     fn scratch(&self) -> AlignedBuf {
-        let lbs = self.device.logical_block_size().max(1) as usize;
+        let lbs = self.device().logical_block_size().max(1) as usize;
         AlignedBuf::new(MAX_WRITE + 2 * lbs.max(PAGE))
     }
 
@@ -99,7 +92,7 @@ impl Filesystem for FileFs {
                 let size = ne_u64(args, 16);
                 // The file is a device: its size is fixed. Mode, owner and time changes are
                 // accepted and ignored, like on a block device node that is recreated.
-                if valid & FATTR_SIZE != 0 && size != self.device.size() {
+                if valid & FATTR_SIZE != 0 && size != self.device().size() {
                     r.err(libc::EINVAL);
                 } else {
                     r.ok(&[&self.attr_out()]);
@@ -108,11 +101,11 @@ impl Filesystem for FileFs {
             FUSE_OPEN => {
                 let flags = if args.len() >= 4 { ne_u32(args, 0) } else { 0 };
                 let acc = flags as i32 & libc::O_ACCMODE;
-                if self.device.read_only() && acc != libc::O_RDONLY {
+                if self.device().read_only() && acc != libc::O_RDONLY {
                     return r.err(libc::EROFS);
                 }
                 let mut open_flags = 0;
-                if self.device.read_only() {
+                if self.device().read_only() {
                     // Nothing can change the contents: keep the page cache across opens.
                     open_flags |= FOPEN_KEEP_CACHE;
                 }
@@ -135,12 +128,12 @@ impl Filesystem for FileFs {
                 r.ok(&[]);
             }
             FUSE_FLUSH => r.ok(&[]),
-            FUSE_FSYNC => match self.device.flush() {
+            FUSE_FSYNC => match self.device().flush() {
                 Ok(()) => r.ok(&[]),
                 Err(e) => r.err(self.fail(ctr, e)),
             },
             FUSE_STATFS => {
-                let size = self.device.size();
+                let size = self.device().size();
                 let bsize = self.blksize();
                 let mut o = Out::new();
                 o.u64(size / bsize as u64) // blocks
@@ -173,7 +166,7 @@ impl Filesystem for FileFs {
                 }
                 let offset = ne_u64(args, 8);
                 let whence = ne_u32(args, 16) as i32;
-                let size = self.device.size();
+                let size = self.device().size();
                 // No holes in a device: all data up to the end, one hole at the end.
                 let res = match whence {
                     libc::SEEK_DATA if offset < size => Ok(offset),
@@ -194,17 +187,13 @@ impl Filesystem for FileFs {
 /// A negative reply code, already an errno.
 struct Errno(i32);
 
-fn round_down(v: u64, a: u64) -> u64 {
-    v / a * a
-}
-
-fn round_up(v: u64, a: u64) -> u64 {
-    v.div_ceil(a) * a
-}
-
 impl FileFs {
+    fn device(&self) -> &dyn BlockDevice {
+        self.bytes.device()
+    }
+
     fn blksize(&self) -> u32 {
-        self.device.logical_block_size().max(PAGE as u32)
+        self.device().logical_block_size().max(PAGE as u32)
     }
 
     /// Count and log a device error; returns the errno for the reply. Every failure counts
@@ -212,19 +201,16 @@ impl FileFs {
     /// are capped.
     fn fail(&self, ctr: &Counters, e: BlockError) -> i32 {
         ctr.io_errors.fetch_add(1, Ordering::Relaxed);
-        if let BlockError::Corrupt { .. } = e {
+        if self.bytes.report(&e) {
             ctr.corruptions.fetch_add(1, Ordering::Relaxed);
-            self.corruption_log.log(|| e.to_string());
-        } else {
-            self.io_error_log.log(|| e.to_string());
         }
         e.errno()
     }
 
     fn attr_out(&self) -> Vec<u8> {
-        let size = self.device.size();
+        let size = self.device().size();
         let mode = libc::S_IFREG
-            | if self.device.read_only() {
+            | if self.device().read_only() {
                 0o400
             } else {
                 0o600
@@ -260,69 +246,37 @@ impl FileFs {
         size: usize,
         io: &mut AlignedBuf,
     ) -> Result<(usize, usize), BlockError> {
-        let dev_size = self.device.size();
+        let dev_size = self.device().size();
         if offset >= dev_size || size == 0 {
             return Ok((0, 0));
         }
         // Like a regular file: a read across the end is short.
-        let len = (size as u64).min(dev_size - offset);
-        let lbs = self.device.logical_block_size().max(1) as u64;
-        // The device may only accept whole blocks: read the enclosing aligned range and reply
-        // from the middle of it (no extra copy either way).
-        let start = round_down(offset, lbs);
-        let end = round_up(offset + len, lbs).min(dev_size);
-        let buf = io.get((end - start) as usize);
-        self.device.read_at(buf, start)?;
-        Ok(((offset - start) as usize, len as usize))
+        let len = (size as u64).min(dev_size - offset) as usize;
+        Ok((self.bytes.read(offset, len, io)?, len))
     }
 
     /// Write `data` at `offset`, clamped at the end of the device; returns the bytes written.
     fn write(&self, data: &[u8], offset: u64, io: &mut AlignedBuf) -> Result<usize, BlockError> {
-        if self.device.read_only() {
+        if self.device().read_only() {
             return Err(BlockError::ReadOnly {
-                device: self.device.name().to_string(),
+                device: self.device().name().to_string(),
             });
         }
-        let dev_size = self.device.size();
+        let dev_size = self.device().size();
         if data.is_empty() {
             return Ok(0);
         }
         if offset >= dev_size {
             // A device cannot grow: like writing past the end of a block device.
             return Err(BlockError::Io {
-                device: self.device.name().to_string(),
+                device: self.device().name().to_string(),
                 offset,
                 source: io::Error::from_raw_os_error(libc::ENOSPC),
             });
         }
         let len = (data.len() as u64).min(dev_size - offset) as usize;
-        self.write_range(&data[..len], offset, io)?;
+        self.bytes.write(&data[..len], offset, io)?;
         Ok(len)
-    }
-
-    fn write_range(&self, data: &[u8], offset: u64, io: &mut AlignedBuf) -> Result<(), BlockError> {
-        let lbs = self.device.logical_block_size().max(1) as u64;
-        let end = offset + data.len() as u64;
-        let dev_size = self.device.size();
-        if offset.is_multiple_of(lbs) && (end.is_multiple_of(lbs) || end == dev_size) {
-            let _g = self.rmw.read().unwrap_or_else(|e| e.into_inner());
-            return self.device.write_at(data, offset);
-        }
-        // Partial first or last block: read-modify-write the enclosing aligned range, alone.
-        let _g = self.rmw.write().unwrap_or_else(|e| e.into_inner());
-        let start = round_down(offset, lbs);
-        let aend = round_up(end, lbs).min(dev_size);
-        let buf = io.get((aend - start) as usize);
-        let first = (lbs as usize).min(buf.len());
-        self.device.read_at(&mut buf[..first], start)?;
-        let last_start = round_down(end.min(aend - 1), lbs).max(start);
-        if last_start > start {
-            let at = (last_start - start) as usize;
-            self.device.read_at(&mut buf[at..], last_start)?;
-        }
-        let at = (offset - start) as usize;
-        buf[at..at + data.len()].copy_from_slice(data);
-        self.device.write_at(buf, start)
     }
 
     fn fallocate(
@@ -333,7 +287,7 @@ impl FileFs {
         ctr: &Counters,
         io: &mut AlignedBuf,
     ) -> Result<(), Errno> {
-        let dev_size = self.device.size();
+        let dev_size = self.device().size();
         let end = offset.checked_add(length).ok_or(Errno(libc::EINVAL))?;
         match mode {
             // Allocation: every byte of a device already exists.
@@ -348,35 +302,18 @@ impl FileFs {
                 if !self.allow_discards {
                     return Err(Errno(libc::EOPNOTSUPP));
                 }
-                if self.device.read_only() {
+                if self.device().read_only() {
                     return Err(Errno(libc::EROFS));
                 }
                 let end = end.min(dev_size);
                 if offset >= end {
                     return Ok(());
                 }
-                let lbs = self.device.logical_block_size().max(1) as u64;
-                let inner_start = round_up(offset, lbs);
-                let inner_end = round_down(end, lbs).max(inner_start);
                 // Partial blocks at the edges are zeroed, so the range reads back as zeros
                 // like a punched hole.
-                let zero = |from: u64, to: u64, io: &mut AlignedBuf| -> Result<(), Errno> {
-                    if to > from {
-                        let z = vec![0u8; (to - from) as usize];
-                        self.write_range(&z, from, io)
-                            .map_err(|e| Errno(self.fail(ctr, e)))?;
-                    }
-                    Ok(())
-                };
-                if inner_end > inner_start {
-                    zero(offset, inner_start, io)?;
-                    self.device
-                        .discard(inner_start, inner_end - inner_start)
-                        .map_err(|e| Errno(self.fail(ctr, e)))?;
-                    zero(inner_end, end, io)
-                } else {
-                    zero(offset, end, io)
-                }
+                self.bytes
+                    .punch(offset, end - offset, io)
+                    .map_err(|e| Errno(self.fail(ctr, e)))
             }
             _ => Err(Errno(libc::EOPNOTSUPP)),
         }
@@ -387,49 +324,12 @@ impl FileFs {
 mod tests {
     use super::*;
     use crate::block::MemoryDevice;
-
-    /// A device that only accepts whole 4 KiB blocks, to exercise the unaligned paths.
-    struct Strict(MemoryDevice);
-
-    impl BlockDevice for Strict {
-        fn name(&self) -> &str {
-            self.0.name()
-        }
-        fn size(&self) -> u64 {
-            self.0.size()
-        }
-        fn logical_block_size(&self) -> u32 {
-            4096
-        }
-        fn read_only(&self) -> bool {
-            false
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> crate::block::Result<()> {
-            assert_eq!(offset % 4096, 0);
-            assert!(buf.len().is_multiple_of(4096) || offset + buf.len() as u64 == self.size());
-            self.0.read_at(buf, offset)
-        }
-        fn write_at(&self, buf: &[u8], offset: u64) -> crate::block::Result<()> {
-            assert_eq!(offset % 4096, 0);
-            assert!(buf.len().is_multiple_of(4096) || offset + buf.len() as u64 == self.size());
-            self.0.write_at(buf, offset)
-        }
-        fn flush(&self) -> crate::block::Result<()> {
-            Ok(())
-        }
-        fn discard(&self, offset: u64, len: u64) -> crate::block::Result<()> {
-            assert_eq!(offset % 4096, 0);
-            assert_eq!(len % 4096, 0);
-            self.0.discard(offset, len)
-        }
-    }
+    use crate::export::bytes::tests::Strict;
 
     fn shared(size: usize) -> FileFs {
         let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
-        FileFs::new(
-            Arc::new(Strict(MemoryDevice::from_vec("strict", data))),
-            true,
-        )
+        let dev = Arc::new(Strict(MemoryDevice::from_vec("strict", data)));
+        FileFs::new(Arc::new(ByteDevice::new(dev)), true)
     }
 
     fn expect(size: usize) -> Vec<u8> {
@@ -437,18 +337,12 @@ mod tests {
     }
 
     #[test]
-    fn unaligned_reads_and_eof() {
+    fn reads_across_the_end_are_short() {
         let size = 3 * 4096 + 100;
         let sh = shared(size);
         let want = expect(size);
         let mut io = AlignedBuf::new(MAX_WRITE);
-        for &(off, len) in &[
-            (0, 4096),
-            (1, 10),
-            (4000, 200),
-            (4096 * 3, 500),
-            (100, 20000),
-        ] {
+        for &(off, len) in &[(4096 * 3, 500), (100, 20000)] {
             let (s, n) = sh.read(off as u64, len, &mut io).unwrap();
             let end = (off + len).min(size);
             assert_eq!(&io.all()[s..s + n], &want[off..end], "read {off}+{len}");
@@ -457,16 +351,11 @@ mod tests {
     }
 
     #[test]
-    fn unaligned_writes_keep_neighbours() {
+    fn writes_across_the_end_are_short() {
         let size = 4 * 4096;
         let sh = shared(size);
         let mut want = expect(size);
         let mut io = AlignedBuf::new(MAX_WRITE);
-        for &(off, len) in &[(10usize, 5usize), (4090, 12), (4096, 4096), (5000, 9000)] {
-            let data: Vec<u8> = (0..len).map(|i| (i as u8) ^ 0x5a).collect();
-            assert_eq!(sh.write(&data, off as u64, &mut io).unwrap(), len);
-            want[off..off + len].copy_from_slice(&data);
-        }
         // Across the end: short write; at the end: ENOSPC.
         assert_eq!(sh.write(&[1; 100], size as u64 - 10, &mut io).unwrap(), 10);
         want[size - 10..].fill(1);

@@ -26,6 +26,7 @@ pub use session::ExportStats;
 pub use tree::{NodeAttr, NodeKind, ReadFailure, TreeMount, TreeSource, ROOT_INODE};
 
 use crate::block::BlockDevice;
+use crate::export::bytes::ByteDevice;
 use file::FileFs;
 use session::Session;
 use std::io;
@@ -116,8 +117,18 @@ impl FuseExport {
         device: Arc<dyn BlockDevice>,
         opts: FuseOptions,
     ) -> io::Result<FuseExport> {
+        Self::mount_shared(mountpoint, Arc::new(ByteDevice::new(device)), opts)
+    }
+
+    /// [`FuseExport::mount`] of a device other exporters serve too (the NBD server), through
+    /// the byte access they share.
+    pub(crate) fn mount_shared(
+        mountpoint: &Path,
+        bytes: Arc<ByteDevice>,
+        opts: FuseOptions,
+    ) -> io::Result<FuseExport> {
         let (master, via_fusermount) = mount::mount(mountpoint, mount::Root::File)?;
-        let fs = FileFs::new(device, opts.allow_discards);
+        let fs = FileFs::new(bytes, opts.allow_discards);
         let session = Session::start(mountpoint, master, fs, opts.threads)?;
         Ok(FuseExport {
             session,

@@ -25,7 +25,7 @@ pub(super) const OUT_HEADER: usize = 16;
 pub(super) const WRITE_IN: usize = 40;
 /// Head of a request read separately so that a WRITE payload starts on a page boundary.
 pub(super) const HEAD: usize = IN_HEADER + WRITE_IN;
-pub(super) const PAGE: usize = 4096;
+pub(super) use crate::export::buf::PAGE;
 /// Non-WRITE requests we parse are all under this size.
 pub(super) const MAX_ARGS: usize = 512;
 
@@ -79,32 +79,7 @@ pub(super) const FATTR_SIZE: u32 = 1 << 3;
 /// `FUSE_DEV_IOC_CLONE` = `_IOR(229, 0, uint32_t)`.
 pub(super) const FUSE_DEV_IOC_CLONE: u64 = 0x8004_e500;
 
-/// A heap buffer with a page-aligned window, so `O_DIRECT` backends can use it as is.
-pub(super) struct AlignedBuf {
-    raw: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl AlignedBuf {
-    pub(super) fn new(len: usize) -> Self {
-        let raw = vec![0u8; len + PAGE];
-        let off = raw.as_ptr().align_offset(PAGE);
-        AlignedBuf { raw, off, len }
-    }
-    pub(super) fn ensure(&mut self, len: usize) {
-        if len > self.len {
-            *self = AlignedBuf::new(len);
-        }
-    }
-    pub(super) fn get(&mut self, len: usize) -> &mut [u8] {
-        self.ensure(len);
-        &mut self.raw[self.off..self.off + len]
-    }
-    pub(super) fn all(&mut self) -> &mut [u8] {
-        &mut self.raw[self.off..self.off + self.len]
-    }
-}
+pub(super) use crate::export::buf::AlignedBuf;
 
 pub(super) fn ne_u32(b: &[u8], at: usize) -> u32 {
     let mut a = [0u8; 4];
