@@ -12,7 +12,7 @@ use common::rng::SplitMix64;
 use common::run::Workspace;
 use common::sys::{aligned, kill, pid_gone, wait_until};
 use dmkit::block::{BlockDevice, MemoryDevice, Result};
-use dmkit::export::{FuseExport, FuseOptions};
+use dmkit::export::{mount_device, FuseOptions, Mounted};
 use std::fs::{self, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
@@ -52,14 +52,14 @@ impl BlockDevice for Cached {
 
 const SIZE: usize = 8 << 20;
 
-fn mount_cached(dir: &Path) -> (Arc<Cached>, FuseExport, std::path::PathBuf) {
+fn mount_cached(dir: &Path) -> (Arc<Cached>, Box<dyn Mounted>, std::path::PathBuf) {
     let mp = fs::canonicalize(dir).unwrap().join("dev");
     fs::write(&mp, b"").unwrap();
     let dev = Arc::new(Cached {
         cache: MemoryDevice::from_vec("cache", vec![0u8; SIZE]),
         disk: Mutex::new(vec![0u8; SIZE]),
     });
-    let export = FuseExport::mount(&mp, dev.clone(), FuseOptions::default()).expect("mount");
+    let export = mount_device(&mp, dev.clone(), FuseOptions::default()).expect("mount");
     (dev, export, mp)
 }
 

@@ -450,7 +450,7 @@ impl dmkit::block::BlockDevice for CorruptAt3 {
 
 #[test]
 fn corrupt_blocks_read_as_eio_and_are_counted() {
-    use dmkit::export::{FuseExport, FuseOptions};
+    use dmkit::export::{mount_device, FuseOptions};
     if fuse_missing() {
         return;
     }
@@ -460,7 +460,7 @@ fn corrupt_blocks_read_as_eio_and_are_counted() {
     let data = bytes(3, 64 * 4096);
     let dev = CorruptAt3(dmkit::block::MemoryDevice::from_vec("mem", data.clone()));
     let mut export =
-        FuseExport::mount(&mp, std::sync::Arc::new(dev), FuseOptions::default()).expect("mount");
+        mount_device(&mp, std::sync::Arc::new(dev), FuseOptions::default()).expect("mount");
     let f = OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECT)

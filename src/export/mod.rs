@@ -17,6 +17,6 @@ pub use daemon::{
     validate_name, CloseMode, Closed, ExportError, ExportSpec, Opened, StatsFn, TreeMounter,
     TreeSpec, DEFAULT_RUN_DIR, RUN_DIR_ENV,
 };
-pub use fuse::{ExportStats, FuseExport, FuseOptions, Mounted, DEFAULT_THREADS};
+pub use fuse::{mount_device, ExportStats, FuseOptions, Mounted, DEFAULT_THREADS};
 pub use loopdev::LoopDevice;
 pub use mountinfo::is_mounted;

@@ -26,7 +26,7 @@ pub use spawn::{
 pub use stale::ensure_not_open;
 
 use crate::block::{BlockDevice, Claim};
-use crate::export::fuse::{Mounted, TreeMount, TreeSource};
+use crate::export::fuse::{mount_tree, Mounted, TreeSource};
 use serde_json::Value;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -175,10 +175,7 @@ pub struct TreeSpec {
 impl TreeSpec {
     /// The mounter of a [`TreeSource`].
     pub fn mounter<S: TreeSource>(source: Arc<S>) -> TreeMounter {
-        Box::new(move |mountpoint: &Path, threads: usize| {
-            let m = TreeMount::mount(mountpoint, source, threads)?;
-            Ok(Box::new(m) as Box<dyn Mounted>)
-        })
+        Box::new(move |mountpoint: &Path, threads: usize| mount_tree(mountpoint, source, threads))
     }
 }
 

@@ -8,7 +8,7 @@ use super::state::{self, State};
 use super::{io_err, ExportError, ExportSpec, Job, Result, StatsFn, TreeSpec};
 use crate::block::Claim;
 use crate::export::bytes::ByteDevice;
-use crate::export::fuse::{ExportStats, FuseExport, FuseOptions, Mounted};
+use crate::export::fuse::{self, ExportStats, FuseOptions, Mounted};
 use crate::export::loopdev::{self, LoopDevice};
 use crate::export::mountinfo::is_mounted;
 use crate::export::nbd::{ExportInfo, NbdConfig, NbdServer};
@@ -308,7 +308,7 @@ impl Server {
                     .map_err(io_err(format!("{}: cannot create", dev.display())))?;
             }
         }
-        let fuse = FuseExport::mount_shared(
+        let fuse = fuse::mount_device_shared(
             &dev,
             bytes,
             FuseOptions {
@@ -331,7 +331,7 @@ impl Server {
                 ""
             },
         );
-        self.fuse = Some(Box::new(fuse));
+        self.fuse = Some(fuse);
         if self.want_loop {
             let l = loopdev::attach(&dev, read_only, self.want_direct_io, lbs)
                 .map_err(|e| ExportError::Failed(e.to_string()))?;

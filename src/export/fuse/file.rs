@@ -133,20 +133,8 @@ impl Filesystem for FileFs {
                 Err(e) => r.err(self.fail(ctr, e)),
             },
             FUSE_STATFS => {
-                let size = self.device().size();
                 let bsize = self.blksize();
-                let mut o = Out::new();
-                o.u64(size / bsize as u64) // blocks
-                    .u64(0) // bfree
-                    .u64(0) // bavail
-                    .u64(1) // files
-                    .u64(0) // ffree
-                    .u32(bsize)
-                    .u32(255) // namelen
-                    .u32(bsize) // frsize
-                    .u32(0)
-                    .zeros(24);
-                r.ok(&[&o.0]);
+                r.ok(&[&statfs_out(self.device().size() / bsize as u64, 1, bsize)]);
             }
             FUSE_FALLOCATE => {
                 if args.len() < 28 {

@@ -1,11 +1,13 @@
 //! A minimal FUSE server speaking the kernel protocol directly over `/dev/fuse` (no libfuse),
 //! with two filesystems:
 //!
-//! - [`FuseExport`]: one block device as one regular file, the root of the mount
+//! - [`mount_device`]: one block device as one regular file, the root of the mount
 //!   (`rootmode=100000`), mounted over a regular file path exactly like qemu-storage-daemon's
 //!   FUSE export;
-//! - [`TreeMount`]: a read-only directory tree from a [`TreeSource`] (the sealed fs-verity
+//! - [`mount_tree`]: a read-only directory tree from a [`TreeSource`] (the sealed fs-verity
 //!   trees), mounted over a directory.
+//!
+//! Both give a [`Mounted`]: the one session type serves either filesystem.
 //!
 //! The [`session`] runs several threads on one connection; each one reads a request, calls the
 //! filesystem inline and writes the reply. There is no queue, channel or worker pool between
@@ -23,7 +25,7 @@ pub mod tree;
 pub use mount::unmount_path;
 pub use proto::{DEFAULT_THREADS, MAX_WRITE};
 pub use session::ExportStats;
-pub use tree::{NodeAttr, NodeKind, ReadFailure, TreeMount, TreeSource, ROOT_INODE};
+pub use tree::{mount_tree, NodeAttr, NodeKind, ReadFailure, TreeSource, ROOT_INODE};
 
 use crate::block::BlockDevice;
 use crate::export::bytes::ByteDevice;
@@ -66,107 +68,26 @@ pub trait Mounted: Send {
     fn unmount(&mut self, wait: Duration) -> io::Result<bool>;
 }
 
-impl Mounted for FuseExport {
-    fn open_handles(&self) -> i64 {
-        FuseExport::open_handles(self)
-    }
-    fn stats(&self) -> ExportStats {
-        FuseExport::stats(self)
-    }
-    fn protocol_minor(&self) -> u32 {
-        FuseExport::protocol_minor(self)
-    }
-    fn via_fusermount(&self) -> bool {
-        FuseExport::via_fusermount(self)
-    }
-    fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
-        FuseExport::unmount(self, wait)
-    }
+/// Mount a FUSE filesystem whose root is a regular file holding `device` over `mountpoint`
+/// (an existing regular file), start the serving threads and wait until the kernel's INIT has
+/// been answered. Unmounts (lazily) when dropped.
+pub fn mount_device(
+    mountpoint: &Path,
+    device: Arc<dyn BlockDevice>,
+    opts: FuseOptions,
+) -> io::Result<Box<dyn Mounted>> {
+    mount_device_shared(mountpoint, Arc::new(ByteDevice::new(device)), opts)
 }
 
-impl<S: TreeSource> Mounted for TreeMount<S> {
-    fn open_handles(&self) -> i64 {
-        TreeMount::open_handles(self)
-    }
-    fn stats(&self) -> ExportStats {
-        TreeMount::stats(self)
-    }
-    fn protocol_minor(&self) -> u32 {
-        TreeMount::protocol_minor(self)
-    }
-    fn via_fusermount(&self) -> bool {
-        TreeMount::via_fusermount(self)
-    }
-    fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
-        TreeMount::unmount(self, wait)
-    }
-}
-
-/// A mounted, serving FUSE export of one device as one file. Unmounts (lazily) when dropped.
-pub struct FuseExport {
-    session: Session<FileFs>,
-    via_fusermount: bool,
-}
-
-impl FuseExport {
-    /// Mount a FUSE filesystem whose root is a regular file holding `device` over
-    /// `mountpoint` (an existing regular file), start the serving threads and wait until the
-    /// kernel's INIT has been answered.
-    pub fn mount(
-        mountpoint: &Path,
-        device: Arc<dyn BlockDevice>,
-        opts: FuseOptions,
-    ) -> io::Result<FuseExport> {
-        Self::mount_shared(mountpoint, Arc::new(ByteDevice::new(device)), opts)
-    }
-
-    /// [`FuseExport::mount`] of a device other exporters serve too (the NBD server), through
-    /// the byte access they share.
-    pub(crate) fn mount_shared(
-        mountpoint: &Path,
-        bytes: Arc<ByteDevice>,
-        opts: FuseOptions,
-    ) -> io::Result<FuseExport> {
-        let (master, via_fusermount) = mount::mount(mountpoint, mount::Root::File)?;
-        let fs = FileFs::new(bytes, opts.allow_discards);
-        let session = Session::start(mountpoint, master, fs, opts.threads)?;
-        Ok(FuseExport {
-            session,
-            via_fusermount,
-        })
-    }
-
-    /// The mount point (the exported file's path).
-    pub fn path(&self) -> &Path {
-        self.session.path()
-    }
-
-    /// Whether fusermount3 mounted it (a non-root user's export).
-    pub fn via_fusermount(&self) -> bool {
-        self.via_fusermount
-    }
-
-    /// Open file handles on the exported file right now (OPENs not yet RELEASEd), the loop
-    /// device's included.
-    pub fn open_handles(&self) -> i64 {
-        self.session.open_handles()
-    }
-
-    /// The negotiated FUSE minor protocol version.
-    pub fn protocol_minor(&self) -> u32 {
-        self.session.protocol_minor()
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> ExportStats {
-        self.session.stats()
-    }
-
-    /// Unmount and wait (up to `wait`) for the serving threads to end. A busy mount is retried
-    /// for about a second and then detached lazily (`MNT_DETACH`); the threads then keep
-    /// serving whoever still has the file open until this process exits. Returns whether the
-    /// unmount had to be lazy.
-    pub fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
-        self.session.unmount(wait)
-    }
+/// [`mount_device`] of a device other exporters serve too (the NBD server), through the byte
+/// access they share.
+pub(crate) fn mount_device_shared(
+    mountpoint: &Path,
+    bytes: Arc<ByteDevice>,
+    opts: FuseOptions,
+) -> io::Result<Box<dyn Mounted>> {
+    let (master, via_fusermount) = mount::mount(mountpoint, mount::Root::File)?;
+    let fs = FileFs::new(bytes, opts.allow_discards);
+    let session = Session::start(mountpoint, master, via_fusermount, fs, opts.threads)?;
+    Ok(Box::new(session))
 }

@@ -96,6 +96,23 @@ pub(super) fn ne_u64(b: &[u8], at: usize) -> u64 {
 /// Builds small reply payloads in native byte order.
 pub(super) struct Out(pub Vec<u8>);
 
+/// A read-only filesystem's `fuse_statfs_out`: `blocks` of `bsize` bytes and `files` nodes,
+/// none free.
+pub(super) fn statfs_out(blocks: u64, files: u64, bsize: u32) -> Vec<u8> {
+    let mut o = Out::new();
+    o.u64(blocks)
+        .u64(0) // bfree
+        .u64(0) // bavail
+        .u64(files)
+        .u64(0) // ffree
+        .u32(bsize)
+        .u32(255) // namelen
+        .u32(bsize) // frsize
+        .u32(0)
+        .zeros(24);
+    o.0
+}
+
 impl Out {
     pub(super) fn new() -> Self {
         Out(Vec::with_capacity(128))

@@ -125,12 +125,19 @@ pub(super) struct Session<F: Filesystem> {
     threads: Vec<JoinHandle<()>>,
     mounted: AtomicBool,
     st_dev: u64,
+    via_fusermount: bool,
 }
 
 impl<F: Filesystem> Session<F> {
     /// Serve `fs` on the connection `master` (already mounted at `mountpoint`) with `threads`
     /// threads, and wait until the kernel's INIT has been answered.
-    pub fn start(mountpoint: &Path, master: OwnedFd, fs: F, threads: usize) -> io::Result<Self> {
+    pub fn start(
+        mountpoint: &Path,
+        master: OwnedFd,
+        via_fusermount: bool,
+        fs: F,
+        threads: usize,
+    ) -> io::Result<Self> {
         let threads = threads.max(1);
         let master = Arc::new(master);
         let shared = Arc::new(Shared {
@@ -151,6 +158,7 @@ impl<F: Filesystem> Session<F> {
             threads: Vec::with_capacity(threads),
             mounted: AtomicBool::new(true),
             st_dev: 0,
+            via_fusermount,
         };
         for idx in 0..threads {
             // A cloned descriptor gives each thread its own processing queue in the kernel
@@ -210,16 +218,6 @@ impl<F: Filesystem> Session<F> {
         }
     }
 
-    /// The filesystem served.
-    pub fn fs(&self) -> &F {
-        &self.shared.fs
-    }
-
-    /// The mount point.
-    pub fn path(&self) -> &Path {
-        &self.mountpoint
-    }
-
     /// Open handles right now.
     pub fn open_handles(&self) -> i64 {
         self.shared.state.open_handles.load(Ordering::SeqCst)
@@ -273,6 +271,24 @@ impl<F: Filesystem> Session<F> {
             }
         }
         Ok(lazy)
+    }
+}
+
+impl<F: Filesystem> super::Mounted for Session<F> {
+    fn open_handles(&self) -> i64 {
+        Session::open_handles(self)
+    }
+    fn stats(&self) -> ExportStats {
+        Session::stats(self)
+    }
+    fn protocol_minor(&self) -> u32 {
+        Session::protocol_minor(self)
+    }
+    fn via_fusermount(&self) -> bool {
+        self.via_fusermount
+    }
+    fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
+        Session::unmount(self, wait)
     }
 }
 

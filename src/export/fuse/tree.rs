@@ -10,12 +10,11 @@
 use super::mount::{self, Root};
 use super::proto::*;
 use super::session::{Filesystem, Reply, Request, Session, State};
-use super::ExportStats;
+use super::Mounted;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
 
 /// The kind of a node, as `st_mode`'s file type bits say it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -300,19 +299,7 @@ impl<S: TreeSource> TreeFs<S> {
 
     fn statfs(&self) -> Vec<u8> {
         let (bytes, nodes) = self.source.usage();
-        let bsize = PAGE as u32;
-        let mut o = Out::new();
-        o.u64(bytes.div_ceil(bsize as u64)) // blocks
-            .u64(0) // bfree
-            .u64(0) // bavail
-            .u64(nodes) // files
-            .u64(0) // ffree
-            .u32(bsize)
-            .u32(255) // namelen
-            .u32(bsize) // frsize
-            .u32(0)
-            .zeros(24);
-        o.0
+        statfs_out(bytes.div_ceil(PAGE as u64), nodes, PAGE as u32)
     }
 }
 
@@ -430,63 +417,20 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
     }
 }
 
-/// A mounted, serving read-only tree. Unmounts (lazily) when dropped.
-pub struct TreeMount<S: TreeSource> {
-    session: Session<TreeFs<S>>,
-    via_fusermount: bool,
-}
-
-impl<S: TreeSource> TreeMount<S> {
-    /// Mount `source` read-only over the directory `mountpoint`, serve it with `threads`
-    /// threads and wait until the kernel's INIT has been answered.
-    pub fn mount(mountpoint: &Path, source: Arc<S>, threads: usize) -> io::Result<Self> {
-        let (master, via_fusermount) = mount::mount(mountpoint, Root::ReadOnlyDir)?;
-        let fs = TreeFs {
-            source,
-            handles: Handles {
-                slots: RwLock::new((Vec::new(), Vec::new())),
-            },
-        };
-        let session = Session::start(mountpoint, master, fs, threads)?;
-        Ok(TreeMount {
-            session,
-            via_fusermount,
-        })
-    }
-
-    /// The source served.
-    pub fn source(&self) -> &Arc<S> {
-        &self.session.fs().source
-    }
-
-    /// The mount point.
-    pub fn path(&self) -> &Path {
-        self.session.path()
-    }
-
-    /// Whether fusermount3 mounted it (a non-root user's mount).
-    pub fn via_fusermount(&self) -> bool {
-        self.via_fusermount
-    }
-
-    /// Files and directories open right now.
-    pub fn open_handles(&self) -> i64 {
-        self.session.open_handles()
-    }
-
-    /// The negotiated FUSE minor protocol version.
-    pub fn protocol_minor(&self) -> u32 {
-        self.session.protocol_minor()
-    }
-
-    /// The counters so far.
-    pub fn stats(&self) -> ExportStats {
-        self.session.stats()
-    }
-
-    /// Unmount and wait (up to `wait`) for the serving threads to end; returns whether the
-    /// unmount had to be lazy (see [`super::FuseExport::unmount`]).
-    pub fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
-        self.session.unmount(wait)
-    }
+/// Mount `source` read-only over the directory `mountpoint`, serve it with `threads` threads
+/// and wait until the kernel's INIT has been answered. Unmounts (lazily) when dropped.
+pub fn mount_tree<S: TreeSource>(
+    mountpoint: &Path,
+    source: Arc<S>,
+    threads: usize,
+) -> io::Result<Box<dyn Mounted>> {
+    let (master, via_fusermount) = mount::mount(mountpoint, Root::ReadOnlyDir)?;
+    let fs = TreeFs {
+        source,
+        handles: Handles {
+            slots: RwLock::new((Vec::new(), Vec::new())),
+        },
+    };
+    let session = Session::start(mountpoint, master, via_fusermount, fs, threads)?;
+    Ok(Box::new(session))
 }
