@@ -71,6 +71,16 @@ impl Env {
         }
     }
 
+    /// A new tree, sealed without a key, when FUSE mounts can be made here.
+    fn sealed() -> Option<Env> {
+        if fuse_missing() {
+            return None;
+        }
+        let env = Env::new();
+        env.seal(&[]).assert_ok();
+        Some(env)
+    }
+
     fn s(p: &Path) -> &str {
         p.to_str().unwrap()
     }
@@ -258,11 +268,9 @@ fn sealed_tree_reads_back_identical_and_matches_fsverity_digest() {
 
 #[test]
 fn a_tampered_byte_fails_exactly_its_block() {
-    if fuse_missing() {
+    let Some(env) = Env::sealed() else {
         return;
-    }
-    let env = Env::new();
-    env.seal(&[]).assert_ok();
+    };
     let original: Vec<Vec<u8>> = ["block+1", "dir/mid", "dir/deeper/big"]
         .iter()
         .map(|f| fs::read(env.tree.join(f)).unwrap())
@@ -322,11 +330,9 @@ fn a_tampered_byte_fails_exactly_its_block() {
 
 #[test]
 fn no_verify_serves_tampered_bytes_as_they_are() {
-    if fuse_missing() {
+    let Some(env) = Env::sealed() else {
         return;
-    }
-    let env = Env::new();
-    env.seal(&[]).assert_ok();
+    };
     xor_byte(&env.tree.join("dir/mid"), 5, 1);
     env.mount(&["--no-verify"]).assert_ok();
     assert_eq!(
@@ -457,11 +463,9 @@ fn tampered_manifest_or_store_refuses_to_mount() {
 
 #[test]
 fn a_manifest_for_another_tree_refuses_to_mount() {
-    if fuse_missing() {
+    let Some(env) = Env::sealed() else {
         return;
-    }
-    let env = Env::new();
-    env.seal(&[]).assert_ok();
+    };
     let other = env.ws.dir().join("other");
     fs::create_dir(&other).unwrap();
     fs::write(other.join("x"), b"another tree").unwrap();
