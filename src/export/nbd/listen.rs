@@ -58,7 +58,8 @@ impl Address {
             .strip_prefix('[')
             .and_then(|h| h.strip_suffix(']'))
             .unwrap_or(host);
-        if host.is_empty() {
+        // "localhost" is the loopback by definition (RFC 6761), with or without /etc/hosts.
+        if host.is_empty() || host.eq_ignore_ascii_case("localhost") {
             return Ok(Address::Tcp(SocketAddr::new(
                 IpAddr::V4(Ipv4Addr::LOCALHOST),
                 port,
