@@ -277,7 +277,10 @@ fn human(v: &Value) -> String {
     if v["deferred_close"].as_bool() == Some(true) {
         rows.add("deferred close", "pending (closes when the last user goes)");
     }
-    rows.add("threads", scalar(&v["threads"]));
+    match v["fuse_transport"]["description"].as_str() {
+        Some(t) => rows.add("fuse transport", t),
+        None => rows.add("threads", scalar(&v["threads"])),
+    }
     if let Some(u) = v["uptime"].as_u64() {
         rows.add("uptime", format!("{u} s"));
     }

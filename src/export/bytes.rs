@@ -77,14 +77,40 @@ impl ByteDevice {
         if len == 0 {
             return Ok(0);
         }
+        let (start, end) = self.enclosing(offset, len)?;
+        self.device
+            .read_at(buf.get((end - start) as usize), start)?;
+        Ok((offset - start) as usize)
+    }
+
+    /// [`ByteDevice::read`] into a buffer that cannot grow (one the kernel shares): `None`,
+    /// with nothing read, when the enclosing aligned range does not fit in `buf`.
+    pub(crate) fn read_into(
+        &self,
+        offset: u64,
+        len: usize,
+        buf: &mut [u8],
+    ) -> Result<Option<usize>> {
+        if len == 0 {
+            return Ok(Some(0));
+        }
+        let (start, end) = self.enclosing(offset, len)?;
+        let Some(b) = buf.get_mut(..(end - start) as usize) else {
+            return Ok(None);
+        };
+        self.device.read_at(b, start)?;
+        Ok(Some((offset - start) as usize))
+    }
+
+    /// The aligned range the device reads for `[offset, offset + len)`, which must lie inside
+    /// the device.
+    fn enclosing(&self, offset: u64, len: usize) -> Result<(u64, u64)> {
         let size = self.size();
         crate::block::check_range(self.device.name(), offset, len, size)?;
         let lbs = self.block();
         let start = round_down(offset, lbs);
         let end = round_up(offset + len as u64, lbs).min(size);
-        self.device
-            .read_at(buf.get((end - start) as usize), start)?;
-        Ok((offset - start) as usize)
+        Ok((start, end))
     }
 
     /// Write `data` at `offset`; the range lies inside the device.
@@ -296,6 +322,12 @@ pub(crate) mod tests {
         }
         assert!(b.read(size as u64 - 1, 2, &mut buf).is_err());
         assert!(b.read(u64::MAX, 2, &mut buf).is_err());
+        // Into a fixed buffer: the enclosing blocks must fit, or nothing is read.
+        let mut fixed = AlignedBuf::new(2 * 4096);
+        let at = b.read_into(4000, 200, fixed.all()).unwrap().unwrap();
+        assert_eq!(&fixed.as_slice()[at..at + 200], &want[4000..4200]);
+        assert_eq!(b.read_into(100, 8000, fixed.all()).unwrap(), None);
+        assert!(b.read_into(size as u64, 1, fixed.all()).is_err());
     }
 
     #[test]

@@ -26,7 +26,7 @@ pub use spawn::{
 pub use stale::ensure_not_open;
 
 use crate::block::{BlockDevice, Claim};
-use crate::export::fuse::{mount_tree, Mounted, TreeSource};
+use crate::export::fuse::{mount_tree, Mounted, TransportChoice, TreeSource};
 use serde_json::Value;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -148,8 +148,10 @@ pub struct ExportSpec {
     pub claims: Vec<Claim>,
 }
 
-/// Mounts a tree over a mount point with a number of serving threads (called in the server).
-pub type TreeMounter = Box<dyn FnOnce(&Path, usize) -> io::Result<Box<dyn Mounted>> + Send>;
+/// Mounts a tree over a mount point with a number of serving threads and a transport choice
+/// (called in the server).
+pub type TreeMounter =
+    Box<dyn FnOnce(&Path, usize, TransportChoice) -> io::Result<Box<dyn Mounted>> + Send>;
 
 /// A read-only directory tree to serve at a directory (`dmkit fsverity mount`), with the same
 /// lifecycle as a device: a server per name, `status`, `close`.
@@ -175,7 +177,11 @@ pub struct TreeSpec {
 impl TreeSpec {
     /// The mounter of a [`TreeSource`].
     pub fn mounter<S: TreeSource>(source: Arc<S>) -> TreeMounter {
-        Box::new(move |mountpoint: &Path, threads: usize| mount_tree(mountpoint, source, threads))
+        Box::new(
+            move |mountpoint: &Path, threads: usize, transport: TransportChoice| {
+                mount_tree(mountpoint, source, threads, transport)
+            },
+        )
     }
 }
 

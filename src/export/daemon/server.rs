@@ -8,7 +8,7 @@ use super::state::{self, State};
 use super::{io_err, ExportError, ExportSpec, Job, Result, StatsFn, TreeSpec};
 use crate::block::Claim;
 use crate::export::bytes::ByteDevice;
-use crate::export::fuse::{self, ExportStats, FuseOptions, Mounted};
+use crate::export::fuse::{self, ExportStats, FuseOptions, Mounted, TransportChoice};
 use crate::export::loopdev::{self, LoopDevice};
 use crate::export::mountinfo::is_mounted;
 use crate::export::nbd::{ExportInfo, NbdConfig, NbdServer};
@@ -78,12 +78,15 @@ pub(super) struct Server {
     // Held for the server's life: the backing ranges this device maps.
     _claims: Vec<Claim>,
     deferred: bool,
+    /// The FUSE transport asked for (`DMKIT_FUSE_TRANSPORT`).
+    transport: TransportChoice,
 }
 
 impl Server {
     /// Set everything up; on failure, undo what was done and return the error.
     pub fn start(job: Job, paths: Paths, lock: NameLock, pid: u32) -> Result<Server> {
         let threads = job.threads()?;
+        let transport = TransportChoice::from_env().map_err(ExportError::Invalid)?;
         prune_logs(&paths.private);
         let (state, serve) = match job {
             Job::Device(spec) => Self::device_state(spec, &paths, pid, threads),
@@ -106,6 +109,7 @@ impl Server {
             want_direct_io: serve.want_direct_io,
             _claims: serve.claims,
             deferred: false,
+            transport,
         };
         // Signals are taken through a signalfd in the control loop; block them before any
         // serving thread exists so that every thread inherits the mask.
@@ -225,12 +229,14 @@ impl Server {
                 ))(e))
             }
         }
-        let fuse = mount(&mp, threads).map_err(|e| ExportError::Failed(e.to_string()))?;
+        let fuse =
+            mount(&mp, threads, self.transport).map_err(|e| ExportError::Failed(e.to_string()))?;
         eprintln!(
-            "dmkit: {}: serving {} read-only at {} with {threads} threads, FUSE 7.{}{}",
+            "dmkit: {}: serving {} read-only at {} through {}, FUSE 7.{}{}",
             self.state.name,
             self.state.kind,
             mp.display(),
+            fuse.transport(),
             fuse.protocol_minor(),
             if fuse.via_fusermount() {
                 ", mounted with fusermount3"
@@ -314,16 +320,18 @@ impl Server {
             FuseOptions {
                 threads,
                 allow_discards: self.state.allow_discards,
+                transport: self.transport,
             },
         )
         .map_err(|e| ExportError::Failed(e.to_string()))?;
         eprintln!(
-            "dmkit: {}: serving {} ({} bytes{}) at {} with {threads} threads, FUSE 7.{}{}",
+            "dmkit: {}: serving {} ({} bytes{}) at {} through {}, FUSE 7.{}{}",
             self.state.name,
             self.state.kind,
             self.state.size,
             if read_only { ", read-only" } else { "" },
             dev.display(),
+            fuse.transport(),
             fuse.protocol_minor(),
             if fuse.via_fusermount() {
                 ", mounted with fusermount3"
@@ -434,8 +442,9 @@ impl Server {
             );
             m.insert("open_handles".into(), json!(self.open_handles().max(0)));
             m.insert("deferred_close".into(), json!(self.deferred));
-            if self.fuse.is_some() {
+            if let Some(f) = &self.fuse {
                 m.insert("export".into(), export_json(&export));
+                m.insert("fuse_transport".into(), transport_json(&f.transport()));
             }
             if let Some(nbd) = &self.nbd {
                 m.insert(
@@ -629,6 +638,24 @@ pub(super) fn remove_export_file(dev: &std::path::Path) -> std::result::Result<(
             }
             Err(e) => return Err(format!("{}: cannot remove: {e}", dev.display())),
         }
+    }
+}
+
+/// The transport as `status` shows it: its description, and the numbers a script wants.
+fn transport_json(t: &fuse::Transport) -> Value {
+    match t {
+        fuse::Transport::IoUring { queues, depth } => json!({
+            "kind": "io-uring",
+            "description": t.to_string(),
+            "queues": queues,
+            "queue_depth": depth,
+        }),
+        fuse::Transport::DevFuse { threads, why } => json!({
+            "kind": "dev-fuse",
+            "description": t.to_string(),
+            "threads": threads,
+            "why_not_io_uring": why,
+        }),
     }
 }
 

@@ -53,7 +53,7 @@ impl Filesystem for FileFs {
         FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ASYNC_DIO | FUSE_MAX_PAGES
     }
 
-    fn handle(&self, req: &Request<'_>, io: &mut AlignedBuf, r: &Reply, st: &State) {
+    fn handle(&self, req: &Request<'_>, io: &mut AlignedBuf, r: &mut Reply<'_>, st: &State) {
         let args = req.args;
         let ctr = req.counters;
         match req.opcode {
@@ -75,10 +75,9 @@ impl Filesystem for FileFs {
                 }
                 let offset = ne_u64(args, 8);
                 let size = ne_u32(args, 16) as usize;
-                match self.read(offset, size, io) {
-                    Ok((start, len)) => {
+                match self.read_reply(offset, size, io, r) {
+                    Ok(len) => {
                         ctr.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
-                        r.ok(&[&io.all()[start..start + len]]);
                     }
                     Err(e) => r.err(self.fail(ctr, e)),
                 }
@@ -226,6 +225,16 @@ impl FileFs {
         o.0
     }
 
+    /// How many of `size` bytes at `offset` there are: like a regular file, a read across the
+    /// end is short.
+    fn readable(&self, offset: u64, size: usize) -> usize {
+        let dev_size = self.device().size();
+        if offset >= dev_size {
+            return 0;
+        }
+        (size as u64).min(dev_size - offset) as usize
+    }
+
     /// Read `[offset, offset + size)` clamped at the end of the device into `io`; returns where
     /// the requested bytes start in `io` and how many there are.
     fn read(
@@ -234,13 +243,35 @@ impl FileFs {
         size: usize,
         io: &mut AlignedBuf,
     ) -> Result<(usize, usize), BlockError> {
-        let dev_size = self.device().size();
-        if offset >= dev_size || size == 0 {
+        let len = self.readable(offset, size);
+        if len == 0 {
             return Ok((0, 0));
         }
-        // Like a regular file: a read across the end is short.
-        let len = (size as u64).min(dev_size - offset) as usize;
         Ok((self.bytes.read(offset, len, io)?, len))
+    }
+
+    /// Answer a READ of `[offset, offset + size)`: straight into the buffer the transport sends
+    /// from when it is free and large enough (no copy), else through `io`. Returns the bytes
+    /// sent; on error nothing was sent.
+    fn read_reply(
+        &self,
+        offset: u64,
+        size: usize,
+        io: &mut AlignedBuf,
+        r: &mut Reply<'_>,
+    ) -> Result<usize, BlockError> {
+        let len = self.readable(offset, size);
+        if len > 0 {
+            if let Some(buf) = r.buffer() {
+                if let Some(start) = self.bytes.read_into(offset, len, buf)? {
+                    r.ok_buffer(start, len);
+                    return Ok(len);
+                }
+            }
+        }
+        let (start, len) = self.read(offset, size, io)?;
+        r.ok(&[&io.all()[start..start + len]]);
+        Ok(len)
     }
 
     /// Write `data` at `offset`, clamped at the end of the device; returns the bytes written.

@@ -10,7 +10,9 @@
 //! Both give a [`Mounted`]: the one session type serves either filesystem.
 //!
 //! The [`session`] runs several threads on one connection; each one reads a request, calls the
-//! filesystem inline and writes the reply. There is no queue, channel or worker pool between
+//! filesystem inline and writes the reply. When the kernel offers FUSE over io_uring, requests
+//! come instead through one ring queue per CPU ([`uring`]), each served inline by a thread
+//! pinned to its CPU; [`Transport`] says which is in use. There is no queue, channel or worker pool between
 //! the request and the device: parallelism comes from the kernel handing concurrent requests
 //! to concurrent readers. Data moves with as few copies as the protocol allows: WRITE payloads
 //! land page-aligned (ready for an `O_DIRECT` backend); READ replies are sent with `writev`
@@ -20,11 +22,14 @@ mod file;
 mod mount;
 mod proto;
 mod session;
+mod transport;
 pub mod tree;
+mod uring;
 
 pub use mount::unmount_path;
 pub use proto::{DEFAULT_THREADS, MAX_WRITE};
 pub use session::ExportStats;
+pub use transport::{uring_switch, Transport, TransportChoice, ENABLE_URING, TRANSPORT_ENV};
 pub use tree::{mount_tree, NodeAttr, NodeKind, ReadFailure, TreeSource, ROOT_INODE};
 
 use crate::block::BlockDevice;
@@ -43,6 +48,8 @@ pub struct FuseOptions {
     pub threads: usize,
     /// Honour `fallocate(PUNCH_HOLE)` by discarding on the device.
     pub allow_discards: bool,
+    /// `/dev/fuse` threads, io_uring queues, or whichever the kernel allows.
+    pub transport: TransportChoice,
 }
 
 impl Default for FuseOptions {
@@ -50,6 +57,7 @@ impl Default for FuseOptions {
         FuseOptions {
             threads: DEFAULT_THREADS,
             allow_discards: false,
+            transport: TransportChoice::Auto,
         }
     }
 }
@@ -62,6 +70,8 @@ pub trait Mounted: Send {
     fn stats(&self) -> ExportStats;
     /// The negotiated FUSE minor protocol version.
     fn protocol_minor(&self) -> u32;
+    /// How requests reach the server.
+    fn transport(&self) -> Transport;
     /// Whether fusermount3 mounted it (a non-root user's mount).
     fn via_fusermount(&self) -> bool;
     /// Unmount and wait (up to `wait`) for the serving threads; whether it had to be lazy.
@@ -69,8 +79,8 @@ pub trait Mounted: Send {
 }
 
 /// Mount a FUSE filesystem whose root is a regular file holding `device` over `mountpoint`
-/// (an existing regular file), start the serving threads and wait until the kernel's INIT has
-/// been answered. Unmounts (lazily) when dropped.
+/// (an existing regular file), start the serving threads (or ring queues, as `opts.transport`
+/// and the kernel allow) and wait until the kernel's INIT has been answered. Unmounts (lazily) when dropped.
 pub fn mount_device(
     mountpoint: &Path,
     device: Arc<dyn BlockDevice>,
@@ -88,6 +98,13 @@ pub(crate) fn mount_device_shared(
 ) -> io::Result<Box<dyn Mounted>> {
     let (master, via_fusermount) = mount::mount(mountpoint, mount::Root::File)?;
     let fs = FileFs::new(bytes, opts.allow_discards);
-    let session = Session::start(mountpoint, master, via_fusermount, fs, opts.threads)?;
+    let session = Session::start(
+        mountpoint,
+        master,
+        via_fusermount,
+        fs,
+        opts.threads,
+        opts.transport,
+    )?;
     Ok(Box::new(session))
 }

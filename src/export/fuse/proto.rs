@@ -170,3 +170,8 @@ pub(super) fn reply(fd: RawFd, unique: u64, error: i32, payload: &[&[u8]]) {
         }
     }
 }
+
+/// `FUSE_INIT_EXT`: the INIT structures carry `flags2`.
+pub(super) const FUSE_INIT_EXT: u32 = 1 << 30;
+/// `FUSE_OVER_IO_URING` (bit 41 of the 64-bit flags) as a bit of `flags2`.
+pub(super) const FUSE_OVER_IO_URING2: u32 = 1 << (41 - 32);

@@ -9,9 +9,16 @@
 //! A request is read with `readv` into an 80-byte head (in-header plus the largest fixed
 //! argument block, WRITE's) and a page-aligned data buffer, so a WRITE payload lands aligned
 //! for an `O_DIRECT` backend. Nothing is queued between the request and the filesystem.
+//!
+//! When the kernel offers FUSE over io_uring at INIT (and the user did not ask it away), the
+//! session also sets up one ring queue per CPU ([`super::uring`]): requests then arrive on the
+//! queue of the CPU that issued them and are answered inline by the thread pinned to it; the
+//! `/dev/fuse` threads stay for what the kernel still sends that way (FORGETs, interrupts), and
+//! serve everything when the ring cannot be used.
 
 use super::mount::{clone_fuse_fd, ctx};
 use super::proto::*;
+use super::transport::{not_offered, possible_cpus, Transport, TransportChoice, TRANSPORT_ENV};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -62,28 +69,159 @@ pub(super) struct Request<'a> {
     pub counters: &'a Counters,
 }
 
-/// Where a request's answer goes: one `writev` on the thread's descriptor.
-pub(super) struct Reply {
-    fd: RawFd,
-    unique: u64,
+/// Bytes of a reply kept aside when the request's buffer still holds its payload (a WRITE's
+/// answer, `fuse_write_out`, is 8).
+const STAGED: usize = 64;
+
+/// What a request was answered with, for a transport that sends it after the handler returns.
+pub(super) struct Answer {
+    /// 0, or the errno.
+    pub error: i32,
+    /// Bytes of data: at the start of the request's buffer, or in `staged`.
+    pub len: usize,
+    /// The data when the request's buffer was not free (`len` bytes of it).
+    pub staged: Option<[u8; STAGED]>,
 }
 
-impl Reply {
+/// Where a request's answer goes: one `writev` on the thread's `/dev/fuse` descriptor right
+/// away, or an [`Answer`] the ring queue's thread commits.
+///
+/// A request that carried no payload leaves its buffer (page-aligned, as large as the largest
+/// READ) free for the answer: [`Reply::buffer`] lends it, so a READ lands where the transport
+/// sends it from, with no copy.
+pub(super) struct Reply<'a> {
+    unique: u64,
+    /// `/dev/fuse` to write the answer to; `None` on a ring.
+    fd: Option<RawFd>,
+    buf: Option<&'a mut [u8]>,
+    answer: Option<Answer>,
+}
+
+impl<'a> Reply<'a> {
+    /// The answer to request `unique` read from `fd`; `buf`, when free, may hold its data.
+    pub fn dev(fd: RawFd, unique: u64, buf: Option<&'a mut [u8]>) -> Self {
+        Reply {
+            unique,
+            fd: Some(fd),
+            buf,
+            answer: None,
+        }
+    }
+
+    /// The answer to request `unique` of a ring entry whose payload buffer is `buf` (when free).
+    pub fn ring(unique: u64, buf: Option<&'a mut [u8]>) -> Self {
+        Reply {
+            unique,
+            fd: None,
+            buf,
+            answer: None,
+        }
+    }
+
+    /// The request's buffer, free for the answer's data (`None` when the request's payload is
+    /// in it).
+    pub fn buffer(&mut self) -> Option<&mut [u8]> {
+        self.buf.as_deref_mut()
+    }
+
+    fn answered(&mut self, error: i32, len: usize, staged: Option<[u8; STAGED]>) {
+        if self.answer.is_some() {
+            eprintln!("dmkit: fuse: request {} answered twice", self.unique);
+            return;
+        }
+        self.answer = Some(Answer { error, len, staged });
+    }
+
     /// Answer with `payload` (pieces sent back to back).
-    pub fn ok(&self, payload: &[&[u8]]) {
-        reply(self.fd, self.unique, 0, payload);
+    pub fn ok(&mut self, payload: &[&[u8]]) {
+        if let Some(fd) = self.fd {
+            reply(fd, self.unique, 0, payload);
+            return self.answered(0, 0, None);
+        }
+        let total: usize = payload.iter().map(|p| p.len()).sum();
+        match self.buf.as_deref_mut() {
+            Some(b) if total <= b.len() => {
+                let mut at = 0;
+                for p in payload {
+                    b[at..at + p.len()].copy_from_slice(p);
+                    at += p.len();
+                }
+                self.answered(0, total, None)
+            }
+            None if total <= STAGED => {
+                let mut st = [0u8; STAGED];
+                let mut at = 0;
+                for p in payload {
+                    st[at..at + p.len()].copy_from_slice(p);
+                    at += p.len();
+                }
+                self.answered(0, total, Some(st))
+            }
+            _ => {
+                eprintln!(
+                    "dmkit: fuse: a {total}-byte answer to request {} does not fit",
+                    self.unique
+                );
+                self.answered(libc::EIO, 0, None)
+            }
+        }
     }
+
+    /// Answer with bytes `[start, start + len)` of [`Reply::buffer`], where the handler put
+    /// them.
+    pub fn ok_buffer(&mut self, start: usize, len: usize) {
+        let Some(b) = self.buf.as_deref_mut() else {
+            eprintln!(
+                "dmkit: fuse: request {} has no buffer to answer from",
+                self.unique
+            );
+            return self.err(libc::EIO);
+        };
+        if let Some(fd) = self.fd {
+            reply(fd, self.unique, 0, &[&b[start..start + len]]);
+            return self.answered(0, 0, None);
+        }
+        if start != 0 {
+            // Only an unaligned read starts inside its block; the ring sends from the start.
+            b.copy_within(start..start + len, 0);
+        }
+        self.answered(0, len, None)
+    }
+
     /// Answer with an errno.
-    pub fn err(&self, errno: i32) {
-        reply(self.fd, self.unique, errno, &[]);
+    pub fn err(&mut self, errno: i32) {
+        if let Some(fd) = self.fd {
+            reply(fd, self.unique, errno, &[]);
+        }
+        self.answered(errno, 0, None)
     }
+
     /// Answer `Ok(payload)` or `Err(errno)`.
-    pub fn result(&self, r: Result<Vec<u8>, i32>) {
+    pub fn result(&mut self, r: Result<Vec<u8>, i32>) {
         match r {
             Ok(p) => self.ok(&[&p]),
             Err(e) => self.err(e),
         }
     }
+
+    /// What the request was answered with; a handler that did not answer gets EIO (a ring
+    /// entry must always go back to the kernel).
+    pub fn finish(mut self) -> Answer {
+        if self.answer.is_none() {
+            eprintln!("dmkit: fuse: request {} was not answered", self.unique);
+            self.err(libc::EIO);
+        }
+        self.answer.take().unwrap_or(Answer {
+            error: libc::EIO,
+            len: 0,
+            staged: None,
+        })
+    }
+}
+
+/// Whether a WRITE's fixed arguments (`fuse_write_in`) are whole and announce `payload` bytes.
+pub(super) fn write_is_whole(args: &[u8], payload: usize) -> bool {
+    args.len() >= WRITE_IN && ne_u32(args, 16) as usize == payload
 }
 
 /// What a FUSE server serves. Called on the serving threads, concurrently.
@@ -96,7 +234,13 @@ pub(super) trait Filesystem: Send + Sync + 'static {
     fn init_flags(&self) -> u32;
     /// Answer one request (INIT, DESTROY, INTERRUPT and FORGETs never get here). Every
     /// opcode that expects a reply must get exactly one through `reply`.
-    fn handle(&self, req: &Request<'_>, scratch: &mut Self::Scratch, reply: &Reply, s: &State);
+    fn handle(
+        &self,
+        req: &Request<'_>,
+        scratch: &mut Self::Scratch,
+        reply: &mut Reply<'_>,
+        s: &State,
+    );
 }
 
 /// Session state a filesystem may read or update while handling a request.
@@ -107,15 +251,46 @@ pub(super) struct State {
     pub minor: AtomicU32,
 }
 
-struct Shared<F> {
-    fs: F,
-    state: State,
-    counters: Vec<Counters>,
-    /// Set once INIT has been answered, with the negotiated minor version.
+/// What every serving thread of a session shares.
+pub(super) struct Shared<F> {
+    pub fs: F,
+    pub state: State,
+    /// Per thread: the `/dev/fuse` threads first, then one per ring queue.
+    pub counters: Vec<Counters>,
+    /// The connection's first descriptor: ring queues send their commands on it.
+    pub master: Arc<OwnedFd>,
+    /// `/dev/fuse` threads.
+    threads: usize,
+    choice: TransportChoice,
+    /// Set once INIT has been answered (and the ring registered), with the negotiated minor
+    /// version.
     init: Mutex<Option<Result<u32, String>>>,
     init_cv: Condvar,
+    transport: Mutex<Option<Transport>>,
     live_threads: AtomicUsize,
     exited: (Mutex<()>, Condvar),
+    /// The ring queues' threads, joined with the others at unmount.
+    pub ring_threads: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl<F> Shared<F> {
+    /// A serving thread is about to start.
+    pub fn thread_starting(&self) {
+        self.live_threads.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// How many `/dev/fuse` threads there are (the ring queues' counters follow theirs).
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// A serving thread ended.
+    pub fn thread_done(&self) {
+        if self.live_threads.fetch_sub(1, Ordering::SeqCst) == 1 {
+            let _g = self.exited.0.lock().unwrap_or_else(|e| e.into_inner());
+            self.exited.1.notify_all();
+        }
+    }
 }
 
 /// A mounted FUSE connection with its serving threads. Unmounts (lazily) when dropped.
@@ -130,15 +305,18 @@ pub(super) struct Session<F: Filesystem> {
 
 impl<F: Filesystem> Session<F> {
     /// Serve `fs` on the connection `master` (already mounted at `mountpoint`) with `threads`
-    /// threads, and wait until the kernel's INIT has been answered.
+    /// `/dev/fuse` threads and, when `choice` allows and the kernel offers it, a ring queue per
+    /// CPU; wait until the kernel's INIT has been answered.
     pub fn start(
         mountpoint: &Path,
         master: OwnedFd,
         via_fusermount: bool,
         fs: F,
         threads: usize,
+        choice: TransportChoice,
     ) -> io::Result<Self> {
         let threads = threads.max(1);
+        let queues = possible_cpus().unwrap_or(1);
         let master = Arc::new(master);
         let shared = Arc::new(Shared {
             fs,
@@ -146,11 +324,16 @@ impl<F: Filesystem> Session<F> {
                 open_handles: AtomicI64::new(0),
                 minor: AtomicU32::new(0),
             },
-            counters: (0..threads).map(|_| Counters::default()).collect(),
+            counters: (0..threads + queues).map(|_| Counters::default()).collect(),
+            master: master.clone(),
+            threads,
+            choice,
             init: Mutex::new(None),
             init_cv: Condvar::new(),
+            transport: Mutex::new(None),
             live_threads: AtomicUsize::new(threads),
             exited: (Mutex::new(()), Condvar::new()),
+            ring_threads: Mutex::new(Vec::new()),
         });
         let mut session = Session {
             mountpoint: mountpoint.to_path_buf(),
@@ -195,7 +378,12 @@ impl<F: Filesystem> Session<F> {
         loop {
             match &*g {
                 Some(Ok(_)) => return Ok(()),
-                Some(Err(m)) => return Err(io::Error::other(m.clone())),
+                Some(Err(m)) => {
+                    return Err(io::Error::other(format!(
+                        "{}: {m}",
+                        self.mountpoint.display()
+                    )))
+                }
                 None => {}
             }
             let now = Instant::now();
@@ -228,6 +416,19 @@ impl<F: Filesystem> Session<F> {
         self.shared.state.minor.load(Ordering::Relaxed)
     }
 
+    /// The transport requests come through.
+    pub fn transport(&self) -> Transport {
+        let g = self
+            .shared
+            .transport
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        g.clone().unwrap_or(Transport::DevFuse {
+            threads: self.shared.threads,
+            why: None,
+        })
+    }
+
     /// The counters so far, summed over the threads.
     pub fn stats(&self) -> ExportStats {
         let mut s = ExportStats::default();
@@ -250,7 +451,8 @@ impl<F: Filesystem> Session<F> {
             return Ok(false);
         }
         let lazy = super::mount::unmount_path(&self.mountpoint, self.st_dev)?;
-        // Unmounting aborts the connection, which makes every blocked read return ENODEV.
+        // Unmounting aborts the connection: every blocked read returns ENODEV, and every ring
+        // entry comes back with ENOTCONN.
         let deadline = Instant::now() + wait;
         let (m, cv) = &self.shared.exited;
         let mut g = m.lock().unwrap_or_else(|e| e.into_inner());
@@ -266,7 +468,14 @@ impl<F: Filesystem> Session<F> {
         }
         drop(g);
         if self.shared.live_threads.load(Ordering::SeqCst) == 0 {
-            for h in self.threads.drain(..) {
+            let rings = std::mem::take(
+                &mut *self
+                    .shared
+                    .ring_threads
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()),
+            );
+            for h in self.threads.drain(..).chain(rings) {
                 let _ = h.join();
             }
         }
@@ -284,6 +493,9 @@ impl<F: Filesystem> super::Mounted for Session<F> {
     fn protocol_minor(&self) -> u32 {
         Session::protocol_minor(self)
     }
+    fn transport(&self) -> Transport {
+        Session::transport(self)
+    }
     fn via_fusermount(&self) -> bool {
         self.via_fusermount
     }
@@ -300,12 +512,32 @@ impl<F: Filesystem> Drop for Session<F> {
     }
 }
 
-/// The request loop of one serving thread.
+/// Route one request, whatever the transport: the session answers INIT, DESTROY and the
+/// requests that expect no answer; the filesystem everything else. Returns the answer, `None`
+/// when the request expects none.
+pub(super) fn dispatch<F: Filesystem>(
+    shared: &Arc<Shared<F>>,
+    req: &Request<'_>,
+    scratch: &mut F::Scratch,
+    mut r: Reply<'_>,
+) -> Option<Answer> {
+    match req.opcode {
+        FUSE_INIT => init(shared, &mut r, req.args),
+        // No reply expected: interrupts are ignored (every request finishes quickly).
+        FUSE_INTERRUPT | FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_NOTIFY_REPLY => return None,
+        FUSE_DESTROY => r.ok(&[]),
+        _ => shared.fs.handle(req, scratch, &mut r, &shared.state),
+    }
+    Some(r.finish())
+}
+
+/// The request loop of one `/dev/fuse` thread.
 fn serve<F: Filesystem>(shared: Arc<Shared<F>>, fd: Arc<OwnedFd>, idx: usize) {
     let raw = fd.as_raw_fd();
     let mut head = [0u8; HEAD];
-    // The kernel refuses reads into buffers smaller than header + write_in + max_write.
-    let mut data = AlignedBuf::new(MAX_WRITE + PAGE);
+    // The kernel refuses reads into buffers smaller than header + write_in + max_write; the
+    // slack lets an unaligned READ of the largest size be read whole into the same buffer.
+    let mut data = AlignedBuf::new(MAX_WRITE + 2 * PAGE);
     let mut args: Vec<u8> = Vec::with_capacity(MAX_ARGS);
     let mut scratch = shared.fs.scratch();
     let ctr = &shared.counters[idx];
@@ -344,94 +576,138 @@ fn serve<F: Filesystem>(shared: Arc<Shared<F>>, fd: Arc<OwnedFd>, idx: usize) {
         let opcode = ne_u32(&head, 4);
         let unique = ne_u64(&head, 8);
         let nodeid = ne_u64(&head, 16);
-        let r = Reply { fd: raw, unique };
         ctr.requests.fetch_add(1, Ordering::Relaxed);
-        let (req_args, payload): (&[u8], &[u8]) = if opcode == FUSE_WRITE {
-            if n < HEAD {
-                r.err(libc::EINVAL);
+        if opcode == FUSE_WRITE {
+            if n < HEAD || !write_is_whole(&head[IN_HEADER..], n - HEAD) {
+                Reply::dev(raw, unique, None).err(libc::EINVAL);
                 continue;
             }
-            let size = ne_u32(&head, IN_HEADER + 16) as usize;
-            if n != HEAD + size {
-                r.err(libc::EINVAL);
-                continue;
-            }
-            (&head[IN_HEADER..HEAD], &data.all()[..size])
+            let req = Request {
+                opcode,
+                nodeid,
+                args: &head[IN_HEADER..HEAD],
+                payload: &data.as_slice()[..n - HEAD],
+                counters: ctr,
+            };
+            dispatch(&shared, &req, &mut scratch, Reply::dev(raw, unique, None));
         } else {
-            // Every other request is small: gather its arguments contiguously.
+            // Every other request is small: gather its arguments contiguously, which frees
+            // the data buffer for the answer.
             args.clear();
             args.extend_from_slice(&head[IN_HEADER..n.min(HEAD)]);
             if n > HEAD {
                 let rest = (n - HEAD).min(MAX_ARGS);
-                args.extend_from_slice(&data.all()[..rest]);
+                args.extend_from_slice(&data.as_slice()[..rest]);
             }
-            (&args, &[])
-        };
-        match opcode {
-            FUSE_INIT => init(&shared, &r, req_args),
-            // No reply expected: interrupts are ignored (every request finishes quickly).
-            FUSE_INTERRUPT | FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_NOTIFY_REPLY => {}
-            FUSE_DESTROY => r.ok(&[]),
-            _ => {
-                let req = Request {
-                    opcode,
-                    nodeid,
-                    args: req_args,
-                    payload,
-                    counters: ctr,
-                };
-                shared.fs.handle(&req, &mut scratch, &r, &shared.state);
-            }
+            let req = Request {
+                opcode,
+                nodeid,
+                args: &args,
+                payload: &[],
+                counters: ctr,
+            };
+            let r = Reply::dev(raw, unique, Some(data.all()));
+            dispatch(&shared, &req, &mut scratch, r);
         }
     }
-    if shared.live_threads.fetch_sub(1, Ordering::SeqCst) == 1 {
-        let _g = shared.exited.0.lock().unwrap_or_else(|e| e.into_inner());
-        shared.exited.1.notify_all();
-    }
+    shared.thread_done();
 }
 
-fn init<F: Filesystem>(shared: &Shared<F>, r: &Reply, args: &[u8]) {
+fn init<F: Filesystem>(shared: &Arc<Shared<F>>, r: &mut Reply<'_>, args: &[u8]) {
     if args.len() < 16 {
-        r.err(libc::EINVAL);
-        return;
+        return r.err(libc::EINVAL);
     }
     let major = ne_u32(args, 0);
     let minor = ne_u32(args, 4);
     let max_readahead = ne_u32(args, 8);
     let flags = ne_u32(args, 12);
+    let flags2 = if flags & FUSE_INIT_EXT != 0 && args.len() >= 20 {
+        ne_u32(args, 16)
+    } else {
+        0
+    };
     if major > KERNEL_MAJOR {
         // The kernel resends INIT with our major version.
         let mut o = Out::new();
         o.u32(KERNEL_MAJOR).u32(KERNEL_MINOR).zeros(56);
-        r.ok(&[&o.0]);
-        return;
+        return r.ok(&[&o.0]);
     }
-    let mut g = shared.init.lock().unwrap_or_else(|e| e.into_inner());
+    let done = |res: Result<u32, String>| {
+        let mut g = shared.init.lock().unwrap_or_else(|e| e.into_inner());
+        *g = Some(res);
+        shared.init_cv.notify_all();
+    };
     if major < KERNEL_MAJOR || minor < 28 {
         let m = format!("kernel FUSE protocol {major}.{minor} is too old (need 7.28)");
         eprintln!("dmkit: {m}");
         r.err(libc::EPROTO);
-        *g = Some(Err(m));
-        shared.init_cv.notify_all();
-        return;
+        return done(Err(m));
     }
     let minor = minor.min(KERNEL_MINOR);
+    // The rings are made before the answer: once it says io_uring, the kernel holds every
+    // request until each CPU's queue has registered, so they must be ready to.
+    let mut why = None;
+    let rings = match shared.choice {
+        TransportChoice::DevFuse => None,
+        _ if flags2 & FUSE_OVER_IO_URING2 == 0 => {
+            why = Some(not_offered());
+            None
+        }
+        _ => match super::uring::prepare(shared) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                why = Some(format!("cannot set up the io_uring queues: {e}"));
+                None
+            }
+        },
+    };
+    let mut out_flags = flags & shared.fs.init_flags();
+    let mut out_flags2 = 0;
+    if flags & FUSE_INIT_EXT != 0 {
+        out_flags |= FUSE_INIT_EXT;
+        if rings.is_some() {
+            out_flags2 |= FUSE_OVER_IO_URING2;
+        }
+    }
     let mut o = Out::new();
     o.u32(KERNEL_MAJOR)
         .u32(minor)
         .u32(max_readahead)
-        .u32(flags & shared.fs.init_flags())
+        .u32(out_flags)
         .u16(MAX_BACKGROUND)
         .u16(CONGESTION_THRESHOLD)
         .u32(MAX_WRITE as u32)
         .u32(1) // time_gran
         .u16(MAX_PAGES)
         .u16(0) // map_alignment
-        .u32(0) // flags2
+        .u32(out_flags2)
         .u32(0) // max_stack_depth
         .zeros(24); // request_timeout + unused
     shared.state.minor.store(minor, Ordering::Relaxed);
     r.ok(&[&o.0]);
-    *g = Some(Ok(minor));
-    shared.init_cv.notify_all();
+    // The kernel has processed the answer when the write returns: it now takes ring
+    // registrations.
+    let transport = match rings.map(|p| p.register()) {
+        Some(Ok(t)) => t,
+        Some(Err(e)) => Transport::DevFuse {
+            threads: shared.threads,
+            why: Some(format!("FUSE over io_uring failed to register: {e}")),
+        },
+        None => Transport::DevFuse {
+            threads: shared.threads,
+            why,
+        },
+    };
+    let res = match (&transport, shared.choice) {
+        (Transport::DevFuse { why: Some(w), .. }, TransportChoice::IoUring) => {
+            Err(format!("{TRANSPORT_ENV}=io-uring: {w}"))
+        }
+        (Transport::DevFuse { why: Some(w), .. }, _) => {
+            eprintln!("dmkit: fuse: serving through /dev/fuse: {w}");
+            Ok(minor)
+        }
+        _ => Ok(minor),
+    };
+    *shared.transport.lock().unwrap_or_else(|e| e.into_inner()) = Some(transport);
+    done(res);
 }

@@ -10,7 +10,7 @@
 use super::mount::{self, Root};
 use super::proto::*;
 use super::session::{Filesystem, Reply, Request, Session, State};
-use super::Mounted;
+use super::{Mounted, TransportChoice};
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -322,7 +322,7 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
             | FUSE_CACHE_SYMLINKS
     }
 
-    fn handle(&self, req: &Request<'_>, scratch: &mut S::Scratch, r: &Reply, st: &State) {
+    fn handle(&self, req: &Request<'_>, scratch: &mut S::Scratch, r: &mut Reply<'_>, st: &State) {
         let args = req.args;
         let ino = req.nodeid;
         match req.opcode {
@@ -417,12 +417,14 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
     }
 }
 
-/// Mount `source` read-only over the directory `mountpoint`, serve it with `threads` threads
-/// and wait until the kernel's INIT has been answered. Unmounts (lazily) when dropped.
+/// Mount `source` read-only over the directory `mountpoint`, serve it with `threads`
+/// `/dev/fuse` threads or ring queues (as `transport` and the kernel allow) and wait until the
+/// kernel's INIT has been answered. Unmounts (lazily) when dropped.
 pub fn mount_tree<S: TreeSource>(
     mountpoint: &Path,
     source: Arc<S>,
     threads: usize,
+    transport: TransportChoice,
 ) -> io::Result<Box<dyn Mounted>> {
     let (master, via_fusermount) = mount::mount(mountpoint, Root::ReadOnlyDir)?;
     let fs = TreeFs {
@@ -431,6 +433,6 @@ pub fn mount_tree<S: TreeSource>(
             slots: RwLock::new((Vec::new(), Vec::new())),
         },
     };
-    let session = Session::start(mountpoint, master, via_fusermount, fs, threads)?;
+    let session = Session::start(mountpoint, master, via_fusermount, fs, threads, transport)?;
     Ok(Box::new(session))
 }
