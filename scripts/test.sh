@@ -29,6 +29,9 @@ cargo clippy --all-targets -- -D warnings
 step "cargo test --release --no-fail-fast"
 cargo test --release --no-fail-fast
 
+step "the FUSE tests through FUSE over io_uring: scripts/test-fuse-uring.sh"
+scripts/test-fuse-uring.sh
+
 if [ "$fuzz_seconds" = 0 ]; then
     step "fuzz smoke: skipped (FUZZ_SECONDS=0)"
     exit 0
