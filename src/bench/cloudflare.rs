@@ -439,7 +439,7 @@ impl Drop for Daemon {
 }
 
 /// A loop device detached when dropped.
-struct Loop(PathBuf);
+pub(super) struct Loop(pub(super) PathBuf);
 
 impl Drop for Loop {
     fn drop(&mut self) {
@@ -528,7 +528,13 @@ fn peer_target(job: &Job) -> f64 {
     }
 }
 
-fn wait_for_size(path: &Path, size: u64, child: &mut Child, what: &str) -> Result<(), BenchError> {
+/// Wait until `path` is a FUSE mount of `size` bytes served by `child`.
+pub(super) fn wait_for_size(
+    path: &Path,
+    size: u64,
+    child: &mut Child,
+    what: &str,
+) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if fs::metadata(path).map(|m| m.len()).unwrap_or(0) == size
@@ -549,7 +555,8 @@ fn wait_for_size(path: &Path, size: u64, child: &mut Child, what: &str) -> Resul
     }
 }
 
-fn first_mib(dev: &Path) -> Result<Vec<u8>, BenchError> {
+/// The first MiB read through `dev`.
+pub(super) fn first_mib(dev: &Path) -> Result<Vec<u8>, BenchError> {
     use std::io::Read;
     let mut buf = vec![0u8; 1 << 20];
     fs::File::open(dev)

@@ -464,6 +464,8 @@ pub struct Dmkit {
     pub build: String,
     /// (device, inode) of the executable when the benchmark started.
     identity: Option<(u64, u64)>,
+    /// Environment variables every command gets (and the servers they start inherit).
+    env: Vec<(String, String)>,
 }
 
 /// How long an `open` or `close` may take before it counts as hung.
@@ -511,6 +513,7 @@ impl Dmkit {
             exe,
             run_dir,
             build,
+            env: Vec::new(),
         })
     }
 
@@ -528,7 +531,17 @@ impl Dmkit {
     {
         let mut c = Command::new(&self.exe);
         c.args(args);
+        c.envs(self.env.iter().map(|(k, v)| (k, v)));
         c
+    }
+
+    /// This dmkit with `key=value` in the environment of its commands (a server started by
+    /// `open` inherits it: `DMKIT_FUSE_TRANSPORT`, say).
+    pub fn with_env(&self, key: &str, value: &str) -> Dmkit {
+        let mut d = self.clone();
+        d.env.retain(|(k, _)| k != key);
+        d.env.push((key.to_string(), value.to_string()));
+        d
     }
 
     /// The serving process of export `name` (`dmkit status NAME --json`).

@@ -12,6 +12,8 @@
 //! - [`config`]: the configurations side by side (`plain`, `verity`; later `integrity`,
 //!   `crypt`), [`verity`]: the verity specifics;
 //! - [`nbd`] (`dmkit bench nbd`): the NBD export against qemu-storage-daemon's;
+//! - [`export`] (`dmkit bench export`): the export as a dimension (FUSE on `/dev/fuse`, FUSE
+//!   over io_uring, NBD) against the kernel loop and qemu-storage-daemon's FUSE and NBD;
 //! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios;
 //!   [`fsverity_digest`]: `fsverity digest` against `dmkit fsverity digest`.
 //!   [`fsverity_read`]: reads through `fsverity mount`, verified or not;
@@ -23,6 +25,7 @@
 pub mod cipher;
 pub mod cloudflare;
 pub mod config;
+pub mod export;
 pub mod fio;
 pub mod format;
 pub mod fsverity_digest;

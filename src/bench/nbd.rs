@@ -166,7 +166,7 @@ impl NbdReport {
 }
 
 /// Wait until the Unix socket at `path` accepts connections.
-fn wait_for_socket(path: &Path, d: &mut Daemon) -> Result<(), BenchError> {
+pub(super) fn wait_for_socket(path: &Path, d: &mut Daemon) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
@@ -187,7 +187,7 @@ fn wait_for_socket(path: &Path, d: &mut Daemon) -> Result<(), BenchError> {
 }
 
 /// Whether this fio has the nbd engine (Debian's links libnbd).
-fn fio_has_nbd() -> bool {
+pub(super) fn fio_has_nbd() -> bool {
     Command::new("fio")
         .arg("--enghelp")
         .stdin(Stdio::null())

@@ -52,6 +52,11 @@ enum BenchCommand {
     /// same file, fio's nbd engine on both: 4k qd32 randread and 1M read (target 1.5x), writes,
     /// and each server's CPU per request.
     Nbd(RwArgs),
+    /// The export as a dimension: dmkit linear through FUSE (/dev/fuse), FUSE over io_uring and
+    /// NBD against the kernel loop on the raw file and qemu-storage-daemon's FUSE and NBD
+    /// exports, same run: 1M read/write qd4, 4k randread qd32/qd1, 4k randwrite qd32, loop
+    /// devices with direct I/O on the FUSE files, each server's CPU per request. Needs root.
+    Export(RwArgs),
 }
 
 /// Arguments of `dmkit bench fsverity-digest`.
@@ -271,6 +276,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::FsverityDigest(a)) => run_fsverity_digest(a),
         Some(BenchCommand::Image(a)) => run_image(a),
         Some(BenchCommand::Nbd(a)) => run_nbd(a),
+        Some(BenchCommand::Export(a)) => run_export(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -414,6 +420,18 @@ fn run_nbd(a: RwArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = nbd::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, nbd::render)
+}
+
+fn run_export(a: RwArgs) -> CliResult {
+    use crate::bench::export;
+    let mut o = a.options("bench export")?;
+    // The table: median of 2 alternating rounds.
+    if a.runs.is_none() && !a.quick {
+        o.runs = 2;
+    }
+    let interrupt = Interrupt::install();
+    let r = export::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r, export::render)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.
