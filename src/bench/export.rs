@@ -659,10 +659,10 @@ FUSE over io_uring switch ({ENABLE_URING}): {}\n\n",
         if let Some(x) = r.ratio(Side::FuseUring, Side::KernelLoop, j) {
             let t = job.uring_target();
             out.push_str(&format!(
-                "fuse-uring / kernel loop, {:<18} {:.2} (target >= {:.2}: {})\n",
+                "fuse-uring / kernel loop, {:<18} {:.1}% (target >= {:.0}%: {})\n",
                 job.name,
-                x,
-                t,
+                x * 100.0,
+                t * 100.0,
                 verdict(x, t)
             ));
         }
@@ -762,8 +762,8 @@ mod tests {
         assert_eq!(r.bw(Side::FuseUring, 0), Some(860e6));
         let t = render(&r);
         assert!(t.contains("860 (86%)"), "{t}");
-        assert!(t.contains("(target >= 0.90: MISSED)"), "{t}");
-        assert!(t.contains("(target >= 0.80: met)"), "{t}");
+        assert!(t.contains("86.0% (target >= 90%: MISSED)"), "{t}");
+        assert!(t.contains("86.0% (target >= 80%: met)"), "{t}");
         assert!(t.contains("2.00x (target >= 1.5x: met)"), "{t}");
         assert!(t.contains("8.5 µs") && t.contains("20.0 µs"), "{t}");
         assert!(t.contains("load average before 1.00 1.00 1.00, after 2.00 2.00 2.00"));
