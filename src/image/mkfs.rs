@@ -217,7 +217,7 @@ impl Compression {
 pub fn find_program(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH").unwrap_or_default();
     std::env::split_paths(&path)
-        .chain(["/usr/sbin", "/sbin", "/usr/bin", "/bin"].map(PathBuf::from))
+        .chain(["/usr/sbin", "/sbin"].map(PathBuf::from))
         .map(|d| d.join(program))
         .find(|p| {
             use std::os::unix::fs::PermissionsExt;

@@ -169,7 +169,8 @@ pub struct Run {
 }
 
 impl Run {
-    fn new(what: String, out: &Output) -> Run {
+    /// What `out`, the output of the command line `what`, says.
+    pub fn new(what: String, out: &Output) -> Run {
         Run {
             what,
             code: out.status.code(),
