@@ -137,7 +137,7 @@ struct CipherArgs {
 /// Arguments shared by the read-write benchmarks (`bench crypt`, `bench integrity`).
 #[derive(clap::Args)]
 struct RwArgs {
-    /// Runs per job and side [default: 3, --quick: 1].
+    /// Runs per job and side [default: 3 (bench export: 2), --quick: 1].
     #[arg(long)]
     runs: Option<u32>,
     /// Size of each side's data [default: 1G, --quick: 256M].
