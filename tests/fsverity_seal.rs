@@ -302,6 +302,32 @@ fn a_tampered_byte_fails_exactly_its_block() {
             }
         }
     }
+    // Through the page cache too: a read-ahead request that holds the bad block fails whole,
+    // and the kernel then reads each page of it alone, so only the bad block's page fails.
+    let (f, at) = tampered[2];
+    let file = fs::File::open(env.mp.join(f)).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for (i, want) in original[2].chunks(4096).enumerate() {
+        match file.read_at(&mut buf, i as u64 * 4096) {
+            Ok(n) => {
+                assert_ne!(
+                    i as u64,
+                    at / 4096,
+                    "{f}: block {i} read through the page cache"
+                );
+                assert_eq!(&buf[..n], want, "{f}: block {i} through the page cache");
+            }
+            Err(e) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{f}: block {i}");
+                assert_eq!(
+                    i as u64,
+                    at / 4096,
+                    "{f}: block {i} failed through the page cache"
+                );
+            }
+        }
+    }
+    drop(file);
     // Untampered files read normally.
     assert_eq!(
         fs::read(env.mp.join("block")).unwrap(),
@@ -687,4 +713,43 @@ fn bad_input_gives_one_line_errors_and_writes_nothing() {
     assert_eq!(r.code, Some(1), "{}", r.describe());
     assert!(r.stderr.contains("'..' component"), "{}", r.describe());
     assert!(!mounted(&env.mp));
+}
+
+/// The mount's read-ahead window, from its backing device's `read_ahead_kb`.
+fn read_ahead_kb(mp: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    let dev = fs::metadata(mp).unwrap().dev();
+    let p = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    fs::read_to_string(&p).unwrap().trim().parse().unwrap()
+}
+
+#[test]
+fn the_mount_sets_its_read_ahead_window() {
+    let Some(env) = Env::sealed() else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: read_ahead_kb can only be written by root");
+        return;
+    }
+    env.mount(&[]).assert_ok();
+    assert_eq!(read_ahead_kb(&env.mp), 4096, "the default window is 4 MiB");
+    env.close();
+    env.mount(&["--read-ahead", "512K"]).assert_ok();
+    assert_eq!(read_ahead_kb(&env.mp), 512);
+    // Reads are the same whatever the window.
+    assert_eq!(
+        fs::read(env.mp.join("dir/deeper/big")).unwrap(),
+        fs::read(env.tree.join("dir/deeper/big")).unwrap()
+    );
+    env.close();
+    env.mount(&["--read-ahead", "0"]).assert_ok();
+    assert_eq!(read_ahead_kb(&env.mp), 128, "0 keeps the kernel's window");
+    env.close();
+    env.refused(&["--read-ahead", "lots"], 1, &["--read-ahead"]);
 }

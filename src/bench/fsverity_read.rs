@@ -168,7 +168,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<FsVerityReadRepo
     let mut commands = Vec::new();
     let exports = prepare(&dmkit, o, &ws, interrupt, &mut commands)?;
     // Enough bytes per run to time well, few enough to keep a quick run quick.
-    let read_bytes = if o.quick { 128 << 20 } else { 512 << 20 };
+    let read_bytes = if o.quick { 128 << 20 } else { 2 << 30 };
     let randread_bytes = if o.quick { 16 << 20 } else { 64 << 20 };
     let mut rows: Vec<FileRow> = [("small", SMALL), ("large", o.size)]
         .iter()

@@ -71,6 +71,10 @@ pub struct MountArgs {
     /// Memory for verified Merkle tree blocks (K, M, G suffixes).
     #[arg(long, default_value = "64M")]
     tree_cache: String,
+    /// The mount's read-ahead window (K, M suffixes; 0 keeps the kernel's 128K). Needs root;
+    /// otherwise the kernel's default stays, with a line in the log.
+    #[arg(long, default_value = "4M")]
+    read_ahead: String,
     /// Name of the mount for `status` and `close` [default: the mount point, escaped].
     #[arg(long)]
     name: Option<String>,
@@ -178,6 +182,8 @@ pub fn mount(a: MountArgs) -> CliResult {
     super::device::prepare_open(&name, false)?;
     let cache_bytes = crate::bench::parse_size(&a.tree_cache)
         .map_err(|e| CliError::invalid(format!("--tree-cache: {e}")))?;
+    let read_ahead = crate::bench::parse_size(&a.read_ahead)
+        .map_err(|e| CliError::invalid(format!("--read-ahead: {e}")))?;
     let manifest = a.manifest.unwrap_or_else(|| default_manifest(&a.dir));
     let store = a.store.unwrap_or_else(|| default_store(&manifest));
     let signature = a
@@ -216,6 +222,7 @@ pub fn mount(a: MountArgs) -> CliResult {
             format!("{} (verified)", signature.display())
         },
         "tree_cache_bytes": cache_bytes,
+        "read_ahead_bytes": read_ahead,
     });
     let t = tree.clone();
     let stats = Arc::new(move || {
@@ -237,7 +244,7 @@ pub fn mount(a: MountArgs) -> CliResult {
         threads: a.threads,
         details,
         stats: Some(stats),
-        mount: TreeSpec::mounter(tree),
+        mount: TreeSpec::mounter(tree, (read_ahead > 0).then_some(read_ahead)),
     };
     let print = |o: &export::Opened| println!("{}", o.path.display());
     if a.foreground {

@@ -175,11 +175,12 @@ pub struct TreeSpec {
 }
 
 impl TreeSpec {
-    /// The mounter of a [`TreeSource`].
-    pub fn mounter<S: TreeSource>(source: Arc<S>) -> TreeMounter {
+    /// The mounter of a [`TreeSource`], with the mount's read-ahead window in bytes (`None`:
+    /// the kernel's default).
+    pub fn mounter<S: TreeSource>(source: Arc<S>, read_ahead: Option<u64>) -> TreeMounter {
         Box::new(
             move |mountpoint: &Path, threads: usize, transport: TransportChoice| {
-                mount_tree(mountpoint, source, threads, transport)
+                mount_tree(mountpoint, source, threads, transport, read_ahead)
             },
         )
     }

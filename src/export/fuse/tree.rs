@@ -419,12 +419,14 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
 
 /// Mount `source` read-only over the directory `mountpoint`, serve it with `threads`
 /// `/dev/fuse` threads or ring queues (as `transport` and the kernel allow) and wait until the
-/// kernel's INIT has been answered. Unmounts (lazily) when dropped.
+/// kernel's INIT has been answered. `read_ahead` (bytes, if any) becomes the mount's
+/// read-ahead window (see [`set_read_ahead`]). Unmounts (lazily) when dropped.
 pub fn mount_tree<S: TreeSource>(
     mountpoint: &Path,
     source: Arc<S>,
     threads: usize,
     transport: TransportChoice,
+    read_ahead: Option<u64>,
 ) -> io::Result<Box<dyn Mounted>> {
     let (master, via_fusermount) = mount::mount(mountpoint, Root::ReadOnlyDir)?;
     let fs = TreeFs {
@@ -434,5 +436,34 @@ pub fn mount_tree<S: TreeSource>(
         },
     };
     let session = Session::start(mountpoint, master, via_fusermount, fs, threads, transport)?;
+    if let Some(bytes) = read_ahead {
+        // Not fatal: the mount serves the same bytes with the kernel's default window.
+        if let Err(e) = set_read_ahead(mountpoint, bytes) {
+            eprintln!(
+                "dmkit: {}: read-ahead left at the kernel's default: {e}",
+                mountpoint.display()
+            );
+        }
+    }
     Ok(Box::new(session))
+}
+
+/// Set the read-ahead window of the FUSE mount at `mountpoint` to `bytes` (rounded down to
+/// KiB), through its backing device's `read_ahead_kb` (root only).
+///
+/// Why: the kernel gives a FUSE mount a 128 KiB window and INIT can only lower it. With 128
+/// KiB, a sequential reader waits for one request of 32 blocks at a time; with a few MiB, the
+/// kernel sends several 1 MiB requests at once and the serving threads verify them in
+/// parallel (`dmkit bench fsverity`: verified reads of a 1 GiB file went from about 1.3–1.5 to
+/// 1.8 GB/s).
+pub fn set_read_ahead(mountpoint: &Path, bytes: u64) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(mountpoint)?.dev();
+    let path = format!(
+        "/sys/class/bdi/{}:{}/read_ahead_kb",
+        libc::major(dev),
+        libc::minor(dev)
+    );
+    std::fs::write(&path, format!("{}\n", bytes / 1024))
+        .map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))
 }
