@@ -23,6 +23,13 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     exit 1
 fi
 
+# A lock that lags the main crate's dependencies would send cargo to the registry index; say
+# so plainly instead (update it with `cargo metadata` in fuzz/ and commit it).
+if ! cargo +nightly metadata --locked --format-version 1 >/dev/null; then
+    echo "fuzz-smoke: fuzz/Cargo.lock is out of date with Cargo.toml" >&2
+    exit 1
+fi
+
 mapfile -t targets < <(cargo +nightly fuzz list)
 if [ "${#targets[@]}" -eq 0 ]; then
     echo "fuzz-smoke: no fuzz targets found" >&2
