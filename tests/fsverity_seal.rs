@@ -738,7 +738,11 @@ fn the_mount_sets_its_read_ahead_window() {
         return;
     }
     env.mount(&[]).assert_ok();
-    assert_eq!(read_ahead_kb(&env.mp), 4096, "the default window is 4 MiB");
+    assert_eq!(
+        read_ahead_kb(&env.mp),
+        16384,
+        "the default window is 16 MiB"
+    );
     env.close();
     env.mount(&["--read-ahead", "512K"]).assert_ok();
     assert_eq!(read_ahead_kb(&env.mp), 512);

@@ -71,9 +71,10 @@ pub struct MountArgs {
     /// Memory for verified Merkle tree blocks (K, M, G suffixes).
     #[arg(long, default_value = "64M")]
     tree_cache: String,
-    /// The mount's read-ahead window (K, M suffixes; 0 keeps the kernel's 128K). Needs root;
-    /// otherwise the kernel's default stays, with a line in the log.
-    #[arg(long, default_value = "4M")]
+    /// The mount's read-ahead window (K, M suffixes; 0 keeps the kernel's 128K): sequential
+    /// reads then keep several requests in flight, verified on all serving threads. Needs
+    /// root; otherwise the kernel's default stays, with a line in the log.
+    #[arg(long, default_value = "16M")]
     read_ahead: String,
     /// Name of the mount for `status` and `close` [default: the mount point, escaped].
     #[arg(long)]
