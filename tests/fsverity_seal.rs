@@ -756,4 +756,9 @@ fn the_mount_sets_its_read_ahead_window() {
     assert_eq!(read_ahead_kb(&env.mp), 128, "0 keeps the kernel's window");
     env.close();
     env.refused(&["--read-ahead", "lots"], 1, &["--read-ahead"]);
+    env.refused(
+        &["--read-ahead", "100"],
+        1,
+        &["--read-ahead", "less than a page"],
+    );
 }

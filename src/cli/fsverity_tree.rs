@@ -185,6 +185,13 @@ pub fn mount(a: MountArgs) -> CliResult {
         .map_err(|e| CliError::invalid(format!("--tree-cache: {e}")))?;
     let read_ahead = crate::bench::parse_size(&a.read_ahead)
         .map_err(|e| CliError::invalid(format!("--read-ahead: {e}")))?;
+    if read_ahead != 0 && read_ahead < 4096 {
+        // The kernel counts the window in KiB and a 0 there turns read-ahead off.
+        return Err(CliError::invalid(format!(
+            "--read-ahead: {} is less than a page (4K); 0 keeps the kernel's window",
+            a.read_ahead
+        )));
+    }
     let manifest = a.manifest.unwrap_or_else(|| default_manifest(&a.dir));
     let store = a.store.unwrap_or_else(|| default_store(&manifest));
     let signature = a
