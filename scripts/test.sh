@@ -26,6 +26,9 @@ cargo fmt --all --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 
+step "cargo doc (broken or private links in the docs are errors)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
+
 step "cargo test --release --no-fail-fast"
 cargo test --release --no-fail-fast
 

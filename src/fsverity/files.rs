@@ -41,7 +41,7 @@ const TASK_FILES: usize = 64;
 ///
 /// Runs on rayon's global thread pool (starting it if needed) when there is more than one
 /// file or a large one, and may map files (installing the SIGBUS handler of
-/// [`super::mapped`]): do not call it before `export::open` forks.
+/// `super::mapped`): do not call it before `export::open` forks.
 ///
 /// ```no_run
 /// use dmkit::fsverity::{digest_files, FsVerityParams};

@@ -1,7 +1,7 @@
 //! dm-verity: a read-only device checked against a hash tree and a root hash, byte-compatible
 //! with veritysetup and the kernel.
 //!
-//! Four faces, as every target: [`format`] writes the tree (and superblock), [`verify`] checks
+//! Four faces, as every target: [`format()`] writes the tree (and superblock), [`verify`] checks
 //! a device offline, [`superblock`] parses and dumps the metadata, and [`device::VerityDevice`]
 //! verifies on read. [`sig`] checks and makes root-hash signatures.
 

@@ -177,8 +177,8 @@ pub struct Prepared {
     pub metadata_end: u64,
 }
 
-/// Every check of [`format`], and the volume key, before anything is written: what runs
-/// between this and [`write`] (the integrity device's format) may rely on the header being
+/// Every check of [`format()`], and the volume key, before anything is written: what runs
+/// between this and [`write()`] (the integrity device's format) may rely on the header being
 /// writable.
 pub fn prepare(
     hdr_dev: &dyn BlockDevice,

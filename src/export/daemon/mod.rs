@@ -1,5 +1,5 @@
 //! The lifecycle behind `open`, `close` and `status`: a background server per open device,
-//! found through a runtime directory ([`rundir`]), alive as long as it holds its name lock,
+//! found through a runtime directory (`rundir`), alive as long as it holds its name lock,
 //! and holding claims on the backing ranges it maps.
 //!
 //! - `rundir`: where a name's files live, and the checks that make them safe to trust;

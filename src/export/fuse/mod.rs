@@ -9,9 +9,9 @@
 //!
 //! Both give a [`Mounted`]: the one session type serves either filesystem.
 //!
-//! The [`session`] runs several threads on one connection; each one reads a request, calls the
+//! The `session` runs several threads on one connection; each one reads a request, calls the
 //! filesystem inline and writes the reply. When the kernel offers FUSE over io_uring, requests
-//! come instead through one ring queue per CPU ([`uring`]), each served inline by a thread
+//! come instead through one ring queue per CPU (`uring`), each served inline by a thread
 //! pinned to its CPU; [`Transport`] says which is in use. There is no queue, channel or worker pool between
 //! the request and the device: parallelism comes from the kernel handing concurrent requests
 //! to concurrent readers. Data moves with as few copies as the protocol allows: WRITE payloads

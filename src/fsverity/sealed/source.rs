@@ -40,7 +40,7 @@ pub struct SealedCounters {
     pub verified_blocks: AtomicU64,
 }
 
-/// A sealed tree ready to serve: see [`super::open`].
+/// A sealed tree ready to serve: see [`super::open()`].
 pub struct SealedTree {
     root: OwnedFd,
     root_path: PathBuf,

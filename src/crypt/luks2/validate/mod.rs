@@ -117,7 +117,7 @@ pub(crate) fn str_to_u64(s: &[u8]) -> Option<u64> {
     Some(if neg { v.wrapping_neg() } else { v })
 }
 
-/// `crypt_jobj_get_uint64`: [`str_to_u64`] of `json_object_get_string`, 0 when it fails.
+/// `crypt_jobj_get_uint64`: `str_to_u64` of `json_object_get_string`, 0 when it fails.
 pub fn get_u64(v: Option<&Value>) -> u64 {
     v.and_then(Value::get_string)
         .and_then(|s| str_to_u64(&s))
