@@ -291,6 +291,31 @@ fn hammer(path: &Path, stop: mpsc::Receiver<()>) -> (u64, Option<std::io::Error>
     }
 }
 
+/// Start a reader hammering the device `name`'s file, send its server `signal` once reads are
+/// flowing, wait for the server to go and return what the reader saw: reads done and the
+/// error that stopped it. A reader still blocked 20 s after the server went fails the test.
+fn signal_while_reading(
+    env: &Env,
+    name: &str,
+    signal: libc::c_int,
+) -> (u64, Option<std::io::Error>) {
+    let path = env.path(name);
+    let pid = env.status(name)["pid"].as_u64().unwrap() as u32;
+    let (stop, rx) = mpsc::channel();
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(hammer(&path, rx));
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    kill(pid, signal);
+    wait_until("server exit", || pid_gone(pid));
+    let seen = done
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a reader hangs after the server went");
+    drop(stop);
+    seen
+}
+
 #[test]
 fn close_and_sigterm_with_rings_active_are_clean() {
     if uring_missing() {
@@ -339,20 +364,7 @@ fn close_and_sigterm_with_rings_active_are_clean() {
     // SIGTERM while a reader is at it: the server goes, the reader gets an error, nothing hangs.
     env.open_ok("tm", Some("io-uring"), &[]);
     let path = env.path("tm");
-    let pid = env.status("tm")["pid"].as_u64().unwrap() as u32;
-    let (stop, rx) = mpsc::channel();
-    let (done_tx, done) = mpsc::channel();
-    let p = path.clone();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(hammer(&p, rx));
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    kill(pid, libc::SIGTERM);
-    wait_until("server exit", || pid_gone(pid));
-    let (n, err) = done
-        .recv_timeout(Duration::from_secs(20))
-        .expect("a reader hangs after the server exited");
-    drop(stop);
+    let (n, err) = signal_while_reading(&env, "tm", libc::SIGTERM);
     assert!(n > 0 && err.is_some(), "{n} reads, {err:?}");
     wait_until("the mount to go", || !mounted(&path));
     assert!(env.log("tm").contains("closed"));
@@ -368,20 +380,7 @@ fn a_killed_server_hangs_no_reader() {
     let env = Env::new(8 << 20);
     env.open_ok("kl", Some("io-uring"), &[]);
     let path = env.path("kl");
-    let pid = env.status("kl")["pid"].as_u64().unwrap() as u32;
-    let (stop, rx) = mpsc::channel();
-    let (done_tx, done) = mpsc::channel();
-    let p = path.clone();
-    std::thread::spawn(move || {
-        let _ = done_tx.send(hammer(&p, rx));
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    kill(pid, libc::SIGKILL);
-    wait_until("server death", || pid_gone(pid));
-    let (n, err) = done
-        .recv_timeout(Duration::from_secs(20))
-        .expect("a reader hangs after the server was killed");
-    drop(stop);
+    let (n, err) = signal_while_reading(&env, "kl", libc::SIGKILL);
     assert!(n > 0, "no read succeeded before the kill");
     let err = err.expect("reads go on after the server was killed");
     assert_eq!(err.raw_os_error(), Some(libc::ENOTCONN), "{err}");

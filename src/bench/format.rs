@@ -49,18 +49,6 @@ impl Default for FormatOptions {
     }
 }
 
-fn veritysetup_version() -> Result<String, BenchError> {
-    let out = Command::new("veritysetup")
-        .arg("--version")
-        .output()
-        .map_err(|e| {
-            BenchError::Missing(format!(
-                "cannot run veritysetup ({e}); install it (apt-get install cryptsetup-bin)"
-            ))
-        })?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// Run the comparison.
 pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, BenchError> {
     let bs = u64::from(opts.params.data_block_size);
@@ -75,7 +63,7 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
     }
     let mut params = opts.params.clone();
     let salt = params.salt.get_or_insert_with(|| SALT.into()).clone();
-    let version = veritysetup_version()?;
+    let version = super::cloudflare::required_version("veritysetup", "cryptsetup-bin")?;
     let dmkit = Dmkit::from_env()?;
     let say = |msg: String| {
         if opts.progress {

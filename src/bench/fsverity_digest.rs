@@ -137,18 +137,6 @@ fn load_average() -> f64 {
         .unwrap_or(f64::NAN)
 }
 
-fn fsverity_version() -> Result<String, BenchError> {
-    let out = Command::new("fsverity")
-        .arg("--version")
-        .output()
-        .map_err(|e| {
-            BenchError::Missing(format!(
-                "cannot run fsverity ({e}); install it (apt-get install fsverity)"
-            ))
-        })?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// The small files' sizes, from `seed`: uniform in `0..=max`, or with a `mean`, exponential
 /// with that mean and capped at `max`.
 pub fn file_sizes(count: u32, max: u64, mean: Option<u64>, seed: u64) -> Vec<u64> {
@@ -246,7 +234,7 @@ pub fn run(opts: &FsvDigestOptions, interrupt: &Interrupt) -> Result<FsvDigestRe
             opts.hash
         )));
     }
-    let version = fsverity_version()?;
+    let version = super::cloudflare::required_version("fsverity", "fsverity")?;
     let dmkit = Dmkit::from_env()?;
     let say = |msg: String| {
         if opts.progress {

@@ -159,8 +159,20 @@ struct RwArgs {
 
 impl RwArgs {
     fn options(&self, command: &str) -> Result<RwBenchOptions, CliError> {
+        self.options_with_runs(command, None)
+    }
+
+    /// [`RwArgs::options`] for a command whose full run takes `runs` runs by default.
+    fn options_with_runs(
+        &self,
+        command: &str,
+        runs: Option<u32>,
+    ) -> Result<RwBenchOptions, CliError> {
         use std::io::IsTerminal;
         let mut o = RwBenchOptions::defaults(self.quick);
+        if let (Some(r), false) = (runs, self.quick) {
+            o.runs = r;
+        }
         o.progress = std::io::stderr().is_terminal();
         if let Some(r) = self.runs {
             o.runs = r;
@@ -362,12 +374,9 @@ fn run_verity_integrity(a: RwArgs) -> CliResult {
 
 fn run_fsverity_read(a: RwArgs) -> CliResult {
     use crate::bench::fsverity_read;
-    let mut o = a.options("bench fsverity")?;
     // Runs take a second or two, and one in a few dips by a fifth on either side (the serving
     // threads share 2 cores with fio): a median of 5 holds where one of 3 moved by 20 points.
-    if a.runs.is_none() && !a.quick {
-        o.runs = 5;
-    }
+    let o = a.options_with_runs("bench fsverity", Some(5))?;
     let interrupt = Interrupt::install();
     let r = fsverity_read::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, fsverity_read::render)
@@ -429,11 +438,8 @@ fn run_nbd(a: RwArgs) -> CliResult {
 
 fn run_export(a: RwArgs) -> CliResult {
     use crate::bench::export;
-    let mut o = a.options("bench export")?;
     // The table: median of 2 alternating rounds.
-    if a.runs.is_none() && !a.quick {
-        o.runs = 2;
-    }
+    let o = a.options_with_runs("bench export", Some(2))?;
     let interrupt = Interrupt::install();
     let r = export::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r, export::render)
