@@ -108,7 +108,7 @@ fn stale_gap(case: &Case, old_len: u64, new_len: u64) -> Option<std::ops::Range<
     }
     let tree_start = (offset + 512).next_multiple_of(case.hash_block_size);
     let (start, end) = (old_len.max(offset + 512), tree_start.min(new_len));
-    (start < end).then(|| start as usize..end as usize)
+    (start < end).then_some(start as usize..end as usize)
 }
 
 fn verify_args(case: &Case, data: &Path, hash: &Path, root: &str) -> Vec<String> {
