@@ -466,20 +466,6 @@ pub(super) fn tool_version(prog: &str) -> String {
         .unwrap_or_default()
 }
 
-/// What `PROG --version` prints (trimmed), or a failure naming the package to install.
-pub(super) fn required_version(prog: &str, package: &str) -> Result<String, BenchError> {
-    let out = Command::new(prog)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            BenchError::Missing(format!(
-                "cannot run {prog} ({e}); install it (apt-get install {package})"
-            ))
-        })?;
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
-}
-
 /// Fails unless `PROG --version` runs, naming the package to install.
 pub(super) fn need(prog: &str, package: &str) -> Result<(), BenchError> {
     let ok = Command::new(prog)

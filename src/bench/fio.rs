@@ -4,7 +4,7 @@
 //! on a captured fio output.
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -254,24 +254,9 @@ pub fn parse_output(text: &str) -> Result<FioResult, BenchError> {
     })
 }
 
-/// Fail with one clear message if fio cannot be run.
+/// Fail with one clear message if fio cannot be run; its version otherwise.
 pub fn check_installed() -> Result<String, BenchError> {
-    let out = Command::new("fio")
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            BenchError::Missing(format!(
-                "cannot run fio ({e}); install it (apt-get install fio) and make sure it is on PATH"
-            ))
-        })?;
-    if !out.status.success() {
-        return Err(BenchError::Missing(format!(
-            "fio --version failed ({})",
-            out.status
-        )));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+    super::harness::required_version("fio", "fio")
 }
 
 /// Run fio once: `w` against `filename`. Honours Ctrl-C through `interrupt` (kills fio).

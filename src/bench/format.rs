@@ -63,7 +63,7 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
     }
     let mut params = opts.params.clone();
     let salt = params.salt.get_or_insert_with(|| SALT.into()).clone();
-    let version = super::cloudflare::required_version("veritysetup", "cryptsetup-bin")?;
+    let version = super::harness::required_version("veritysetup", "cryptsetup-bin")?;
     let dmkit = Dmkit::from_env()?;
     let say = |msg: String| {
         if opts.progress {

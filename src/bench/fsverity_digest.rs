@@ -234,7 +234,7 @@ pub fn run(opts: &FsvDigestOptions, interrupt: &Interrupt) -> Result<FsvDigestRe
             opts.hash
         )));
     }
-    let version = super::cloudflare::required_version("fsverity", "fsverity")?;
+    let version = super::harness::required_version("fsverity", "fsverity")?;
     let dmkit = Dmkit::from_env()?;
     let say = |msg: String| {
         if opts.progress {

@@ -221,6 +221,27 @@ pub fn run_ok(
     Ok(c)
 }
 
+/// What `PROG --version` prints (trimmed), or a failure naming the package to install (also
+/// when the program runs but its `--version` fails).
+pub fn required_version(prog: &str, package: &str) -> Result<String, BenchError> {
+    let out = Command::new(prog)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            BenchError::Missing(format!(
+                "cannot run {prog} ({e}); install it (apt-get install {package}) and make sure it is on PATH"
+            ))
+        })?;
+    if !out.status.success() {
+        return Err(BenchError::Missing(format!(
+            "{prog} --version failed ({})",
+            out.status
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// `cmd` as a shell-like line, for messages.
 pub fn command_line(cmd: &Command) -> String {
     std::iter::once(cmd.get_program())
