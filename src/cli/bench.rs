@@ -376,6 +376,8 @@ fn run_fsverity_read(a: RwArgs) -> CliResult {
     use crate::bench::fsverity_read;
     // Runs take a second or two, and one in a few dips by a fifth on either side (the serving
     // threads share 2 cores with fio): a median of 5 holds where one of 3 moved by 20 points.
+    // Some VMs swing the 1 GiB rows by half on both sides, beyond what 5 runs settle: the
+    // README says how that looks, and `--json` keeps every run.
     let o = a.options_with_runs("bench fsverity", Some(5))?;
     let interrupt = Interrupt::install();
     let r = fsverity_read::run(&o, &interrupt).map_err(cli_error)?;
