@@ -241,6 +241,9 @@ impl<D: BlockDevice> BlockDevice for FaultyDevice<D> {
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         self.inner.discard(offset, len)
     }
+    fn hand_over(&self) {
+        self.inner.hand_over()
+    }
 }
 
 /// Most unflushed writes [`for_each_crash_state`] accepts (it tries every subset of them).

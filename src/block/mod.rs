@@ -138,6 +138,14 @@ pub trait BlockDevice: Send + Sync {
         let _ = (offset, len);
         None
     }
+    /// This process has handed the device to another one (the server it forked to serve it,
+    /// which got a copy of everything in memory): from now on this copy must never write to
+    /// the storage below, not even when it is dropped, or it would overwrite what the server
+    /// wrote since (a dm-integrity journal and dirty bitmap flushed on drop by the launcher
+    /// after the fork made the device unopenable after a crash of the server). The default
+    /// does nothing: a layer that writes only when asked to has nothing to give up. Layers
+    /// forward it to the devices they stack on.
+    fn hand_over(&self) {}
 }
 
 /// A block device that stores a tag beside every block and takes it from the layer above
@@ -202,6 +210,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for $ptr {
     }
     fn passthrough(&self, offset: u64, len: u64) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
         (**self).passthrough(offset, len)
+    }
+    fn hand_over(&self) {
+        (**self).hand_over()
     }
 }
     )*};

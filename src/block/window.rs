@@ -60,6 +60,9 @@ impl<D: BlockDevice> BlockDevice for Window<D> {
         check_range(self.name(), offset, usize::try_from(len).ok()?, self.size).ok()?;
         self.lower.passthrough(self.offset + offset, len)
     }
+    fn hand_over(&self) {
+        self.lower.hand_over()
+    }
 }
 
 #[cfg(test)]

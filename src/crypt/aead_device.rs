@@ -192,6 +192,9 @@ impl BlockDevice for AeadCryptDevice {
     fn flush(&self) -> Result<()> {
         self.lower.flush()
     }
+    fn hand_over(&self) {
+        self.lower.hand_over()
+    }
 }
 
 impl AeadCryptDevice {

@@ -328,6 +328,9 @@ impl BlockDevice for CryptDevice {
         self.stats.discards.fetch_add(1, Ordering::Relaxed);
         self.lower.discard(self.p.offset + offset, len)
     }
+    fn hand_over(&self) {
+        self.lower.hand_over()
+    }
 }
 
 #[cfg(test)]

@@ -952,6 +952,12 @@ impl BlockDevice for IntegrityDevice {
     fn flush(&self) -> Result<()> {
         self.flush_device()
     }
+    /// The server has this device now: this copy's close (at drop) must not commit, write
+    /// back or clean anything, whatever its stale memory holds.
+    fn hand_over(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        self.inner.lower.hand_over()
+    }
 }
 
 impl TaggedBlockDevice for IntegrityDevice {

@@ -359,6 +359,10 @@ impl BlockDevice for VerityDevice {
     fn flush(&self) -> Result<()> {
         Ok(())
     }
+    fn hand_over(&self) {
+        self.data.hand_over();
+        self.hash.hand_over()
+    }
 }
 
 impl VerityStats {

@@ -249,6 +249,14 @@ impl Job {
         threads_of(n)
     }
 
+    /// This process forked the server that serves the job: give up its devices
+    /// ([`BlockDevice::hand_over`]). A tree is read-only and has nothing to give up.
+    fn hand_over(&self) {
+        if let Job::Device(s) = self {
+            s.device.hand_over();
+        }
+    }
+
     fn wants_loop(&self) -> bool {
         matches!(self, Job::Device(s) if s.loop_device)
     }

@@ -118,6 +118,11 @@ fn launch(job: Job) -> Result<Opened> {
             _ => unsafe { libc::_exit(0) },
         }
     }
+    // The server (a copy of this process) owns the device from the fork on, so this copy
+    // must not write to it again: dropping `job` below would otherwise run the layers' clean
+    // stop (a dm-integrity journal commit and bitmap cleaning) over what the server writes.
+    job.hand_over();
+    drop(job);
     drop(wr);
     let mut status = 0;
     // SAFETY: waitpid(2) on our own child (the intermediate one, which exits at once).
