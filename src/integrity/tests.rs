@@ -635,3 +635,25 @@ fn reads_of_journalled_blocks_during_background_writeback_do_not_deadlock() {
         }
     });
 }
+
+/// A device handed over to a forked server writes nothing when this process drops it: the
+/// journal and the dirty bitmap on disk stay the server's (without the hand-over, the drop's
+/// clean stop rewrites them, which is what made a crashed server's device unopenable).
+#[test]
+fn a_handed_over_device_writes_nothing_at_drop() {
+    for mode in [Mode::Journal, Mode::Bitmap] {
+        for hand_over in [false, true] {
+            let f = Fmt::new(512, TagAlgorithm::Crc32c);
+            let (mem, d, _) = open_fmt(mode, &f);
+            d.write_at(&[0x5a; 4096], 8192).unwrap();
+            d.flush().unwrap();
+            let before = mem.contents();
+            if hand_over {
+                d.hand_over();
+            }
+            drop(d);
+            let same = mem.contents() == before;
+            assert_eq!(same, hand_over, "{mode:?}, hand_over={hand_over}");
+        }
+    }
+}
