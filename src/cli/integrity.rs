@@ -244,8 +244,11 @@ fn open_direct_or_buffered(path: &Path, write: bool) -> Result<FileDevice, CliEr
 }
 
 /// Read and parse the superblock of `dev`, with the error naming the file.
+/// The superblock of `path`, refused as `open` refuses it ([`Superblock::check_supported`]).
 fn read_superblock(dev: &FileDevice, path: &Path) -> Result<Superblock, CliError> {
-    crate::integrity::superblock::read_superblock(dev).map_err(|e| named(path, e))
+    let sb = crate::integrity::superblock::read_superblock(dev).map_err(|e| named(path, e))?;
+    sb.check_supported().map_err(|e| named(path, e))?;
+    Ok(sb)
 }
 
 pub(super) fn progress_printer(what: &'static str) -> impl FnMut(u64, u64) {
@@ -392,7 +395,6 @@ fn format_cmd(a: FormatArgs) -> CliResult {
 fn dump_cmd(a: DumpArgs) -> CliResult {
     let dev = super::files::open_device(&a.device, true, false)?;
     let sb = read_superblock(&dev, &a.device)?;
-    dump::check_dumpable(&sb).map_err(|e| named(&a.device, e))?;
     let name = a.device.display().to_string();
     if a.json {
         let g = Geometry::new(&sb, dev.size() / 512, &GeometryOptions::default()).ok();

@@ -868,12 +868,12 @@ impl IntegrityDevice {
 fn check_samples(inner: &Inner) -> std::result::Result<(), OpenError> {
     let l = &inner.layout;
     let blocks = l.provided_data_sectors >> l.log2_spb;
-    let n = blocks.min(16);
     let mut buf = vec![0u8; l.block_size()];
     let mut bad = 0;
     let mut good = false;
-    for k in 0..n {
-        let block = k * (blocks / n);
+    let mut n = 0;
+    for block in super::samples::sample_blocks(blocks) {
+        n += 1;
         match inner.read_checked(block << l.log2_spb, &mut buf, true, None) {
             Ok(()) => {
                 good = true;
@@ -890,9 +890,14 @@ fn check_samples(inner: &Inner) -> std::result::Result<(), OpenError> {
         return Ok(());
     }
     Err(OpenError::Invalid(format!(
-        "{}: no sampled sector has a valid {} tag: wrong --integrity algorithm or key (or a device formatted with --no-wipe and never written; --integrity-recovery-mode reads it unchecked)",
+        "{}: {}; --integrity-recovery-mode reads it unchecked",
         inner.lower.name(),
-        inner.tagger.as_ref().map_or("none", |t| t.algorithm().name())
+        super::samples::wrong_key_reason(
+            inner
+                .tagger
+                .as_ref()
+                .map_or("none", |t| t.algorithm().name())
+        )
     )))
 }
 

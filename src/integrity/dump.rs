@@ -1,15 +1,11 @@
 //! `integritysetup dump`'s report of a superblock, as text (byte for byte what integritysetup
 //! 2.6 prints) and as JSON (the same fields, the salt, and the layout).
 
-use super::error::{IntegrityError, Result};
 use super::geometry::Geometry;
 use super::superblock::{
     Superblock, SB_FLAG_DIRTY_BITMAP, SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING,
     SB_FLAG_HAVE_JOURNAL_MAC, SB_FLAG_RECALCULATING,
 };
-
-/// The newest superblock version integritysetup 2.6 dumps (6, inline mode, it refuses).
-pub const DUMP_MAX_VERSION: u8 = 5;
 
 /// Flag names in integritysetup's order.
 const FLAG_NAMES: [(u32, &str); 5] = [
@@ -19,20 +15,6 @@ const FLAG_NAMES: [(u32, &str); 5] = [
     (SB_FLAG_FIXED_PADDING, "fix_padding"),
     (SB_FLAG_FIXED_HMAC, "fix_hmac"),
 ];
-
-/// Refuse what integritysetup's dump refuses beyond [`Superblock::parse`].
-pub fn check_dumpable(sb: &Superblock) -> Result<()> {
-    if sb.version > DUMP_MAX_VERSION {
-        return Err(IntegrityError::field(
-            "version",
-            format!(
-                "superblock version {} (inline mode) is not supported",
-                sb.version
-            ),
-        ));
-    }
-    Ok(())
-}
 
 /// The names of the flags set, in integritysetup's order.
 pub fn flag_names(flags: u32) -> Vec<&'static str> {

@@ -20,6 +20,10 @@ pub enum IntegrityError {
         /// What is wrong with it.
         reason: String,
     },
+    /// Not one sampled block has a valid tag: the `--integrity` algorithm or key is not the
+    /// one the device was formatted with (see [`super::samples`]).
+    #[error("{0}")]
+    WrongKey(String),
     /// A layout that does not fit the device.
     #[error("{0}")]
     Geometry(String),

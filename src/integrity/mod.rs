@@ -22,6 +22,7 @@ pub mod journal_layout;
 pub mod newest_map;
 pub mod replay;
 pub mod rw_meta;
+pub mod samples;
 pub mod superblock;
 pub mod tag_cache;
 pub mod tags;

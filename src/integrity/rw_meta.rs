@@ -184,6 +184,10 @@ impl Layout {
             return bad("not a dm-integrity device (no superblock magic \"integrt\")".into());
         }
         let parsed = Superblock::parse(&sb.0).map_err(|e| LayoutError(e.to_string()))?;
+        // Whatever `dump` refuses, open refuses too (one check for both).
+        parsed
+            .check_supported()
+            .map_err(|e| LayoutError(e.to_string()))?;
         if parsed.has(SB_FLAG_HAVE_JOURNAL_MAC) {
             return bad("journal MAC (--journal-integrity) is not supported".into());
         }

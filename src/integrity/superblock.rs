@@ -40,6 +40,9 @@ pub const SB_FLAG_INLINE: u32 = 0x20;
 pub const SB_KNOWN_FLAGS: u32 = 0x3f;
 /// The newest superblock version (6: inline mode).
 pub const SB_VERSION_MAX: u8 = 6;
+/// The newest superblock version dmkit reads, dumps and opens (integritysetup 2.6 dumps no
+/// newer one either): see [`Superblock::check_supported`].
+pub const SUPPORTED_VERSION_MAX: u8 = 5;
 /// The largest block size, in sectors (4096 bytes).
 pub const MAX_SECTORS_PER_BLOCK: u32 = 8;
 /// The largest tag: what fits in a journal entry beside the sector number and the last bytes
@@ -226,6 +229,24 @@ impl Superblock {
             return Err(IntegrityError::field(
                 "log2_blocks_per_bitmap_bit",
                 format!("{} is out of range", self.log2_blocks_per_bitmap_bit),
+            ));
+        }
+        Ok(())
+    }
+
+    /// What dmkit refuses beyond [`parse`](Superblock::parse), as integritysetup 2.6's dump
+    /// does: a version newer than [`SUPPORTED_VERSION_MAX`] (6, inline mode, keeps the tags in
+    /// the device's integrity profile, which a file has not). The one check that `dump`,
+    /// `verify` and `open` (through [`Layout::from_superblock`](super::rw_meta::Layout)) all
+    /// make, so that `open` can never serve a superblock `dump` refuses.
+    pub fn check_supported(&self) -> Result<()> {
+        if self.version > SUPPORTED_VERSION_MAX {
+            return Err(IntegrityError::field(
+                "version",
+                format!(
+                    "superblock version {} (inline mode) is not supported",
+                    self.version
+                ),
             ));
         }
         Ok(())

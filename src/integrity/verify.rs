@@ -352,6 +352,8 @@ pub fn verify(
     let unchecked_from = (sb.flags & SB_FLAG_RECALCULATING != 0
         && sb.recalc_sector < g.provided_data_sectors())
     .then_some(sb.recalc_sector);
+    let skip = |s: u64| unchecked_from.is_some_and(|r| s >= r) || explained(s);
+    check_samples(dev, meta, g, hasher, &skip)?;
     let total = g.provided_blocks();
     let mut mismatches = Vec::new();
     let mut done = 0u64;
@@ -406,6 +408,47 @@ pub fn verify(
         unchecked_from,
         journal,
     })
+}
+
+/// Refuse a wrong algorithm or key before the scrub, as `open` does
+/// ([`super::samples`]): when every sampled block whose tag should be current (`skip` says
+/// which the journal, a dirty bitmap or a recalculation explain) has a bad tag, a scrub would
+/// only report the whole device corrupt.
+fn check_samples(
+    dev: &dyn BlockDevice,
+    meta: &dyn BlockDevice,
+    g: &Geometry,
+    hasher: &TagHasher,
+    skip: &dyn Fn(u64) -> bool,
+) -> Result<()> {
+    let spb = u64::from(g.sectors_per_block());
+    let mut sampled = 0;
+    for block in super::samples::sample_blocks(g.provided_blocks()) {
+        let sector = block * spb;
+        if skip(sector) {
+            continue;
+        }
+        let area = if g.has_meta_device() {
+            0
+        } else {
+            sector / g.interleave_sectors()
+        };
+        let k0 = (sector - g.area(area).first_logical) / spb;
+        let piece = Piece::Part { area, k0, n: 1 };
+        let loaded = load(dev, meta, g, piece, AlignedBuf::new(0), AlignedBuf::new(0))?;
+        let mut bad = Vec::new();
+        check(g, hasher, &loaded, 1, &mut bad);
+        if bad.is_empty() {
+            return Ok(());
+        }
+        sampled += 1;
+    }
+    if sampled == 0 {
+        return Ok(());
+    }
+    Err(IntegrityError::WrongKey(super::samples::wrong_key_reason(
+        hasher.algorithm().name(),
+    )))
 }
 
 #[cfg(test)]
