@@ -11,7 +11,7 @@ pub const SAMPLES: u64 = 16;
 /// from block 0.
 pub fn sample_blocks(blocks: u64) -> impl Iterator<Item = u64> {
     let n = blocks.min(SAMPLES);
-    let step = if n == 0 { 0 } else { blocks / n };
+    let step = blocks.checked_div(n).unwrap_or(0);
     (0..n).map(move |k| k * step)
 }
 
