@@ -295,6 +295,8 @@ fn every_documented_command_works_as_shown() {
             ("mkfs.ext4", "e2fsprogs"),
             ("cryptsetup", "cryptsetup-bin"),
             ("openssl", "openssl"),
+            ("jq", "jq"),
+            ("fsverity", "fsverity"),
         ])
     {
         return;
