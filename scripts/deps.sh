@@ -36,6 +36,9 @@ packages=(
   systemd systemd-container
   # `dmkit bench image` builds its default tree, a minimal Debian root, with debootstrap.
   debootstrap
+  # `man dmkit-luks` after scripts/install-docs.sh (man-db, groff-base render the pages the CLI
+  # generates); bash-completion loads the installed completion in interactive shells.
+  man-db groff-base bash-completion
 )
 
 # busybox and busybox-static conflict; either serves the test guest, so keep the one installed.

@@ -820,6 +820,23 @@ fn bad_input_is_refused_in_one_line_and_leaves_nothing_behind() {
         .ok();
     let no_verity = env.ws.path("no-verity.img");
     root_only(&good, &inspect, &no_verity);
+    // inspect reports what open would refuse, and fails (exit 2) after the whole report.
+    let r = env.run(&["image", "inspect", s(&no_verity)]);
+    assert_eq!(r.code, Some(2), "{}", r.describe());
+    assert!(
+        r.stdout.contains("Problem:      no dm-verity hash tree"),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        r.stderr.contains("no-verity.img: 1 problem found"),
+        "{}",
+        r.describe()
+    );
+    let r = env.run(&["image", "inspect", s(&no_verity), "--json"]);
+    assert_eq!(r.code, Some(2), "{}", r.describe());
+    let v: Value = serde_json::from_str(&r.stdout).unwrap();
+    assert_eq!(v["problems"].as_array().map(Vec::len), Some(1), "{v}");
     let bare = env.ws.path("bare.raw");
     let (o, l) = partition(&inspect, "root-x86-64");
     extract(&good, o, l, &bare);

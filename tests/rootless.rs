@@ -176,6 +176,38 @@ fn an_unprivileged_user_opens_reads_and_closes() {
     );
     assert_eq!(r.code, Some(1), "{}", r.describe());
     assert!(r.stderr.contains("--loop needs root"), "{}", r.describe());
+    // image open needs root for its own reasons, names them (no --loop the user never gave),
+    // and says what works without root.
+    let mp = home.join("mnt");
+    fs::create_dir(&mp).unwrap();
+    ok("chown", &[&user.name, mp.to_str().unwrap()]);
+    let r = user.run(
+        &xdg,
+        &dmkit,
+        &[
+            "image",
+            "open",
+            other.to_str().unwrap(),
+            mp.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(r.code, Some(1), "{}", r.describe());
+    for said in [
+        "image open needs root",
+        "loop device",
+        "mounts",
+        "read-only",
+        "image inspect",
+    ] {
+        assert!(r.stderr.contains(said), "no {said:?}: {}", r.describe());
+    }
+    for wrong in ["--loop", "writ"] {
+        assert!(
+            !r.stderr.contains(wrong),
+            "says {wrong:?}: {}",
+            r.describe()
+        );
+    }
 
     // Root's device, in /run/dmkit: the user is told whose it is, not "inactive".
     let theirs = format!("dmkt-root-{}", std::process::id());

@@ -470,3 +470,81 @@ fn ext4_on_verity_reads_back_and_names_corruption() {
     }
     stack.down();
 }
+
+/// An ext4 made with 1 KiB blocks under a verity export with 4 KiB data blocks: the loop
+/// device has 4096-byte logical blocks, so the kernel refuses the mount ("bad block size 1024"
+/// in dmesg only). `open --loop` says so on stderr, next to the loop device it prints.
+#[test]
+fn open_loop_names_a_logical_block_size_the_file_system_cannot_mount_from() {
+    if let Some(why) = missing_prerequisite() {
+        missing(&why);
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let run_dir = tempfile::tempdir().unwrap();
+    let (data, hash, mnt) = (
+        work.path().join("data.img"),
+        work.path().join("hash.img"),
+        work.path().join("mnt"),
+    );
+    std::fs::create_dir(&mnt).unwrap();
+    run(
+        "mkfs.ext4",
+        &["-q", "-F", "-b", "1024", &s(&data), "8M"],
+        run_dir.path(),
+    )
+    .ok();
+    let r = run(
+        DMKIT,
+        &["verity", "format", "--json", &s(&data), &s(&hash)],
+        run_dir.path(),
+    )
+    .ok();
+    let j: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+    let root = j["root_hash"].as_str().expect("root_hash").to_string();
+    let name = format!("bs{}", std::process::id());
+    let mut stack = Stack {
+        run_dir: run_dir.path().to_path_buf(),
+        data,
+        hash,
+        root,
+        name,
+        mnt,
+        opened: false,
+        mounted: false,
+        loop_dev: None,
+    };
+    let (d, h) = (s(&stack.data), s(&stack.hash));
+    let r = stack.dmkit(&["verity", "open", &d, &stack.name, &h, &stack.root, "--loop"]);
+    stack.opened = r.code == Some(0);
+    let r = r.ok();
+    let loop_dev = r
+        .stdout
+        .lines()
+        .nth(1)
+        .expect("the loop device line")
+        .trim()
+        .to_string();
+    stack.loop_dev = Some(loop_dev.clone());
+    let note = format!("dmkit: {loop_dev}: logical block size 4096 bytes");
+    assert!(r.stderr.contains(&note), "no {note:?}:\n{}", r.describe());
+    assert!(
+        r.stderr.contains("ext4 made with -b 1024"),
+        "{}",
+        r.describe()
+    );
+    // The note is true: the kernel refuses the mount.
+    let m = run(
+        "mount",
+        &["-t", "ext4", "-o", "ro,noload", &loop_dev, &s(&stack.mnt)],
+        run_dir.path(),
+    );
+    stack.mounted = m.code == Some(0);
+    assert_ne!(
+        m.code,
+        Some(0),
+        "mounted a 1 KiB-block ext4 from 4 KiB blocks:\n{}",
+        m.describe()
+    );
+    stack.down();
+}

@@ -46,7 +46,8 @@ pub fn prepare_open(name: &str, loop_device: bool) -> CliResult {
 }
 
 /// Serve `spec` and print where: the exported file on the first line (unless `--no-fuse`),
-/// the loop device (if any) on the next, and the NBD URI (if any) last. In the background (the default) this returns once the device is
+/// the loop device (if any) on the next (its logical block size on stderr), and the NBD URI
+/// (if any) last. In the background (the default) this returns once the device is
 /// served; with `foreground` it returns when the device is closed or the process is signalled.
 /// Must run before the command has spawned any thread (see [`export::open`]).
 pub fn open_export(spec: ExportSpec, foreground: bool) -> CliResult {
@@ -57,6 +58,10 @@ pub fn open_export(spec: ExportSpec, foreground: bool) -> CliResult {
         }
         if let Some(l) = &o.loop_device {
             println!("{}", l.display());
+            // On stderr: stdout stays one path per line for scripts.
+            if let Some(note) = export::loopdev::block_size_note(l) {
+                eprintln!("dmkit: {note}");
+            }
         }
         if let Some(u) = &o.nbd {
             println!("{u}");

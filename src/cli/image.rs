@@ -305,8 +305,18 @@ fn status(a: StatusArgs) -> CliResult {
 fn inspect(a: InspectArgs) -> CliResult {
     let i = inspect::inspect(&a.image)?;
     if a.json {
-        return print_json(&i);
+        print_json(&i)?;
+    } else {
+        print!("{}", inspect::render(&i));
     }
-    print!("{}", inspect::render(&i));
-    Ok(())
+    // A problem is something `open` would refuse: the check failed (exit 2, as `verity
+    // verify`), after the whole report is printed.
+    match i.problems.len() {
+        0 => Ok(()),
+        n => Err(CliError::verification(format!(
+            "{}: {n} problem{} found (see above)",
+            a.image.display(),
+            if n == 1 { "" } else { "s" }
+        ))),
+    }
 }

@@ -8,6 +8,7 @@ mod device;
 mod files;
 mod fsverity;
 mod fsverity_tree;
+mod generate;
 mod image;
 mod integrity;
 mod integrity_open;
@@ -110,6 +111,9 @@ enum Command {
     Status(device::StatusArgs),
     /// Measure each layer's overhead with fio.
     Bench(bench::BenchArgs),
+    /// Man pages and shell completions (scripts/install-docs.sh installs them).
+    #[command(subcommand)]
+    Generate(generate::GenerateCommand),
 }
 
 /// Run the command line; returns the process exit code.
@@ -155,6 +159,7 @@ fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
         Command::Close(a) => device::close(a),
         Command::Status(a) => device::status(a),
         Command::Bench(a) => bench::run(a),
+        Command::Generate(c) => generate::run(c),
     }
 }
 

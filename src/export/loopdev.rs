@@ -250,3 +250,36 @@ pub fn wait_detached(dev: &Path, file: &Path, timeout: Duration) {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// The logical block size of the block device at `dev` (e.g. `/dev/loop3`), from sysfs: the
+/// smallest I/O it takes, so a file system with smaller blocks cannot be mounted from it.
+pub fn logical_block_size(dev: &Path) -> io::Result<u32> {
+    let name = dev
+        .file_name()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no device name"))?;
+    let sys = Path::new("/sys/class/block")
+        .join(name)
+        .join("queue/logical_block_size");
+    let text = std::fs::read_to_string(&sys).map_err(|e| ctx(sys.display().to_string(), e))?;
+    text.trim().parse().map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{}: not a number: {}", sys.display(), text.trim()),
+        )
+    })
+}
+
+/// One line for `open --loop` to print: the loop device's logical block size and, when it is
+/// larger than 1 KiB blocks, which file systems cannot be mounted from it (the kernel only
+/// says "bad block size 1024" in dmesg).
+pub fn block_size_note(dev: &Path) -> Option<String> {
+    let lbs = logical_block_size(dev).ok()?;
+    let mut note = format!("{}: logical block size {lbs} bytes", dev.display());
+    if lbs > 512 {
+        note.push_str(&format!(
+            "; a file system with blocks smaller than {lbs} bytes (e.g. ext4 made with -b 1024) \
+             will not mount from it"
+        ));
+    }
+    Some(note)
+}

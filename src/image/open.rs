@@ -174,6 +174,22 @@ fn mount_error(fstype: &str, source: &str, target: &Path, e: std::io::Error) -> 
     ))
 }
 
+/// `image open` attaches a loop device and mounts three file systems: all need root. Say so
+/// before anything happens, and say what works without root (the verity device itself is
+/// read-only: served as a file, never writable).
+fn check_root(image: &Path) -> Result<()> {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } == 0 {
+        return Ok(());
+    }
+    Err(ImageError::Invalid(format!(
+        "{}: image open needs root (it attaches a loop device and mounts the file system, a \
+         tmpfs and an overlay); without root, `dmkit image inspect` checks the image and \
+         `dmkit verity open` serves its root partition read-only as a file",
+        image.display()
+    )))
+}
+
 /// Check the signature of `root_hex` against `certs`: `Verification` (exit 2) when it does not
 /// verify, `Invalid` when a certificate cannot be read.
 fn check_signature(l: &Layout, root_hex: &str, certs: &[PathBuf]) -> Result<VerifiedSigner> {
@@ -286,7 +302,7 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
         )),
         e => e.into(),
     })?;
-    export::check_loop_allowed(&name, true)?;
+    check_root(&o.image)?;
     let upper_base = match &o.upper {
         Some(u) => {
             let abs = std::path::absolute(u)
@@ -435,8 +451,21 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     } else {
         ""
     };
-    sys_mount(&loop_s, &lower, fs_kind.name(), libc::MS_RDONLY, fs_opts)
-        .map_err(|e| mount_error(fs_kind.name(), &loop_s, &lower, e))?;
+    sys_mount(&loop_s, &lower, fs_kind.name(), libc::MS_RDONLY, fs_opts).map_err(|e| {
+        // EINVAL from a file system with blocks smaller than the loop device's: say so (the
+        // kernel only logs "bad block size" in dmesg).
+        match (
+            e.raw_os_error(),
+            export::loopdev::block_size_note(&loop_dev),
+        ) {
+            (Some(libc::EINVAL), Some(note)) => ImageError::Io(format!(
+                "mount -t {} {loop_s} {}: {e} ({note})",
+                fs_kind.name(),
+                lower.display()
+            )),
+            _ => mount_error(fs_kind.name(), &loop_s, &lower, e),
+        }
+    })?;
     rb.mounts.push(lower.clone());
 
     // The upper layer.

@@ -44,7 +44,8 @@ pub fn check_loop_allowed(name: &str, want_loop: bool) -> Result<()> {
     if want_loop && unsafe { libc::geteuid() } != 0 {
         return Err(ExportError::Invalid(format!(
             "{name}: --loop needs root (loop devices are set up through /dev/loop-control); \
-             without --loop the device is served as a file you can read and write"
+             without --loop the device is served as a file under the run directory, no root \
+             needed"
         )));
     }
     Ok(())
