@@ -7,9 +7,9 @@
 //! not). Mode D has no crash guarantee, in the kernel as here: a torn write leaves data and tag
 //! apart, so for D only the reopen and the dump are checked.
 //!
-//! `DMKIT_CRASH_CYCLES` sets the kills per mode, sector size and way of opening: default 10,
-//! about 30 s for the file on a release build on 2 busy cores; the acceptance run of 20 (240
-//! kills in all) took 53 s there;
+//! `DMKIT_CRASH_CYCLES` sets the kills per mode, sector size and way of opening: default 20,
+//! the acceptance count (240 kills in all), 53 s for the file on a release build on 2
+//! busy cores;
 //! `DMKIT_CRASH_SEED` replays a run (each test prints its seed).
 //!
 //! Needs root and /dev/fuse, and integritysetup: missing ones fail the test when `CI` is set
@@ -55,7 +55,7 @@ fn cycles() -> u32 {
     std::env::var("DMKIT_CRASH_CYCLES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(10)
+        .unwrap_or(20)
 }
 
 /// The 512 bytes that write `id` puts in device sector `sector`: every write's every sector
