@@ -76,6 +76,10 @@ pub struct FormatArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Do not ask for confirmation when HASH already holds a superblock or a filesystem
+    /// (without it: YES on a terminal, refused without one).
+    #[arg(long, short = 'q', alias = "batch-mode")]
+    batch_mode: bool,
 }
 
 /// The root hash, from the command line or a file, and its optional signature.
@@ -442,6 +446,20 @@ fn format(a: FormatArgs) -> CliResult {
             hash_offset: p.hash_offset,
             data_end: p.data_size(),
         }));
+    }
+    // veritysetup overwrites silently; dmkit asks when the hash area already holds something
+    // (an older tree's superblock, or the wrong file: a filesystem), as luksFormat would.
+    let warnings = super::confirm::signature_warnings(&a.hash_device, p.hash_offset)?;
+    if !warnings.is_empty() {
+        super::confirm::Confirm {
+            batch: a.batch_mode,
+            warnings,
+            question: super::confirm::overwrite_question(&a.hash_device),
+            action: &format!("format {}", a.hash_device.display()),
+            aborted: "Operation aborted.",
+            code: 1,
+        }
+        .ask()?;
     }
     let _claim = prepare_hash_file(&a.hash_device, layout.new_file_size(), p.hash_offset)?;
     let hash = open_file(&a.hash_device, false)?;
