@@ -49,7 +49,8 @@ pub struct RemoveKeyArgs {
     /// Detached header file.
     #[arg(long)]
     header: Option<PathBuf>,
-    /// Allow removing the last keyslot.
+    /// Do not ask before removing the last keyslot (without it: YES on a terminal, refused
+    /// without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
 }
@@ -94,7 +95,8 @@ pub struct KillSlotArgs {
     /// Detached header file.
     #[arg(long)]
     header: Option<PathBuf>,
-    /// Do not ask for a passphrase; allow wiping the last keyslot.
+    /// Do not ask for a passphrase, nor before wiping the last keyslot (without it: YES on a
+    /// terminal, refused without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
 }
