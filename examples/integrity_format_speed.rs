@@ -90,7 +90,7 @@ fn main() {
         drop(f);
         let t = Instant::now();
         let st = Command::new(&dmkit)
-            .args(["integrity", "format", "--integrity", alg])
+            .args(["integrity", "format", "-q", "--integrity", alg])
             .arg(&fmt_img)
             .stdout(std::process::Stdio::null())
             .status()

@@ -31,6 +31,9 @@ packages=(
   bsdutils
   # `dmkit image build` runs the real mkfs.erofs and mksquashfs (mkfs.ext4 is e2fsprogs').
   erofs-utils squashfs-tools
+  # The signature-probe tests (tests/signature.rs) check what dmkit's safety prompts detect on
+  # images made by the real tools: mkfs.vfat (dosfstools) and partition tables by sfdisk (fdisk).
+  dosfstools fdisk
   # The image tests check our images with systemd-dissect (systemd-container) and compare
   # them with an image systemd-repart (systemd) builds from the same tree.
   systemd systemd-container

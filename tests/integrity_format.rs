@@ -173,7 +173,12 @@ fn dumps_equal_the_kernels() {
         for wipe in [false, true] {
             let img = ws.sparse(&format!("c{i}-{wipe}.img"), 8 * MIB);
             let key = c.key.map(|n| key_file(&ws, n));
-            let mut args: Vec<String> = vec!["integrity".into(), "format".into(), img.clone()];
+            let mut args: Vec<String> = vec![
+                "integrity".into(),
+                "format".into(),
+                "-q".into(),
+                img.clone(),
+            ];
             args.extend(c.opts.iter().map(|s| s.to_string()));
             if let Some(k) = &key {
                 args.extend(["--integrity-key-file".to_string(), k.clone()]);
@@ -240,7 +245,10 @@ fn refused(args: &[&str], code: i32, needle: &str, untouched: &[&Path]) {
 fn bad_input_superblocks_are_refused_by_name() {
     let ws = Workspace::new();
     let img = ws.sparse("a.img", 8 * MIB);
-    ok(common::DMKIT, &["integrity", "format", &img, "--no-wipe"]);
+    ok(
+        common::DMKIT,
+        &["integrity", "format", "-q", &img, "--no-wipe"],
+    );
     let p = ws.path("a.img");
     // Not integrity at all: zeros, random bytes, another format's magic.
     let zero = ws.sparse("zero.img", MIB);
@@ -329,14 +337,14 @@ fn bad_input_format_options_write_nothing() {
         (&["--salt", "00"], "--salt"),
     ];
     for (opts, needle) in cases {
-        let mut args = vec!["integrity", "format", img.as_str()];
+        let mut args = vec!["integrity", "format", "-q", img.as_str()];
         args.extend_from_slice(opts);
         refused(&args, 1, needle, &[&p]);
     }
     // A device too small for the layout: the message names the file.
     let sp = ws.path("small.img");
     refused(
-        &["integrity", "format", &small],
+        &["integrity", "format", "-q", &small],
         1,
         &format!("{small}: device of 64 sectors"),
         &[&sp],
@@ -354,6 +362,7 @@ fn verify_names_corrupt_sectors() {
         &[
             "integrity",
             "format",
+            "-q",
             &img,
             "--integrity",
             "hmac-sha256",
@@ -432,7 +441,7 @@ fn verify_names_corrupt_sectors() {
 fn verify_refuses_a_journal_with_garbage_commit_ids() {
     let ws = Workspace::new();
     let img = ws.sparse("a.img", 8 * MIB);
-    ok(common::DMKIT, &["integrity", "format", &img]);
+    ok(common::DMKIT, &["integrity", "format", "-q", &img]);
     // The commit id of the journal's first sector (right after the 8-sector superblock area).
     xor_byte(&ws.path("a.img"), 8 * 512 + 508, 0x5a);
     let out = output(common::DMKIT, &["integrity", "verify", &img]);

@@ -195,7 +195,12 @@ fn read_logical(img: &[u8], offset: u64, len: usize) -> Vec<u8> {
 }
 
 fn dmkit_format(c: &Case, img: &Path, key: &Path, salt: Option<&str>) {
-    let mut args: Vec<String> = vec!["integrity".into(), "format".into(), s(img).into()];
+    let mut args: Vec<String> = vec![
+        "integrity".into(),
+        "format".into(),
+        "-q".into(),
+        s(img).into(),
+    ];
     args.extend(c.opts.iter().map(|o| o.to_string()));
     if c.key.is_some() {
         args.extend(["--integrity-key-file".into(), s(key).into()]);
@@ -442,7 +447,12 @@ fn separate_data_device_matches_the_kernel() {
     let meta = |who: &str, c: &MetaCase| d.join(format!("{who}-{}-meta.img", c.name));
     let data = |who: &str, c: &MetaCase| d.join(format!("{who}-{}-data.img", c.name));
     let dmkit_args = |c: &MetaCase, m: &Path, dd: &Path, key: &Path| -> Vec<String> {
-        let mut v: Vec<String> = vec!["integrity".into(), "format".into(), s(m).into()];
+        let mut v: Vec<String> = vec![
+            "integrity".into(),
+            "format".into(),
+            "-q".into(),
+            s(m).into(),
+        ];
         v.extend(["--data-device".into(), s(dd).into()]);
         v.extend(c.opts.iter().map(|o| o.to_string()));
         if c.key.is_some() {

@@ -35,6 +35,7 @@ impl Fixtures for Workspace {
         let o = self.dmkit(&[
             "luks",
             "format",
+            "-q",
             "--key-file",
             &self.s("pass"),
             "--pbkdf",
@@ -400,6 +401,7 @@ fn corrupt_luks1_headers_are_refused() {
     let o = e.dmkit(&[
         "luks",
         "format",
+        "-q",
         "--type",
         "luks1",
         "--key-file",

@@ -226,6 +226,7 @@ fn volumes_we_format_with_these_ciphers_read_back_and_match_libgcrypt() {
         e.run.ok(&[
             "luks",
             "format",
+            "-q",
             "--type",
             kind,
             "--cipher",

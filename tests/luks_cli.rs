@@ -17,6 +17,7 @@ fn luks2(e: &Workspace) -> (String, String) {
     e.run.ok(&[
         "luks",
         "format",
+        "-q",
         "--key-file",
         &pass,
         "--pbkdf",

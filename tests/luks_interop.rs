@@ -163,6 +163,7 @@ fn cryptsetup_reads_what_we_format() {
         let mut args = vec![
             "luks",
             "format",
+            "-q",
             "--key-file",
             &pass,
             "--cipher",
@@ -243,7 +244,15 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
     let pass = e.s("pass");
     let fast = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
     e.run.ok(&[
-        &["luks", "format", "--key-file", &pass, "--label", "multi"][..],
+        &[
+            "luks",
+            "format",
+            "-q",
+            "--key-file",
+            &pass,
+            "--label",
+            "multi",
+        ][..],
         &fast,
         &[&img],
     ]
@@ -361,6 +370,7 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
     e.run.ok(&[
         "luks",
         "header-restore",
+        "-q",
         &img,
         "--header-backup-file",
         &backup,
@@ -745,8 +755,12 @@ fn argon2_keyslots_open_with_one_lane_many_lanes_and_one_cpu() {
             );
         } else {
             // cryptsetup caps the lanes at the CPUs online; images from bigger machines have 4.
-            e.run
-                .ok(&[&["luks", "format", "--key-file", &pass][..], &kdf, &[&img]].concat());
+            e.run.ok(&[
+                &["luks", "format", "-q", "--key-file", &pass][..],
+                &kdf,
+                &[&img],
+            ]
+            .concat());
             run(
                 "cryptsetup",
                 &["open", "--test-passphrase", "--key-file", &pass, &img],

@@ -11,9 +11,9 @@ mod common;
 use common::env::tool_missing;
 use common::run::Workspace;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Write;
 use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+
 use std::time::{Duration, Instant};
 
 const FAST: [&str; 4] = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
@@ -368,43 +368,7 @@ fn add_key_reads_the_new_passphrase_like_cryptsetup() {
 /// Run `command` (a shell command line) on a new terminal (`script`), typing `line` once it
 /// prompted; its exit code.
 fn on_terminal(command: &str, line: &[u8], run_dir: &std::path::Path) -> i32 {
-    let mut child = Command::new("script")
-        .args(["-qec", command, "/dev/null"])
-        .env("DMKIT_RUN_DIR", run_dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("script");
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut out = child.stdout.take().unwrap();
-    let s = seen.clone();
-    std::thread::spawn(move || {
-        let mut b = [0u8; 256];
-        while let Ok(n) = out.read(&mut b) {
-            if n == 0 {
-                break;
-            }
-            s.lock().unwrap().extend_from_slice(&b[..n]);
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !String::from_utf8_lossy(&seen.lock().unwrap()).contains("passphrase") {
-        assert!(Instant::now() < deadline, "{command}: no prompt");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    // The prompt comes before echo is turned off (which flushes type-ahead): let it happen.
-    std::thread::sleep(Duration::from_millis(500));
-    let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(line).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            return s.code().unwrap_or(-1);
-        }
-        assert!(Instant::now() < deadline, "{command}: hangs");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    common::tty::on_terminal(command, run_dir, &[("passphrase", line)]).code
 }
 
 #[test]

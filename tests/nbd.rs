@@ -356,6 +356,7 @@ fn luks2(e: &Env) -> (String, String) {
     e.run.ok(&[
         "luks",
         "format",
+        "-q",
         "--key-file",
         &pass,
         "--pbkdf",
@@ -458,6 +459,7 @@ fn luks1_written_over_nbd_is_what_qemus_luks_driver_reads() {
     e.run.ok(&[
         "luks",
         "format",
+        "-q",
         "--type",
         "luks1",
         "--key-file",

@@ -9,6 +9,7 @@ mod claim;
 mod faulty;
 mod file;
 mod memory;
+pub mod signature;
 mod window;
 
 pub use claim::{range_text, Claim, ClaimError, ClaimInfo};

@@ -159,7 +159,8 @@ pub struct FormatArgs {
     /// Separate data device: DEVICE then holds only the superblock, journal and tags.
     #[arg(long)]
     data_device: Option<PathBuf>,
-    /// Do not ask for confirmation (accepted for integritysetup compatibility).
+    /// Do not ask for confirmation (without it, a format asks for YES on a terminal and is
+    /// refused without one).
     #[arg(short = 'q', long)]
     batch_mode: bool,
     /// Pin the 16-byte salt (hex), for tests.
@@ -363,6 +364,20 @@ fn format_cmd(a: FormatArgs) -> CliResult {
         }
     };
     let plan = format::plan(&params, dev.size()).map_err(|e| named(&a.device, e))?;
+    // integritysetup asks before every format; what the devices hold is named first.
+    let mut warnings = super::confirm::signature_warnings(&a.device, 0)?;
+    if let Some(p) = &a.data_device {
+        warnings.extend(super::confirm::signature_warnings(p, 0)?);
+    }
+    super::confirm::Confirm {
+        batch: a.batch_mode,
+        warnings,
+        question: super::confirm::overwrite_question(&a.device),
+        action: &format!("format {}", a.device.display()),
+        aborted: "Operation aborted.",
+        code: 1,
+    }
+    .ask()?;
     let tag_size = plan.superblock.integrity_tag_size;
     if usize::from(tag_size) != alg.digest_size() && !a.json {
         eprintln!(

@@ -8,7 +8,6 @@ use super::{CliError, CliResult};
 use crate::block::{BlockDevice, FileDevice};
 use crate::crypt::luks1;
 use crate::crypt::luks2::activate::{ActivateOptions, DataSegment};
-use crate::crypt::luks2::header::luks_version;
 use crate::crypt::luks2::integrity as luks2_integrity;
 use crate::crypt::luks2::{
     self, dump, keyslot, FormatParams, LuksError, PbkdfKind, PbkdfParams, VolumeKey,
@@ -210,7 +209,8 @@ pub struct FormatArgs {
     /// Use the volume key in this file instead of a random one.
     #[arg(long)]
     volume_key_file: Option<PathBuf>,
-    /// Overwrite an existing LUKS header without asking.
+    /// Do not ask for confirmation (without it, a format asks for YES on a terminal and is
+    /// refused without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
     /// Authenticated encryption (LUKS2): hmac-sha256 or hmac-sha512 (with aes-xts-plain64 or
@@ -544,16 +544,16 @@ fn format(a: FormatArgs) -> CliResult {
     let data = super::files::open_backing(&a.device, a.header.is_some(), false)?;
     let _claim = super::files::claim(data.file(), &a.device, 0, 0, a.header.is_none())?;
     let hdr_path = a.header.as_deref().unwrap_or(&a.device);
-    if !a.batch_mode && hdr_path.exists() {
-        let d = open_file(hdr_path, true)?;
-        let mut first = [0u8; 8];
-        if d.size() >= 8 && d.read_at(&mut first, 0).is_ok() && luks_version(&first).is_some() {
-            return Err(CliError::invalid(format!(
-                "{}: already holds a LUKS header; add -q/--batch-mode to overwrite it",
-                hdr_path.display()
-            )));
-        }
+    // luksFormat names what the header device holds and always asks (before the passphrase).
+    super::confirm::Confirm {
+        batch: a.batch_mode,
+        warnings: super::confirm::signature_warnings(hdr_path, 0)?,
+        question: super::confirm::overwrite_question(hdr_path),
+        action: &format!("format {}", hdr_path.display()),
+        aborted: "Operation aborted.",
+        code: 1,
     }
+    .ask()?;
     let volume_key = match &a.volume_key_file {
         Some(f) => Some(VolumeKey::new(std::fs::read(f).map_err(|e| {
             CliError::invalid(format!("{}: cannot read volume key: {e}", f.display()))

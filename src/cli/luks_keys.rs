@@ -46,13 +46,13 @@ pub struct KeyArgs {
 }
 
 /// Whether `fd` is a terminal.
-fn is_tty(fd: RawFd) -> bool {
+pub(super) fn is_tty(fd: RawFd) -> bool {
     // SAFETY: isatty only inspects the descriptor.
     unsafe { libc::isatty(fd) == 1 }
 }
 
 /// `read(2)` into `buf`, retried on EINTR.
-fn read_fd(fd: RawFd, buf: &mut [u8]) -> std::io::Result<usize> {
+pub(super) fn read_fd(fd: RawFd, buf: &mut [u8]) -> std::io::Result<usize> {
     loop {
         // SAFETY: `buf` is valid for writes of its length.
         let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };

@@ -49,7 +49,8 @@ pub struct RemoveKeyArgs {
     /// Detached header file.
     #[arg(long)]
     header: Option<PathBuf>,
-    /// Allow removing the last keyslot.
+    /// Do not ask before removing the last keyslot (without it: YES on a terminal, refused
+    /// without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
 }
@@ -94,7 +95,8 @@ pub struct KillSlotArgs {
     /// Detached header file.
     #[arg(long)]
     header: Option<PathBuf>,
-    /// Do not ask for a passphrase; allow wiping the last keyslot.
+    /// Do not ask for a passphrase, nor before wiping the last keyslot (without it: YES on a
+    /// terminal, refused without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
 }
@@ -151,7 +153,8 @@ pub struct BackupArgs {
     /// The backup file.
     #[arg(long)]
     header_backup_file: PathBuf,
-    /// Restore without asking even if the UUIDs differ.
+    /// header-restore: do not ask for confirmation (without it: YES on a terminal, refused
+    /// without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
 }
@@ -207,6 +210,20 @@ fn add_slot(
     }
 }
 
+/// cryptsetup's question before the last keyslot goes (`verb`: "wipe" or "remove").
+fn last_slot(batch: bool, slot: u32, verb: &str) -> CliResult {
+    super::confirm::Confirm {
+        batch,
+        warnings: Vec::new(),
+        question: "This is the last keyslot. Device will become unusable after purging this key."
+            .to_string(),
+        action: &format!("{verb} keyslot {slot}, the last one (the device would become unusable),"),
+        aborted: "Operation aborted, the keyslot was NOT wiped.",
+        code: 2,
+    }
+    .ask()
+}
+
 fn kill(t: &mut Target, slot: u32) -> CliResult {
     match &mut t.header {
         Header::V2(h) => keyslot::kill(&t.dev, h, slot),
@@ -241,10 +258,8 @@ pub fn remove_key(a: RemoveKeyArgs) -> CliResult {
     }
     let pass = passphrase(&key, &prompt(&a.device), false)?;
     let (slot, _vk) = t.unlock(&pass, None)?;
-    if active_slots(&t) == 1 && !a.batch_mode {
-        return Err(CliError::invalid(format!(
-            "keyslot {slot} is the last one: the device would become unusable; add -q/--batch-mode to remove it anyway"
-        )));
+    if active_slots(&t) == 1 {
+        last_slot(a.batch_mode, slot, "remove")?;
     }
     kill(&mut t, slot)
 }
@@ -283,11 +298,9 @@ pub fn kill_slot(a: KillSlotArgs) -> CliResult {
         )));
     }
     if !a.batch_mode {
+        // cryptsetup asks before it reads the passphrase.
         if active_slots(&t) == 1 {
-            return Err(CliError::invalid(format!(
-                "keyslot {} is the last one: the device would become unusable; add -q/--batch-mode to wipe it anyway",
-                a.slot
-            )));
+            last_slot(false, a.slot, "wipe")?;
         }
         // Like cryptsetup: prove you hold a key before destroying one.
         let pass = passphrase(&a.key, &prompt(&a.device), false)?;
@@ -413,16 +426,7 @@ pub fn header_restore(a: BackupArgs) -> CliResult {
             dev_size
         )));
     }
-    if let Ok(current) = load(&a.device, None, false) {
-        if current.uuid() != backup.uuid() && !a.batch_mode {
-            return Err(CliError::invalid(format!(
-                "{}: the backup has UUID {}, the device {}; add -q/--batch-mode to restore anyway",
-                a.device.display(),
-                backup.uuid(),
-                current.uuid()
-            )));
-        }
-    }
+    restore_question(&a, &backup)?;
     backup
         .dev
         .write_at(&bytes, 0)
@@ -431,6 +435,46 @@ pub fn header_restore(a: BackupArgs) -> CliResult {
         .dev
         .flush()
         .map_err(|e| CliError::invalid(e.to_string()))
+}
+
+/// luksHeaderRestore's question, in its words: whether DEVICE holds a header of the backup's
+/// version (keyslots are lost) or not (data may be), and whether the UUIDs differ. Where there
+/// is no header, the signatures found on DEVICE are named too.
+fn restore_question(a: &BackupArgs, backup: &Target) -> CliResult {
+    if a.batch_mode {
+        return Ok(());
+    }
+    let (version, v1) = match backup.header {
+        Header::V1(_) => ("LUKS", true),
+        Header::V2(_) => ("LUKS2", false),
+    };
+    let current = load_quietly(&a.device, None, false)
+        .ok()
+        .map(|(t, _)| t)
+        .filter(|t| matches!(t.header, Header::V1(_)) == v1);
+    let dev = a.device.display();
+    let (mut question, warnings) = match &current {
+        Some(_) => (
+            format!("Device {dev} already contains {version} header. Replacing header will destroy existing keyslots."),
+            Vec::new(),
+        ),
+        None => (
+            format!("Device {dev} does not contain {version} header. Replacing header can destroy data on that device."),
+            super::confirm::signature_warnings(&a.device, 0)?,
+        ),
+    };
+    if current.is_some_and(|c| c.uuid() != backup.uuid()) {
+        question.push_str("\nWARNING: real device header has different UUID than backup!");
+    }
+    super::confirm::Confirm {
+        batch: false,
+        warnings,
+        question,
+        action: &format!("restore the header of {dev}"),
+        aborted: "",
+        code: 1,
+    }
+    .ask()
 }
 
 /// Run `luks is-luks`: quiet like cryptsetup, exit 0 for a LUKS header (of `--type`), 1 when

@@ -4,6 +4,7 @@
 //! permission failure, 4 no such device, 5 device busy (already open).
 
 mod bench;
+mod confirm;
 mod device;
 mod files;
 mod fsverity;

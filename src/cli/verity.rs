@@ -76,6 +76,10 @@ pub struct FormatArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
+    /// Do not ask for confirmation when HASH already holds a superblock or a filesystem
+    /// (without it: YES on a terminal, refused without one).
+    #[arg(long, short = 'q', alias = "batch-mode")]
+    batch_mode: bool,
 }
 
 /// The root hash, from the command line or a file, and its optional signature.
@@ -346,8 +350,14 @@ fn check_signature(root_hex: &str, root: &RootArgs) -> CliResult {
 
 /// Make a regular hash file at least `size` bytes long (veritysetup extends it the same way).
 /// Create the hash device if needed, claim its hash area (refused while a device reads it),
-/// then grow a regular file to `size`. The claim lasts as long as the returned value.
-fn prepare_hash_file(path: &Path, size: u64, hash_offset: u64) -> Result<Claim, CliError> {
+/// ask before overwriting a signature found there (unless `batch`), then grow a regular file
+/// to `size`. The claim lasts as long as the returned value.
+fn prepare_hash_file(
+    path: &Path,
+    size: u64,
+    hash_offset: u64,
+    batch: bool,
+) -> Result<Claim, CliError> {
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -358,6 +368,21 @@ fn prepare_hash_file(path: &Path, size: u64, hash_offset: u64) -> Result<Claim, 
             CliError::no_device(format!("{}: cannot open hash device: {e}", path.display()))
         })?;
     let claim = super::files::claim(&f, path, hash_offset, 0, true)?;
+    // veritysetup overwrites silently; dmkit asks when the hash area already holds something
+    // (an older tree's superblock, or the wrong file: a filesystem), as luksFormat would. After
+    // the claim (a device in use is refused as such), before the first write.
+    let warnings = super::confirm::signature_warnings(path, hash_offset)?;
+    if !warnings.is_empty() {
+        super::confirm::Confirm {
+            batch,
+            warnings,
+            question: super::confirm::overwrite_question(path),
+            action: &format!("format {}", path.display()),
+            aborted: "Operation aborted.",
+            code: 1,
+        }
+        .ask()?;
+    }
     let meta = f
         .metadata()
         .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
@@ -443,7 +468,12 @@ fn format(a: FormatArgs) -> CliResult {
             data_end: p.data_size(),
         }));
     }
-    let _claim = prepare_hash_file(&a.hash_device, layout.new_file_size(), p.hash_offset)?;
+    let _claim = prepare_hash_file(
+        &a.hash_device,
+        layout.new_file_size(),
+        p.hash_offset,
+        a.batch_mode,
+    )?;
     let hash = open_file(&a.hash_device, false)?;
     let root = verity::format(&data, &hash, &p, same).map_err(verity_err)?;
     if let Some(f) = &a.root_hash_file {

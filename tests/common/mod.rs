@@ -11,6 +11,7 @@
 //! - [`verity_case`]: one veritysetup/`dmkit verity` parameter set and its command-line options.
 //! - [`nbd`]: a raw NBD client for tests that misbehave on purpose.
 //! - [`sys`]: mounts, processes, loop devices and aligned buffers as tests see them.
+//! - [`tty`]: typing answers at a command on a pseudo-terminal (`script(1)`).
 //! - [`cryptsetup_material`]: cryptsetup 2.6.1's `tests/` material, fetched and checked once.
 //! - [`pki`]: keys and self-signed certificates made with the openssl CLI.
 //! - [`image_tree`]: a small root tree for the image tests, and what a tree holds.
@@ -29,6 +30,7 @@ pub mod pki;
 pub mod rng;
 pub mod run;
 pub mod sys;
+pub mod tty;
 pub mod verity_case;
 
 use std::path::Path;
