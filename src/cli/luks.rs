@@ -630,15 +630,21 @@ fn format(a: FormatArgs) -> CliResult {
             let need = 2 * p.metadata_size
                 + p.keyslots_size
                     .unwrap_or(luks2::format::DEFAULT_DATA_OFFSET - 2 * p.metadata_size);
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(h)
-                .map_err(|e| {
-                    CliError::no_device(format!("{}: cannot create header file: {e}", h.display()))
-                })?;
+            // A new one is created owner-only (it holds the keyslots), as cryptsetup does; an
+            // existing file or device is used as it is.
+            let cannot =
+                |e| CliError::no_device(format!("{}: cannot create header file: {e}", h.display()));
+            let f = match super::secret_files::create_new(h, super::secret_files::HEADER_MODE) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(h)
+                        .map_err(cannot)?
+                }
+                Err(e) => return Err(cannot(e)),
+            };
             let claim = super::files::claim(&f, h, 0, 0, true)?;
             let meta = f.metadata().map_err(|e| CliError::invalid(e.to_string()))?;
             if meta.is_file() && meta.len() < need {

@@ -349,19 +349,30 @@ pub fn header_backup(a: BackupArgs) -> CliResult {
         .read_at(&mut buf, 0)
         .map_err(|e| CliError::invalid(e.to_string()))?;
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&a.header_backup_file)
-        .map_err(|e| {
-            CliError::invalid(format!(
-                "{}: cannot create backup file: {e}",
-                a.header_backup_file.display()
-            ))
+    let file = &a.header_backup_file;
+    // Keyslots are all an offline attack on the passphrase needs: owner-read-only, new.
+    let mut f =
+        super::secret_files::create_new(file, super::secret_files::BACKUP_MODE).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                CliError::invalid(format!(
+                    "Requested header backup file {} already exists.",
+                    file.display()
+                ))
+            } else {
+                CliError::invalid(format!(
+                    "{}: cannot create backup file: {e}",
+                    file.display()
+                ))
+            }
         })?;
-    f.write_all(&buf)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| CliError::invalid(format!("{}: {e}", a.header_backup_file.display())))
+    f.write_all(&buf).and_then(|_| f.sync_all()).map_err(|e| {
+        // A partial backup is worse than none: it would restore a broken header.
+        let _ = std::fs::remove_file(file);
+        CliError::invalid(format!(
+            "{}: cannot write header backup file: {e}",
+            file.display()
+        ))
+    })
 }
 
 /// Run `luks header-restore`.
