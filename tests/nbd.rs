@@ -981,6 +981,13 @@ fn idle_handshakes_neither_lock_clients_out_nor_stay() {
             t.elapsed()
         );
     }
+    // While they wait, `status` counts them apart from the cap.
+    let text = e.run.ok(&["status", "t"]);
+    let row = common::status_field(&text, "nbd clients").unwrap_or_default();
+    assert!(
+        row.starts_with("0 of 4 (") && row.contains(" in handshake, "),
+        "{text}"
+    );
     // The idle ones end: each sees its greeting, then the end of the stream, within the
     // deadline (plus slack for a loaded machine).
     let ends = |s: &mut dyn Read| {
