@@ -529,3 +529,230 @@ fn failing_kdfs_end_the_search_with_cryptsetups_exit_codes() {
         }
     }
 }
+
+/// Set the version field of the LUKS2 header copy at `offset` to `version`, and give the copy
+/// a valid checksum again: only the version is wrong.
+fn set_luks2_version(img: &str, offset: usize, version: u16) {
+    let mut b = fs::read(img).unwrap();
+    let hdr_size = u64::from_be_bytes(b[offset + 8..offset + 16].try_into().unwrap()) as usize;
+    let copy = &mut b[offset..offset + hdr_size];
+    copy[6..8].copy_from_slice(&version.to_be_bytes());
+    copy[448..512].fill(0);
+    let sum = Sha256::digest(&*copy);
+    copy[448..480].copy_from_slice(&sum);
+    fs::write(img, b).unwrap();
+}
+
+/// Whether cryptsetup accepts `img` with `args` (the image last), run on a copy: cryptsetup
+/// repairs a damaged header copy as it reads, and the verdict must be on the image as made.
+fn cryptsetup_accepts(e: &Workspace, img: &str, args: &[&str]) -> bool {
+    let copy = e.s("cryptsetup-copy.img");
+    fs::copy(img, &copy).unwrap();
+    let mut all = args.to_vec();
+    all.push(&copy);
+    common::run::output("cryptsetup", &all).status.success()
+}
+
+#[test]
+fn header_versions_get_cryptsetups_verdict() {
+    // cryptsetup (`_crypt_load_luks`) decides by the version after the primary magic, whatever
+    // the checksum: 1 is LUKS1, 2 (or no primary magic, or 0) is LUKS2 with the secondary copy
+    // as fallback, anything else is refused ("Unsupported LUKS version 3."); `--type luks2`
+    // reads LUKS2 whatever the primary's version, unless it is 1. The secondary copy must be
+    // version 2 or it is damaged (the primary is used).
+    let e = env();
+    let cs = !common::env::tool_missing("cryptsetup", "cryptsetup-bin");
+    let pass = e.s("pass");
+    // (what, edits (copy offset, version), accepted by default, accepted with --type luks2,
+    // what dmkit says when it refuses by default)
+    type Case = (&'static str, Vec<(usize, u16)>, bool, bool, &'static str);
+    let cases: Vec<Case> = vec![
+        (
+            "primary v3",
+            vec![(0, 3)],
+            false,
+            true,
+            "Unsupported LUKS version 3.",
+        ),
+        (
+            "primary v65535",
+            vec![(0, 65535)],
+            false,
+            true,
+            "Unsupported LUKS version 65535.",
+        ),
+        ("primary v0", vec![(0, 0)], true, true, ""),
+        ("secondary v3", vec![(16384, 3)], true, true, ""),
+        ("secondary v1", vec![(16384, 1)], true, true, ""),
+        (
+            "primary v1 on a LUKS2 layout",
+            vec![(0, 1)],
+            false,
+            false,
+            "LUKS1 header",
+        ),
+        (
+            "both v3",
+            vec![(0, 3), (16384, 3)],
+            false,
+            false,
+            "Unsupported LUKS version 3.",
+        ),
+    ];
+    for (what, edits, default_ok, luks2_ok, needle) in cases {
+        let img = e.luks2();
+        for (offset, version) in edits {
+            set_luks2_version(&img, offset, version);
+        }
+        let test = ["luks", "test-passphrase", "--key-file", &pass, &img];
+        let typed = [
+            "luks",
+            "open",
+            "--test-passphrase",
+            "--type",
+            "luks2",
+            "--key-file",
+            &pass,
+            &img,
+        ];
+        if default_ok {
+            let o = e.dmkit(&test);
+            assert!(
+                o.status.success(),
+                "{what}: {}",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            let o = e.dmkit(&["luks", "dump", &img]);
+            assert!(o.status.success(), "{what}: dump");
+        } else {
+            e.refuses(&img, &test, 1, needle);
+            e.refuses(&img, &["luks", "dump", &img], 1, needle);
+        }
+        let o = e.dmkit(&typed);
+        assert_eq!(o.status.success(), luks2_ok, "{what}: --type luks2");
+        let o = e.dmkit(&["luks", "is-luks", &img]);
+        assert_eq!(o.status.success(), default_ok, "{what}: is-luks");
+        if cs {
+            let open = ["open", "--test-passphrase", "--key-file", &pass];
+            assert_eq!(
+                cryptsetup_accepts(&e, &img, &open),
+                default_ok,
+                "{what}: cryptsetup open --test-passphrase disagrees"
+            );
+            assert_eq!(
+                cryptsetup_accepts(&e, &img, &["luksDump"]),
+                default_ok,
+                "{what}: cryptsetup luksDump disagrees"
+            );
+            assert_eq!(
+                cryptsetup_accepts(&e, &img, &["isLuks"]),
+                default_ok,
+                "{what}: cryptsetup isLuks disagrees"
+            );
+            let typed_cs = [
+                "open",
+                "--test-passphrase",
+                "--type",
+                "luks2",
+                "--key-file",
+                &pass,
+            ];
+            assert_eq!(
+                cryptsetup_accepts(&e, &img, &typed_cs),
+                luks2_ok,
+                "{what}: cryptsetup open --type luks2 disagrees"
+            );
+        }
+    }
+}
+
+#[test]
+fn luks1_header_versions_get_cryptsetups_verdict() {
+    // A LUKS1 header whose version says 3 is refused for its version; one that says 2 is read
+    // as LUKS2 and has no LUKS2 header. cryptsetup agrees on both.
+    let e = env();
+    let cs = !common::env::tool_missing("cryptsetup", "cryptsetup-bin");
+    let pass = e.s("pass");
+    for (version, needle) in [(3u16, "Unsupported LUKS version 3."), (2, "LUKS2")] {
+        let img = e.s("l1.img");
+        fs::File::create(&img).unwrap().set_len(4 << 20).unwrap();
+        let o = e.dmkit(&[
+            "luks",
+            "format",
+            "--type",
+            "luks1",
+            "--key-file",
+            &pass,
+            "--pbkdf-force-iterations",
+            "1000",
+            &img,
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        {
+            use std::os::unix::fs::FileExt;
+            let f = fs::OpenOptions::new().write(true).open(&img).unwrap();
+            f.write_all_at(&version.to_be_bytes(), 6).unwrap();
+        }
+        e.refuses(
+            &img,
+            &["luks", "test-passphrase", "--key-file", &pass, &img],
+            1,
+            needle,
+        );
+        if cs {
+            let open = ["open", "--test-passphrase", "--key-file", &pass];
+            assert!(
+                !cryptsetup_accepts(&e, &img, &open),
+                "LUKS1 v{version}: cryptsetup accepts it"
+            );
+        }
+    }
+}
+
+#[test]
+fn header_restore_takes_backups_by_cryptsetups_verdict() {
+    // A backup is LUKS1 or LUKS2 by the version after its primary magic; without that magic
+    // (or with version 0) it is no backup, even with a valid secondary copy. A version 3
+    // primary is read as LUKS2 (its secondary copy), as cryptsetup does.
+    let e = env();
+    let cs = !common::env::tool_missing("cryptsetup", "cryptsetup-bin");
+    for (version, accepted) in [(0u16, false), (3, true)] {
+        let img = e.luks2();
+        let backup = e.s("backup.img");
+        fs::copy(&img, &backup).unwrap();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&backup)
+            .unwrap()
+            .set_len(16 << 20)
+            .unwrap();
+        set_luks2_version(&backup, 0, version);
+        let args = [
+            "luks",
+            "header-restore",
+            "-q",
+            "--header-backup-file",
+            &backup,
+            &img,
+        ];
+        if accepted {
+            let o = e.dmkit(&args);
+            assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        } else {
+            e.refuses(
+                &img,
+                &args,
+                1,
+                "Header backup file does not contain compatible LUKS header.",
+            );
+        }
+        if cs {
+            let restore = ["luksHeaderRestore", "-q", "--header-backup-file", &backup];
+            assert_eq!(
+                cryptsetup_accepts(&e, &e.luks2(), &restore),
+                accepted,
+                "backup v{version}: cryptsetup disagrees"
+            );
+        }
+    }
+}

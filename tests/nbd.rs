@@ -3,7 +3,8 @@
 //! sockets and over TCP with TLS (X.509 with client certificates, and PSK); verity read-only
 //! with a corrupt block reaching the client as an NBD error; LUKS2 and LUKS1 read-write, the
 //! data written over NBD read back after a reopen and by QEMU's own LUKS driver; and clients
-//! that send garbage, lie about lengths, hang up mid-request or hold connections.
+//! that send garbage, lie about lengths, hang up mid-request, hold connections or never finish
+//! the handshake.
 //!
 //! `--no-fuse` exports need neither root nor FUSE; tests that also use the FUSE file, nbdfuse
 //! or loop devices check for them. Tools come from libnbd-bin, nbdfuse and qemu-utils.
@@ -823,11 +824,12 @@ fn garbage_lies_and_hangups_cannot_hurt_the_server() {
     let _ = bad.s.read_to_end(&mut end);
     assert!(end.is_empty());
 
-    // The cap: `c` plus two idle connections fill it; a fourth is closed at once.
+    // The cap counts connections in transmission: `c` plus two negotiated connections fill
+    // it; a fourth is closed at once.
     let clients = || e.status("g")["nbd"]["clients"].as_array().unwrap().len();
     common::sys::wait_until("the misbehaving connections to end", || clients() == 1);
-    let idle1 = nbd::raw(&sock);
-    let idle2 = nbd::raw(&sock);
+    let idle1 = Client::connect(&sock).unwrap();
+    let idle2 = Client::connect(&sock).unwrap();
     common::sys::wait_until("the idle connections", || clients() == 3);
     let mut over = nbd::raw(&sock);
     let mut got = Vec::new();
@@ -918,4 +920,108 @@ fn nbd_and_fuse_serve_one_device_and_nbdfuse_mounts_it() {
         "nbdfuse reads other bytes than the FUSE file"
     );
     e.run.close("f");
+}
+
+#[test]
+fn idle_handshakes_neither_lock_clients_out_nor_stay() {
+    // Connections that never negotiate (a port scanner, a hostile client) take no slot of the
+    // cap, so real clients get in at once however many there are; they are closed when the
+    // handshake deadline (10 s) passes. Over TCP and a Unix socket.
+    if clients_missing(&[NBDINFO]) {
+        return;
+    }
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+    let e = Env::new();
+    e.random_file("disk.img", 1 << 20, 12);
+    e.random_file("disk2.img", 1 << 20, 13);
+    let disk = e.s("disk.img");
+    let disk2 = e.s("disk2.img");
+    let (addr, sock) = e.unix("i");
+    let unix_uri = e.open(
+        "i",
+        &["linear", "open", &disk, "i", "--no-fuse", "--nbd", &addr],
+    );
+    let tcp_uri = e.open(
+        "t",
+        &[
+            "linear",
+            "open",
+            &disk2,
+            "t",
+            "--no-fuse",
+            "--nbd",
+            "tcp:127.0.0.1:0",
+            "--nbd-max-connections",
+            "4",
+        ],
+    );
+    let tcp_addr = format!("127.0.0.1:{}", port(&tcp_uri));
+    let opened = Instant::now();
+    // 40 idle connections each (the default cap is 16, the test's TCP cap 4).
+    let idle_unix: Vec<_> = (0..40)
+        .map(|_| {
+            let s = nbd::raw(&sock);
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            s
+        })
+        .collect();
+    let idle_tcp: Vec<TcpStream> = (0..40)
+        .map(|_| {
+            let s = TcpStream::connect(&tcp_addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+            s
+        })
+        .collect();
+    for uri in [&unix_uri, &tcp_uri] {
+        let t = Instant::now();
+        let info = nbdinfo(uri);
+        assert_eq!(info["export-size"], 1 << 20, "{info}");
+        assert!(
+            t.elapsed() < Duration::from_secs(3),
+            "{uri}: a real client waited {:?} behind idle connections",
+            t.elapsed()
+        );
+    }
+    // While they wait, `status` counts them apart from the cap.
+    let text = e.run.ok(&["status", "t"]);
+    let row = common::status_field(&text, "nbd clients").unwrap_or_default();
+    assert!(
+        row.starts_with("0 of 4 (") && row.contains(" in handshake, "),
+        "{text}"
+    );
+    // The idle ones end: each sees its greeting, then the end of the stream, within the
+    // deadline (plus slack for a loaded machine).
+    let ends = |s: &mut dyn Read| {
+        let mut got = Vec::new();
+        let r = s.read_to_end(&mut got);
+        assert!(r.is_ok(), "an idle connection was not closed: {r:?}");
+        assert!(
+            got.len() <= 18,
+            "an idle connection got more than a greeting"
+        );
+    };
+    for mut s in idle_unix {
+        ends(&mut s);
+    }
+    for mut s in idle_tcp {
+        ends(&mut s);
+    }
+    let waited = opened.elapsed();
+    assert!(
+        waited >= Duration::from_secs(9) && waited < Duration::from_secs(20),
+        "the idle connections ended after {waited:?}, not at the 10 s deadline"
+    );
+    for name in ["i", "t"] {
+        common::sys::wait_until("the idle connections to be forgotten", || {
+            e.status(name)["nbd"]["clients"].as_array().map(Vec::len) == Some(0)
+        });
+    }
+    let log = fs::read_to_string(e.status("t")["log"].as_str().unwrap()).unwrap();
+    assert!(
+        log.contains("did not finish the handshake in time"),
+        "{log}"
+    );
+    e.run.close("i");
+    e.run.close("t");
 }

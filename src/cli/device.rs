@@ -196,11 +196,20 @@ fn nbd_rows(rows: &mut Rows, v: &Value) {
         ),
     );
     let clients = n["clients"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    // The cap counts connections in transmission; those still negotiating are shown apart.
+    let negotiating = clients
+        .iter()
+        .filter(|c| c["phase"].as_str() == Some("handshake"))
+        .count();
+    let handshakes = match negotiating {
+        0 => String::new(),
+        k => format!("{k} in handshake, "),
+    };
     rows.add(
         "nbd clients",
         format!(
-            "{} of {} ({} connections so far, {} refused)",
-            clients.len(),
+            "{} of {} ({handshakes}{} connections so far, {} refused)",
+            clients.len() - negotiating,
             scalar(&n["max_connections"]),
             scalar(&n["connections"]),
             scalar(&n["refused"])

@@ -401,6 +401,17 @@ pub(super) fn load_quietly(
     header: Option<&Path>,
     writable: bool,
 ) -> Result<(Target, Option<String>), CliError> {
+    load_as(device, header, writable, None)
+}
+
+/// [`load_quietly`] for `--type`: `want` is 1 or 2 for luks1 or luks2 (see
+/// [`Header::read_as`]: the reader of that version, as cryptsetup's `crypt_load` with a type).
+pub(super) fn load_as(
+    device: &Path,
+    header: Option<&Path>,
+    writable: bool,
+    want: Option<u16>,
+) -> Result<(Target, Option<String>), CliError> {
     let path = header.unwrap_or(device);
     if header.is_some() && !device.exists() {
         return Err(CliError::no_device(format!(
@@ -419,7 +430,7 @@ pub(super) fn load_quietly(
         None
     };
     let detached = header.is_some();
-    let (header, warning) = Header::read(&dev).map_err(luks_err)?;
+    let (header, warning) = Header::read_as(&dev, want).map_err(luks_err)?;
     Ok((
         Target {
             dev,
@@ -619,15 +630,21 @@ fn format(a: FormatArgs) -> CliResult {
             let need = 2 * p.metadata_size
                 + p.keyslots_size
                     .unwrap_or(luks2::format::DEFAULT_DATA_OFFSET - 2 * p.metadata_size);
-            let f = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(h)
-                .map_err(|e| {
-                    CliError::no_device(format!("{}: cannot create header file: {e}", h.display()))
-                })?;
+            // A new one is created owner-only (it holds the keyslots), as cryptsetup does; an
+            // existing file or device is used as it is.
+            let cannot =
+                |e| CliError::no_device(format!("{}: cannot create header file: {e}", h.display()));
+            let f = match super::secret_files::create_new(h, super::secret_files::HEADER_MODE) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    std::fs::OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(h)
+                        .map_err(cannot)?
+                }
+                Err(e) => return Err(cannot(e)),
+            };
             let claim = super::files::claim(&f, h, 0, 0, true)?;
             let meta = f.metadata().map_err(|e| CliError::invalid(e.to_string()))?;
             if meta.is_file() && meta.len() < need {
@@ -706,17 +723,14 @@ fn open(a: OpenArgs) -> CliResult {
         }
         (None, false) => return Err(CliError::invalid("missing NAME (or use --test-passphrase)")),
     };
-    let t = load(&a.device, a.header.as_deref(), false)?;
-    let want = a.luks_type.as_deref();
-    match (&t.header, want) {
-        (Header::V1(_), Some("luks2")) | (Header::V2(_), Some("luks1")) => {
-            return Err(CliError::invalid(format!(
-                "{}: the header is not of --type {}",
-                a.device.display(),
-                want.unwrap_or("")
-            )))
-        }
-        _ => {}
+    let want = match a.luks_type.as_deref() {
+        Some("luks1") => Some(1),
+        Some("luks2") => Some(2),
+        _ => None,
+    };
+    let (t, warning) = load_as(&a.device, a.header.as_deref(), false, want)?;
+    if let Some(w) = warning {
+        eprintln!("dmkit: {w}");
     }
     let read_only = a.read_only || a.test_passphrase;
     let data = super::files::open_backing(&a.device, read_only, false)?;

@@ -1,7 +1,7 @@
 //! `dmkit luks add-key|remove-key|change-key|kill-slot|test-passphrase|uuid|header-backup|
 //! header-restore`: keyslot management and header maintenance, LUKS2 and LUKS1.
 
-use super::luks::{load, load_quietly, luks_err, open_file, Header, PbkdfArgs, Target};
+use super::luks::{load, load_as, luks_err, open_file, Header, PbkdfArgs, Target};
 use super::luks_keys::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
 use crate::block::{BlockDevice, MemoryDevice};
@@ -362,19 +362,30 @@ pub fn header_backup(a: BackupArgs) -> CliResult {
         .read_at(&mut buf, 0)
         .map_err(|e| CliError::invalid(e.to_string()))?;
     use std::io::Write;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(&a.header_backup_file)
-        .map_err(|e| {
-            CliError::invalid(format!(
-                "{}: cannot create backup file: {e}",
-                a.header_backup_file.display()
-            ))
+    let file = &a.header_backup_file;
+    // Keyslots are all an offline attack on the passphrase needs: owner-read-only, new.
+    let mut f =
+        super::secret_files::create_new(file, super::secret_files::BACKUP_MODE).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                CliError::invalid(format!(
+                    "Requested header backup file {} already exists.",
+                    file.display()
+                ))
+            } else {
+                CliError::invalid(format!(
+                    "{}: cannot create backup file: {e}",
+                    file.display()
+                ))
+            }
         })?;
-    f.write_all(&buf)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| CliError::invalid(format!("{}: {e}", a.header_backup_file.display())))
+    f.write_all(&buf).and_then(|_| f.sync_all()).map_err(|e| {
+        // A partial backup is worse than none: it would restore a broken header.
+        let _ = std::fs::remove_file(file);
+        CliError::invalid(format!(
+            "{}: cannot write header backup file: {e}",
+            file.display()
+        ))
+    })
 }
 
 /// Run `luks header-restore`.
@@ -399,9 +410,18 @@ pub fn header_restore(a: BackupArgs) -> CliResult {
             mem.read_at(&mut first, 0)
                 .map_err(|e| CliError::invalid(e.to_string()))?;
         }
+        // cryptsetup's verdict (`crypt_header_restore`): the primary magic's version picks
+        // the reader, and a backup without that magic (or with version 0) is no backup, whatever
+        // copy follows.
         match luks2::header::luks_version(&first) {
+            None | Some(0) => {
+                return Err(CliError::invalid(format!(
+                    "{}: Header backup file does not contain compatible LUKS header.",
+                    file.display()
+                )))
+            }
             Some(1) => Header::V1(Box::new(luks1::read(&mem).map_err(luks_err)?)),
-            _ => Header::V2(Box::new(
+            Some(_) => Header::V2(Box::new(
                 luks2::header::read(&mem).map_err(luks_err)?.header,
             )),
         }
@@ -490,7 +510,7 @@ pub fn is_luks(a: IsLuksArgs) -> CliResult {
             )))
         }
     };
-    let result = match load_quietly(&a.device, None, false) {
+    let result = match load_as(&a.device, None, false, want) {
         Ok((t, _)) => {
             let version = match t.header {
                 Header::V1(_) => 1,

@@ -30,7 +30,8 @@ pub struct NbdArgs {
     /// crosses the network in clear.
     #[arg(long, requires = "nbd")]
     pub insecure: bool,
-    /// NBD connections served at once (more are closed at once).
+    /// NBD connections served at once (more are closed at once); a connection counts once
+    /// its handshake is done, and the handshake must end within 10 s.
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
     pub nbd_max_connections: usize,
 }

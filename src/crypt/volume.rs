@@ -30,17 +30,44 @@ pub struct Activated {
 
 impl Header {
     /// Read the header on `dev`, LUKS1 or LUKS2 by its version field; with a warning when a
-    /// corrupt LUKS2 copy was skipped.
+    /// corrupt LUKS2 copy was skipped. The same as [`Header::read_as`] with no type asked for.
     pub fn read(dev: &dyn BlockDevice) -> Result<(Header, Option<String>), LuksError> {
+        Self::read_as(dev, None)
+    }
+
+    /// Read the header on `dev` with cryptsetup's verdict on versions (`_crypt_load_luks`):
+    /// the version field after the primary magic decides, checksum or not. Version 1 is read
+    /// as LUKS1 and version 2 as LUKS2; without the primary magic (version 0) the LUKS2 reader
+    /// looks for a secondary copy; any other version is refused ("Unsupported LUKS version 3.")
+    /// rather than skipped for the secondary copy, as a future format may reuse that space.
+    /// `want` (1 or 2, from `--type luks1|luks2`) forces that reader, as `crypt_load` with a
+    /// type does, but a primary of the other known version is refused.
+    pub fn read_as(
+        dev: &dyn BlockDevice,
+        want: Option<u16>,
+    ) -> Result<(Header, Option<String>), LuksError> {
         let mut first = [0u8; 8];
         if dev.size() >= 8 {
             dev.read_at(&mut first, 0)?;
         }
-        if luks_version(&first) == Some(1) {
-            return Ok((Header::V1(Box::new(luks1::read(dev)?)), None));
+        let version = luks_version(&first).unwrap_or(0);
+        if let Some(w) = want.filter(|&w| matches!((w, version), (1, 2) | (2, 1))) {
+            return Err(LuksError::Invalid(format!(
+                "{}: the header is LUKS{version}, not of the requested type luks{w}",
+                dev.name()
+            )));
         }
-        let loaded = header::read(dev)?;
-        Ok((Header::V2(Box::new(loaded.header)), loaded.warning))
+        match want.unwrap_or(version) {
+            1 => Ok((Header::V1(Box::new(luks1::read(dev)?)), None)),
+            0 | 2 => {
+                let loaded = header::read(dev)?;
+                Ok((Header::V2(Box::new(loaded.header)), loaded.warning))
+            }
+            v => Err(LuksError::Corrupt {
+                device: dev.name().to_string(),
+                what: format!("Unsupported LUKS version {v}."),
+            }),
+        }
     }
 
     /// "LUKS2" or "LUKS1".

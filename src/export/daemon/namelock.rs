@@ -6,7 +6,7 @@ use super::{io_err, ExportError, Result};
 use std::fs::{self, File};
 use std::io;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// A held name lock.
@@ -41,6 +41,9 @@ impl NameLock {
             let ours = file.metadata().map(|m| (m.dev(), m.ino())).ok();
             let there = fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())).ok();
             if ours.is_some() && ours == there {
+                // Exactly 0600 like every private file, whatever the umask took off.
+                file.set_permissions(fs::Permissions::from_mode(0o600))
+                    .map_err(io_err(format!("{}: cannot set its mode", path.display())))?;
                 return Ok(Some(NameLock {
                     _file: file,
                     path: path.to_path_buf(),

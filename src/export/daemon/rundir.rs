@@ -17,7 +17,7 @@
 use super::{io_err, ExportError, Result};
 use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Default runtime directory for root.
@@ -113,7 +113,10 @@ fn check_dir(dir: &Path, others_mask: u32) -> Result<()> {
 
 fn make_dir(dir: &Path, mode: u32) -> Result<()> {
     match fs::DirBuilder::new().mode(mode).create(dir) {
-        Ok(()) => Ok(()),
+        // Exactly `mode`, whatever the umask took off (a umask of 0277 would leave even the
+        // owner unable to create files in it).
+        Ok(()) => fs::set_permissions(dir, fs::Permissions::from_mode(mode))
+            .map_err(io_err(format!("{}: cannot set its mode", dir.display()))),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(io_err(format!("{}: cannot create", dir.display()))(e)),
     }
@@ -176,15 +179,18 @@ impl Paths {
 }
 
 /// Open a file in the private directory for writing: created 0600 if missing, never through a
-/// symlink.
+/// symlink. The mode is set on the descriptor too, so it is exactly 0600 whatever the umask
+/// took off, and a file left with another mode is brought back to it.
 pub(super) fn create_private(path: &Path, truncate: bool) -> io::Result<File> {
-    fs::OpenOptions::new()
+    let f = fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(truncate)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
+        .open(path)?;
+    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    Ok(f)
 }
 
 /// Read a file of the private directory, never through a symlink.

@@ -364,6 +364,15 @@ impl Server {
             "{}: cannot listen",
             self.paths.sock.display()
         )))?;
+        // The private directory (0700) already keeps others out; the socket gets the mode of
+        // every private file too, whatever the umask left it.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(&self.paths.sock, fs::Permissions::from_mode(0o600)).map_err(
+            io_err(format!(
+                "{}: cannot set its mode",
+                self.paths.sock.display()
+            )),
+        )?;
         self.listener = Some(listener);
         Ok(())
     }

@@ -45,7 +45,8 @@ pub struct NbdConfig {
     pub address: Address,
     /// TLS, required of every client when present.
     pub tls: Option<Arc<TlsConfig>>,
-    /// Connections served at once; more are closed at once.
+    /// Connections in transmission at once; more are closed at once (connections still
+    /// negotiating do not count, see [`server`]).
     pub max_connections: usize,
 }
 

@@ -5,9 +5,17 @@
 //! flushes the device, so every write any connection has completed is durable when it is
 //! answered.
 //!
-//! A client cannot hold the server: the handshake must finish within [`HANDSHAKE_TIMEOUT`],
-//! a client that stops reading its replies is dropped after [`SEND_TIMEOUT`], connections
-//! beyond the cap are closed at once, and stopping the server ends every connection.
+//! A client cannot hold the server: the handshake must finish within [`HANDSHAKE_TIMEOUT`]
+//! (a deadline for the whole handshake, TLS included, not per read: the accept thread shuts
+//! down a connection still negotiating after it), a client that stops reading its replies is
+//! dropped after [`SEND_TIMEOUT`], and stopping the server ends every connection.
+//!
+//! The connection cap (`--nbd-max-connections`) counts connections in transmission only: a
+//! connection that never finishes its handshake takes no slot a real client needs. New
+//! connections are closed at once while the cap is full; connections still negotiating are
+//! at most [`MAX_HANDSHAKES`], and a new one takes the place of the oldest, so idle sockets
+//! cannot lock real clients out (a real client negotiates in milliseconds). A handshake that
+//! ends while the cap is full (others finished first) is closed before transmission.
 
 use super::export::ExportInfo;
 use super::handshake::{Handshake, Outcome, Tls};
@@ -26,8 +34,11 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-/// Time a client has to finish the handshake (TLS included).
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Time a client has to finish the handshake (TLS included), from its connection: qemu-nbd's
+/// default `--handshake-limit`.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections negotiating at once; one more takes the place of the oldest.
+pub const MAX_HANDSHAKES: usize = 32;
 /// Time a reply may wait for a client that does not read.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(120);
 /// Socket buffer asked for each way.
@@ -74,8 +85,13 @@ struct Client {
     id: u64,
     peer: String,
     since: u64,
+    /// When it connected, for the handshake deadline.
+    started: Instant,
     tls: AtomicBool,
+    /// Set (under the clients lock) when it takes a slot of the cap.
     transmitting: AtomicBool,
+    /// Why the server cut its handshake short, for the log.
+    cut: Mutex<Option<&'static str>>,
     counters: Counters,
     /// A duplicate of the connection's socket, to shut it down from outside.
     fd: OwnedFd,
@@ -338,8 +354,11 @@ fn accept_loop(shared: Arc<Shared>, listener: Listener, wake: RawFd) {
                 revents: 0,
             },
         ];
+        let timeout = expire_handshakes(&shared).map_or(-1, |d| {
+            d.as_millis().clamp(1, i32::MAX as u128) as libc::c_int
+        });
         // SAFETY: poll(2) on a two-element array that outlives the call.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
         if rc < 0 {
             if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                 continue;
@@ -401,20 +420,66 @@ fn unix_peer(fd: RawFd) -> String {
     }
 }
 
+/// Shut down every connection still negotiating past [`HANDSHAKE_TIMEOUT`]; the time until
+/// the next one's deadline, `None` when none negotiates.
+fn expire_handshakes(shared: &Shared) -> Option<Duration> {
+    let now = Instant::now();
+    let clients = lock(&shared.clients);
+    let mut next: Option<Duration> = None;
+    for c in clients.iter() {
+        if c.transmitting.load(Ordering::Relaxed) || lock(&c.cut).is_some() {
+            continue;
+        }
+        let deadline = c.started + HANDSHAKE_TIMEOUT;
+        if deadline <= now {
+            *lock(&c.cut) = Some("did not finish the handshake in time");
+            shutdown(&c.fd, libc::SHUT_RDWR);
+        } else {
+            let left = deadline - now;
+            next = Some(next.map_or(left, |n| n.min(left)));
+        }
+    }
+    next
+}
+
+/// Whether the cap is full: the connections in transmission.
+fn cap_full(shared: &Shared, clients: &[Arc<Client>]) -> bool {
+    let transmitting = clients
+        .iter()
+        .filter(|c| c.transmitting.load(Ordering::Relaxed))
+        .count();
+    transmitting >= shared.max_connections
+}
+
+fn log_refused(shared: &Shared, peer: &str) {
+    shared.refused.fetch_add(1, Ordering::Relaxed);
+    shared.log.log(|| {
+        format!(
+            "nbd: {peer}: refused, {} connections already (--nbd-max-connections)",
+            shared.max_connections
+        )
+    });
+}
+
 /// Take a new connection (accepted sockets are blocking), or close it at once when the cap
-/// is reached.
+/// is full. When [`MAX_HANDSHAKES`] connections negotiate already, the oldest of them is
+/// shut down to make room.
 fn admit(shared: &Arc<Shared>, fd: OwnedFd, peer: String) {
     let mut clients = lock(&shared.clients);
-    if clients.len() >= shared.max_connections {
+    if cap_full(shared, &clients) {
         drop(clients);
-        shared.refused.fetch_add(1, Ordering::Relaxed);
-        shared.log.log(|| {
-            format!(
-                "nbd: {peer}: refused, {} connections already (--nbd-max-connections)",
-                shared.max_connections
-            )
-        });
+        log_refused(shared, &peer);
         return;
+    }
+    let negotiating: Vec<&Arc<Client>> = clients
+        .iter()
+        .filter(|c| !c.transmitting.load(Ordering::Relaxed) && lock(&c.cut).is_none())
+        .collect();
+    if negotiating.len() >= MAX_HANDSHAKES {
+        if let Some(oldest) = negotiating.iter().min_by_key(|c| c.started) {
+            *lock(&oldest.cut) = Some("made room for a new connection");
+            shutdown(&oldest.fd, libc::SHUT_RDWR);
+        }
     }
     let Ok(dup) = fd.try_clone() else {
         return;
@@ -423,8 +488,10 @@ fn admit(shared: &Arc<Shared>, fd: OwnedFd, peer: String) {
         id: shared.next_id.fetch_add(1, Ordering::Relaxed),
         peer,
         since: now_secs(),
+        started: Instant::now(),
         tls: AtomicBool::new(false),
         transmitting: AtomicBool::new(false),
+        cut: Mutex::new(None),
         counters: Counters::default(),
         fd: dup,
     });
@@ -432,12 +499,9 @@ fn admit(shared: &Arc<Shared>, fd: OwnedFd, peer: String) {
     let n = clients.len();
     drop(clients);
     shared.accepted.fetch_add(1, Ordering::Relaxed);
-    shared.log.log(|| {
-        format!(
-            "nbd: {} connected ({n} of {})",
-            client.peer, shared.max_connections
-        )
-    });
+    shared
+        .log
+        .log(|| format!("nbd: {} connected ({n} connections)", client.peer));
     let sh = shared.clone();
     let c = client.clone();
     let spawned = std::thread::Builder::new()
@@ -471,11 +535,13 @@ fn connection(shared: Arc<Shared>, sock: Socket, client: Arc<Client>) {
     set_buffers(fd);
     let r = negotiate_and_serve(&shared, sock, &client, fd);
     let c = client.counters.values();
-    let how = match r {
-        Ok(Some(Ending::Disconnect)) => "disconnected".to_string(),
-        Ok(Some(Ending::HungUp)) => "hung up".to_string(),
-        Ok(None) => "aborted the handshake".to_string(),
-        Err(e) => format!("dropped: {e}"),
+    let cut = *lock(&client.cut);
+    let how = match (r, cut) {
+        (Ok(Some(Ending::Disconnect)), _) => "disconnected".to_string(),
+        (Ok(Some(Ending::HungUp)), _) => "hung up".to_string(),
+        (Ok(None), _) => "aborted the handshake".to_string(),
+        (Err(_), Some(why)) => format!("dropped: {why}"),
+        (Err(e), None) => format!("dropped: {e}"),
     };
     shared.log.log(|| {
         format!(
@@ -534,9 +600,22 @@ fn serve<S: Stream>(
     fd: RawFd,
     structured: bool,
 ) -> io::Result<Ending> {
+    {
+        // The handshake is over: take a slot of the cap, unless others took them all first
+        // or the deadline passed meanwhile.
+        let clients = lock(&shared.clients);
+        if lock(&client.cut).is_some() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "handshake cut"));
+        }
+        if cap_full(shared, &clients) {
+            drop(clients);
+            log_refused(shared, &client.peer);
+            return Err(io::Error::other("the connection cap is full"));
+        }
+        client.transmitting.store(true, Ordering::Relaxed);
+    }
     // Clients may stay idle between requests as long as they like.
     set_timeout(fd, libc::SO_RCVTIMEO, None);
-    client.transmitting.store(true, Ordering::Relaxed);
     let mut t = Transmission::new(
         &shared.export,
         &shared.bytes,
