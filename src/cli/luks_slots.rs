@@ -1,7 +1,7 @@
 //! `dmkit luks add-key|remove-key|change-key|kill-slot|test-passphrase|uuid|header-backup|
 //! header-restore`: keyslot management and header maintenance, LUKS2 and LUKS1.
 
-use super::luks::{load, load_as, luks_err, open_file, Header, PbkdfArgs, Target};
+use super::luks::{load, load_as, load_quietly, luks_err, open_file, Header, PbkdfArgs, Target};
 use super::luks_keys::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
 use crate::block::{BlockDevice, MemoryDevice};
