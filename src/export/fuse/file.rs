@@ -312,11 +312,15 @@ impl FileFs {
     }
 
     /// A truncate (`truncate(2)`, `ftruncate(2)`; `O_TRUNC` never gets here, see OPEN) to
-    /// `size`. The size stays the device's; a smaller `size` zeroes `[size, end)`, so the
-    /// file reads as a regular file truncated and extended back would: what `qemu-img
-    /// create` (truncate to 0, then to the image size) and `cp --sparse` (truncate to the
-    /// source's size after a trailing hole) rely on. A larger one cannot be: EINVAL, as
-    /// `ftruncate(2)` of a block device answers.
+    /// `size`. The size stays the device's whatever happens:
+    /// - to 0, the contents are thrown away: the whole device reads back as zeros, as the
+    ///   emptied file would. `qemu-img convert` (and `create`) truncates to 0 and then skips
+    ///   writing the source's zero ranges, trusting the file to read zeros there;
+    /// - to a size in between, ignored, as `ftruncate(2)` failing on a block device is
+    ///   ignored by `dd seek=N` (which truncates at the seek) and `cp --sparse` (which
+    ///   truncates to the source's size after a trailing hole): both then write the data
+    ///   they meant to, and everything past it stays as on a block device;
+    /// - to more than the device holds, EINVAL, as `ftruncate(2)` of a block device answers.
     fn truncate(
         &self,
         size: u64,
@@ -326,20 +330,20 @@ impl FileFs {
         st: &State,
     ) -> Result<(), Errno> {
         let dev_size = self.device().size();
-        if size == dev_size {
-            return Ok(());
-        }
         if size > dev_size {
             return Err(Errno(libc::EINVAL));
+        }
+        if size != 0 {
+            return Ok(());
         }
         if self.device().read_only() {
             return Err(Errno(libc::EROFS));
         }
-        self.zero(size, dev_size - size, Zero::Punch, io)
+        self.zero(0, dev_size, Zero::Punch, io)
             .map_err(|e| Errno(self.fail(ctr, e)))?;
         // The kernel sees the same size before and after, so it keeps its cached pages:
-        // tell it those past `size` changed.
-        notify_inval_inode(st.notify_fd, nodeid, size, 0);
+        // tell it they changed.
+        notify_inval_inode(st.notify_fd, nodeid, 0, 0);
         Ok(())
     }
 
