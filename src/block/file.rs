@@ -132,6 +132,11 @@ impl BlockDevice for FileDevice {
         }
         Ok(())
     }
+    /// A punched hole reads back as zeros, in a regular file and on a block device alike (the
+    /// kernel turns `PUNCH_HOLE` on a block device into a write-zeroes that may unmap).
+    fn discard_zeroes(&self) -> bool {
+        true
+    }
     fn passthrough(&self, offset: u64, len: u64) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
         use std::os::fd::AsFd;
         check_range(&self.name, offset, usize::try_from(len).ok()?, self.size).ok()?;

@@ -82,6 +82,9 @@ impl BlockDevice for MemoryDevice {
         data[start..start + len].fill(0);
         Ok(())
     }
+    fn discard_zeroes(&self) -> bool {
+        true
+    }
     fn discard(&self, offset: u64, len: u64) -> Result<()> {
         let len = usize::try_from(len).map_err(|_| BlockError::OutOfRange {
             device: self.name.clone(),

@@ -121,6 +121,13 @@ pub trait BlockDevice: Send + Sync {
             op: "discard",
         })
     }
+    /// Whether a successful [`discard`](BlockDevice::discard) leaves the range reading back as
+    /// zeros (a hole punched in a file does; a discard under encryption reads back as
+    /// whatever the zeros decrypt to). `false`, the default, when unknown: callers that need
+    /// zeros then write them.
+    fn discard_zeroes(&self) -> bool {
+        false
+    }
     /// Make `[offset, offset + len)` read back as zeros without transferring them, where the
     /// storage can (the kernel's REQ_OP_WRITE_ZEROES): the allocation stays, unlike a discard.
     /// `Unsupported` when it cannot; the caller then writes zeros itself.
@@ -208,6 +215,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for $ptr {
     }
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
         (**self).write_zeroes(offset, len)
+    }
+    fn discard_zeroes(&self) -> bool {
+        (**self).discard_zeroes()
     }
     fn passthrough(&self, offset: u64, len: u64) -> Option<(std::os::fd::BorrowedFd<'_>, u64)> {
         (**self).passthrough(offset, len)

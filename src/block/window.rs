@@ -52,6 +52,9 @@ impl<D: BlockDevice> BlockDevice for Window<D> {
         check_range(self.name(), offset, len as usize, self.size)?;
         self.lower.discard(self.offset + offset, len)
     }
+    fn discard_zeroes(&self) -> bool {
+        self.lower.discard_zeroes()
+    }
     fn write_zeroes(&self, offset: u64, len: u64) -> Result<()> {
         check_range(self.name(), offset, len as usize, self.size)?;
         self.lower.write_zeroes(self.offset + offset, len)

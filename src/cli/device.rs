@@ -16,7 +16,7 @@ impl From<ExportError> for CliError {
 /// Arguments of `dmkit close`.
 #[derive(clap::Args)]
 pub struct CloseArgs {
-    /// Name of the open device.
+    /// Name of the open device, or its exported file, mount point or loop device.
     pub name: String,
     /// If the device is in use, close it when the last user goes instead of refusing.
     #[arg(long, conflicts_with = "cancel_deferred")]
@@ -29,7 +29,8 @@ pub struct CloseArgs {
 /// Arguments of `dmkit status`.
 #[derive(clap::Args)]
 pub struct StatusArgs {
-    /// Name of the open device (all if omitted).
+    /// Name of the open device, or its exported file, mount point or loop device (all if
+    /// omitted).
     pub name: Option<String>,
     /// Print JSON.
     #[arg(long)]
@@ -88,7 +89,9 @@ pub fn close(a: CloseArgs) -> CliResult {
     } else {
         CloseMode::Now
     };
-    if export::close(&a.name, mode)? == Closed::CleanedUp {
+    let name = export::resolve_target(&a.name)?;
+    let closed = export::close(&name, mode).map_err(|e| as_typed(e, &a.name))?;
+    if closed == Closed::CleanedUp {
         eprintln!(
             "dmkit: {}: its server had died; removed what it left behind",
             a.name
@@ -97,15 +100,50 @@ pub fn close(a: CloseArgs) -> CliResult {
     Ok(())
 }
 
+/// `e` naming the device as the user typed it (a path, when they gave one) rather than by its
+/// resolved name, which for a tree is an escaped path nobody would type.
+fn as_typed(e: ExportError, typed: &str) -> ExportError {
+    let typed = typed.to_string();
+    match e {
+        ExportError::NotOpen { .. } => ExportError::NotOpen { name: typed },
+        ExportError::InUse { reason, .. } => ExportError::InUse {
+            name: typed,
+            reason,
+        },
+        ExportError::Busy { reason, .. } => ExportError::Busy {
+            name: typed,
+            reason,
+        },
+        e => e,
+    }
+}
+
 /// Run `dmkit status`.
 pub fn status(a: StatusArgs) -> CliResult {
-    let list = match export::status(a.name.as_deref()) {
-        Ok(l) => l,
-        Err(e @ ExportError::NotOpen { .. }) => {
-            // veritysetup's wording, and its exit code 4.
-            // veritysetup's line on stdout, and the error line every failure has on stderr.
+    let name = match a.name.as_deref().map(export::resolve_target).transpose() {
+        Ok(n) => n,
+        Err(e @ ExportError::NotOpenAt { .. }) => {
             if !a.json {
-                let name = a.name.as_deref().unwrap_or_default();
+                println!("{} is inactive.", a.name.as_deref().unwrap_or_default());
+            }
+            return Err(e.into());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let list = match export::status(name.as_deref()) {
+        Ok(l) => l,
+        Err(e @ ExportError::NotOpen { .. }) if a.name != name => {
+            // A path that names no state of its own: what the user typed is inactive.
+            if !a.json {
+                println!("{} is inactive.", a.name.as_deref().unwrap_or_default());
+            }
+            return Err(as_typed(e, a.name.as_deref().unwrap_or_default()).into());
+        }
+        Err(e @ ExportError::NotOpen { .. }) => {
+            // veritysetup's line on stdout (and its exit code 4), and the error line every
+            // failure has on stderr.
+            if !a.json {
+                let name = name.as_deref().unwrap_or_default();
                 println!("{} is inactive.", export::run_dir().join(name).display());
             }
             return Err(e.into());
@@ -135,6 +173,16 @@ pub fn status(a: StatusArgs) -> CliResult {
         return Err(CliError::no_device(format!("device {name} is not active")));
     }
     Ok(())
+}
+
+/// What to type after `dmkit close` for the device of status object `v`.
+fn typeable(v: &Value) -> String {
+    let path = std::path::PathBuf::from(scalar(&v["path"]));
+    export::typeable(
+        &scalar(&v["name"]),
+        &path,
+        v["tree"].as_bool() == Some(true),
+    )
 }
 
 fn scalar(v: &Value) -> String {
@@ -252,7 +300,7 @@ fn human(v: &Value) -> String {
         Some("active") => format!("{path} is active.\n"),
         Some("dead") => format!(
             "{path} is inactive: its server died; `dmkit close {}` cleans up.\n",
-            scalar(&v["name"])
+            typeable(v)
         ),
         Some(s) => format!("{path} is {s}.\n"),
         None => format!("{path}\n"),
@@ -263,6 +311,12 @@ fn human(v: &Value) -> String {
     }
     // device-mapper's word for the layer; "type" is left to the layer's own details (LUKS2).
     rows.add("target", scalar(&v["kind"]));
+    // The name only where the path does not end in it (a tree's mount point, an NBD-only
+    // device's URI); quoted as it must be typed.
+    let name = scalar(&v["name"]);
+    if !path.ends_with(&format!("/{name}")) {
+        rows.add("name", export::shell_word(&name));
+    }
     rows.add("path", &path);
     if let Some(l) = v["loop_device"].as_str() {
         let dio = if v["loop_direct_io"].as_bool() == Some(true) {

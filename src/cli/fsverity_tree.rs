@@ -6,7 +6,7 @@ use super::{CliError, CliResult};
 use crate::export::{self, TreeSpec};
 use crate::fsverity::sealed::{self, seal::default_manifest, seal::default_store, SealError};
 use serde_json::json;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -105,19 +105,6 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     json: bool,
-}
-
-/// The name a mount point or name given on the command line stands for.
-fn name_of(target: &str) -> String {
-    let p = Path::new(target);
-    if target.contains('/') || p.is_dir() {
-        let abs = std::fs::canonicalize(p)
-            .or_else(|_| std::path::absolute(p))
-            .unwrap_or_else(|_| p.to_path_buf());
-        export::name_for_mountpoint(&abs)
-    } else {
-        target.to_string()
-    }
 }
 
 /// Run `dmkit fsverity seal`.
@@ -270,7 +257,7 @@ pub fn mount(a: MountArgs) -> CliResult {
 /// Run `dmkit fsverity close`.
 pub fn close(a: CloseArgs) -> CliResult {
     super::device::close(super::device::CloseArgs {
-        name: name_of(&a.target),
+        name: a.target,
         deferred: a.deferred,
         cancel_deferred: false,
     })
@@ -279,7 +266,7 @@ pub fn close(a: CloseArgs) -> CliResult {
 /// Run `dmkit fsverity status`.
 pub fn status(a: StatusArgs) -> CliResult {
     super::device::status(super::device::StatusArgs {
-        name: a.target.as_deref().map(name_of),
+        name: a.target,
         json: a.json,
     })
 }

@@ -200,7 +200,7 @@ pub fn close(name: &str, mode: CloseMode) -> Result<Closed> {
 }
 
 /// The names with a state file in the run directory, sorted.
-fn names_with_state() -> Vec<String> {
+pub(super) fn names_with_state() -> Vec<String> {
     let dir = run_dir().join(".dmkit");
     let mut v: Vec<String> = match fs::read_dir(&dir) {
         Ok(d) => d

@@ -16,6 +16,7 @@ mod server;
 mod spawn;
 mod stale;
 mod state;
+mod target;
 
 pub use client::{claim_holder, close, path_holder, status, CloseMode, Closed};
 pub use rundir::{run_dir, validate_name, DEFAULT_RUN_DIR, RUN_DIR_ENV};
@@ -24,6 +25,7 @@ pub use spawn::{
     serve_tree_foreground,
 };
 pub use stale::ensure_not_open;
+pub use target::{resolve_target, shell_word, typeable};
 
 use crate::block::{BlockDevice, Claim};
 use crate::export::fuse::{mount_tree, Mounted, TransportChoice, TreeSource};
@@ -68,6 +70,12 @@ pub enum ExportError {
         /// The device name.
         name: String,
     },
+    /// A path given for a device stands for nothing open.
+    #[error("{}: no device or mount of dmkit's is open there (`dmkit status` lists them)", path.display())]
+    NotOpenAt {
+        /// The path, absolute.
+        path: PathBuf,
+    },
     /// Another user's device.
     #[error("{0}")]
     Permission(String),
@@ -91,7 +99,7 @@ impl ExportError {
     pub fn exit_code(&self) -> i32 {
         match self {
             ExportError::Busy { .. } | ExportError::InUse { .. } => 5,
-            ExportError::NotOpen { .. } => 4,
+            ExportError::NotOpen { .. } | ExportError::NotOpenAt { .. } => 4,
             ExportError::Permission(_) => 2,
             _ => 1,
         }
@@ -100,7 +108,7 @@ impl ExportError {
     fn kind(&self) -> &'static str {
         match self {
             ExportError::Busy { .. } | ExportError::InUse { .. } => "busy",
-            ExportError::NotOpen { .. } => "not-open",
+            ExportError::NotOpen { .. } | ExportError::NotOpenAt { .. } => "not-open",
             ExportError::InvalidName { .. } | ExportError::Invalid(_) => "invalid",
             ExportError::Permission(_) | ExportError::Io { .. } | ExportError::Failed(_) => {
                 "failed"

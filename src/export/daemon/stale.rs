@@ -83,7 +83,7 @@ pub(super) fn busy(p: &Paths) -> ExportError {
             "already open at {} (pid {}); close it first with `dmkit close {}`",
             s.path.display(),
             s.pid,
-            p.name
+            super::typeable(&p.name, &s.path, s.tree)
         ),
         None => "it is being opened by another process".to_string(),
     };

@@ -50,7 +50,10 @@ impl Filesystem for FileFs {
     }
 
     fn init_flags(&self) -> u32 {
-        FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ASYNC_DIO | FUSE_MAX_PAGES
+        // ATOMIC_O_TRUNC: `O_TRUNC` comes with OPEN, where it is ignored as a block device
+        // ignores it, instead of as a SETATTR of size 0 that a truncate(2) to 0 would send
+        // too (and that must keep failing: the size of a device does not change).
+        FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ASYNC_DIO | FUSE_MAX_PAGES | FUSE_ATOMIC_O_TRUNC
     }
 
     fn handle(&self, req: &Request<'_>, io: &mut AlignedBuf, r: &mut Reply<'_>, st: &State) {
@@ -91,17 +94,27 @@ impl Filesystem for FileFs {
                 let size = ne_u64(args, 16);
                 // The file is a device: its size is fixed. Mode, owner and time changes are
                 // accepted and ignored, like on a block device node that is recreated.
-                if valid & FATTR_SIZE != 0 && size != self.device().size() {
-                    r.err(libc::EINVAL);
-                } else {
-                    r.ok(&[&self.attr_out()]);
+                if valid & FATTR_SIZE != 0 {
+                    if let Err(e) = self.truncate(size, req.nodeid, ctr, io, st) {
+                        return r.err(e.0);
+                    }
                 }
+                r.ok(&[&self.attr_out()]);
             }
             FUSE_OPEN => {
                 let flags = if args.len() >= 4 { ne_u32(args, 0) } else { 0 };
                 let acc = flags as i32 & libc::O_ACCMODE;
                 if self.device().read_only() && acc != libc::O_RDONLY {
                     return r.err(libc::EROFS);
+                }
+                // O_TRUNC is ignored, as on a block device: `dd of=`, `>` and `tee` write
+                // over the data in place. (The kernel drops its cached size to 0 and marks
+                // it stale: the next stat or read asks GETATTR and gets the device size.)
+                // O_APPEND is refused: every append would land at the end of the device,
+                // where there is no room; EINVAL, like every other attempt to change the size
+                // (truncate to another size), and at open rather than at the first write.
+                if flags as i32 & libc::O_APPEND != 0 && acc != libc::O_RDONLY {
+                    return r.err(libc::EINVAL);
                 }
                 let mut open_flags = 0;
                 if self.device().read_only() {
@@ -298,6 +311,45 @@ impl FileFs {
         Ok(len)
     }
 
+    /// A truncate (`truncate(2)`, `ftruncate(2)`; `O_TRUNC` never gets here, see OPEN) to
+    /// `size`. The size stays the device's whatever happens:
+    /// - to 0, the contents are thrown away: the whole device reads back as zeros, as the
+    ///   emptied file would. `qemu-img convert` (and `create`) truncates to 0 and then skips
+    ///   writing the source's zero ranges, trusting the file to read zeros there;
+    /// - to a size in between, ignored, as `ftruncate(2)` failing on a block device is
+    ///   ignored by `dd seek=N` (which truncates at the seek) and `cp --sparse` (which
+    ///   truncates to the source's size after a trailing hole): both then write the data
+    ///   they meant to, and everything past it stays as on a block device;
+    /// - to more than the device holds, EINVAL, as `ftruncate(2)` of a block device answers.
+    fn truncate(
+        &self,
+        size: u64,
+        nodeid: u64,
+        ctr: &Counters,
+        io: &mut AlignedBuf,
+        st: &State,
+    ) -> Result<(), Errno> {
+        let dev_size = self.device().size();
+        if size > dev_size {
+            return Err(Errno(libc::EINVAL));
+        }
+        if size != 0 {
+            return Ok(());
+        }
+        if self.device().read_only() {
+            return Err(Errno(libc::EROFS));
+        }
+        self.zero(0, dev_size, Zero::Punch, io)
+            .map_err(|e| Errno(self.fail(ctr, e)))?;
+        // The kernel sees the same size before and after, so it keeps its cached pages:
+        // tell it they changed.
+        notify_inval_inode(st.notify_fd, nodeid, 0, 0);
+        Ok(())
+    }
+
+    /// `fallocate(2)` as a block device answers it, except that a punched hole always reads
+    /// back as zeros (tools such as `cp --sparse=always` punch where they skip, trusting the
+    /// file to read zeros there).
     fn fallocate(
         &self,
         offset: u64,
@@ -308,35 +360,57 @@ impl FileFs {
     ) -> Result<(), Errno> {
         let dev_size = self.device().size();
         let end = offset.checked_add(length).ok_or(Errno(libc::EINVAL))?;
-        match mode {
-            // Allocation: every byte of a device already exists.
-            0 | libc::FALLOC_FL_KEEP_SIZE => {
-                if end <= dev_size || mode == libc::FALLOC_FL_KEEP_SIZE {
-                    Ok(())
-                } else {
-                    Err(Errno(libc::ENOSPC))
-                }
-            }
-            m if m == libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE => {
-                if !self.allow_discards {
-                    return Err(Errno(libc::EOPNOTSUPP));
-                }
-                if self.device().read_only() {
-                    return Err(Errno(libc::EROFS));
-                }
-                let end = end.min(dev_size);
-                if offset >= end {
-                    return Ok(());
-                }
-                // Partial blocks at the edges are zeroed, so the range reads back as zeros
-                // like a punched hole.
-                self.bytes
-                    .punch(offset, end - offset, io)
-                    .map_err(|e| Errno(self.fail(ctr, e)))
-            }
-            _ => Err(Errno(libc::EOPNOTSUPP)),
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        // Without KEEP_SIZE a range past the end would grow a file: a device has no room.
+        if !keep_size && end > dev_size {
+            return Err(Errno(libc::ENOSPC));
         }
+        let zero = match mode & !libc::FALLOC_FL_KEEP_SIZE {
+            // Allocation: every byte of a device already exists.
+            0 => return Ok(()),
+            libc::FALLOC_FL_PUNCH_HOLE if keep_size => Zero::Punch,
+            libc::FALLOC_FL_ZERO_RANGE => Zero::Range,
+            _ => return Err(Errno(libc::EOPNOTSUPP)),
+        };
+        if self.device().read_only() {
+            return Err(Errno(libc::EROFS));
+        }
+        let end = end.min(dev_size);
+        if offset >= end {
+            return Ok(());
+        }
+        self.zero(offset, end - offset, zero, io)
+            .map_err(|e| Errno(self.fail(ctr, e)))
     }
+
+    /// Make `[offset, offset + len)` (inside the device) read back as zeros: a punched hole is
+    /// a discard (TRIM) where the export allows discards and the layer's discard reads back as
+    /// zeros; everything else is the layer's write-zeroes, or zeros written where it has none.
+    /// Partial blocks at the edges are always zeroed by writing.
+    fn zero(
+        &self,
+        offset: u64,
+        len: u64,
+        how: Zero,
+        io: &mut AlignedBuf,
+    ) -> Result<(), BlockError> {
+        if how == Zero::Punch && self.allow_discards && self.device().discard_zeroes() {
+            match self.bytes.punch(offset, len, io) {
+                Err(BlockError::Unsupported { .. }) => {}
+                r => return r,
+            }
+        }
+        self.bytes.write_zeroes(offset, len, false, io)
+    }
+}
+
+/// Which `fallocate(2)` mode zeroes a range.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Zero {
+    /// `PUNCH_HOLE`: a discard where it reads back as zeros.
+    Punch,
+    /// `ZERO_RANGE`: the allocation stays.
+    Range,
 }
 
 #[cfg(test)]
@@ -384,7 +458,7 @@ mod tests {
     }
 
     #[test]
-    fn punch_hole_zeroes_edges_and_discards_middle() {
+    fn punch_hole_and_zero_range_read_back_as_zeros() {
         let size = 4 * 4096;
         let sh = shared(size);
         let mut want = expect(size);
@@ -396,14 +470,32 @@ mod tests {
         want[100..10100].fill(0);
         let (s, n) = sh.read(0, size, &mut io).unwrap();
         assert_eq!(&io.all()[s..s + n], &want[..]);
+        // ZERO_RANGE zeroes too; past the end it needs KEEP_SIZE (a device cannot grow).
+        let ctr = Counters::default();
+        assert!(sh
+            .fallocate(12000, 300, libc::FALLOC_FL_ZERO_RANGE, &ctr, &mut io)
+            .is_ok());
+        want[12000..12300].fill(0);
         assert!(matches!(
             sh.fallocate(
-                0,
-                1,
+                size as u64 - 10,
+                20,
                 libc::FALLOC_FL_ZERO_RANGE,
-                &Counters::default(),
+                &ctr,
                 &mut io
             ),
+            Err(Errno(libc::ENOSPC))
+        ));
+        let keep = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+        assert!(sh
+            .fallocate(size as u64 - 10, 20, keep, &ctr, &mut io)
+            .is_ok());
+        want[size - 10..].fill(0);
+        let (s, n) = sh.read(0, size, &mut io).unwrap();
+        assert_eq!(&io.all()[s..s + n], &want[..]);
+        // Modes that move data have no meaning on a device.
+        assert!(matches!(
+            sh.fallocate(0, 4096, libc::FALLOC_FL_COLLAPSE_RANGE, &ctr, &mut io),
             Err(Errno(libc::EOPNOTSUPP))
         ));
     }

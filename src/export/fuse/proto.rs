@@ -60,6 +60,8 @@ pub(super) const FUSE_LSEEK: u32 = 46;
 
 // INIT flags.
 pub(super) const FUSE_ASYNC_READ: u32 = 1 << 0;
+/// OPEN carries `O_TRUNC` instead of the kernel sending a SETATTR of size 0 after it.
+pub(super) const FUSE_ATOMIC_O_TRUNC: u32 = 1 << 3;
 pub(super) const FUSE_BIG_WRITES: u32 = 1 << 5;
 pub(super) const FUSE_DO_READDIRPLUS: u32 = 1 << 13;
 pub(super) const FUSE_READDIRPLUS_AUTO: u32 = 1 << 14;
@@ -169,6 +171,19 @@ pub(super) fn reply(fd: RawFd, unique: u64, error: i32, payload: &[&[u8]]) {
             eprintln!("dmkit: fuse: cannot send reply to request {unique}: {e}");
         }
     }
+}
+
+/// `FUSE_NOTIFY_INVAL_INODE`: drop the kernel's cached attributes of an inode and its cached
+/// pages in `[off, off + len)` (`len` 0: to the end).
+const FUSE_NOTIFY_INVAL_INODE: i32 = 2;
+
+/// Tell the kernel that the contents of inode `ino` changed in `[off, off + len)` behind its
+/// page cache. A notification is a reply with no request (unique 0) whose error field carries
+/// the notification code.
+pub(super) fn notify_inval_inode(fd: RawFd, ino: u64, off: u64, len: u64) {
+    let mut o = Out::new();
+    o.u64(ino).u64(off).u64(len);
+    reply(fd, 0, -FUSE_NOTIFY_INVAL_INODE, &[&o.0]);
 }
 
 /// `FUSE_INIT_EXT`: the INIT structures carry `flags2`.

@@ -249,6 +249,8 @@ pub(super) struct State {
     pub open_handles: AtomicI64,
     /// The negotiated minor protocol version (0 before INIT).
     pub minor: AtomicU32,
+    /// The connection's first descriptor, for notifications (it lives as long as the session).
+    pub notify_fd: RawFd,
 }
 
 /// What every serving thread of a session shares.
@@ -323,6 +325,7 @@ impl<F: Filesystem> Session<F> {
             state: State {
                 open_handles: AtomicI64::new(0),
                 minor: AtomicU32::new(0),
+                notify_fd: master.as_raw_fd(),
             },
             counters: (0..threads + queues).map(|_| Counters::default()).collect(),
             master: master.clone(),
