@@ -45,21 +45,7 @@ impl Dev {
                 args.extend(["linear", "open", &ws.s("img"), name].map(String::from));
             }
             Layer::Luks => {
-                let pass = ws.s("pass");
-                fs::write(&pass, "export writes").unwrap();
-                let img = ws.sparse("img", SIZE + (16 << 20));
-                ws.run.ok(&[
-                    "luks",
-                    "format",
-                    "-q",
-                    "--key-file",
-                    &pass,
-                    "--pbkdf",
-                    "pbkdf2",
-                    "--pbkdf-force-iterations",
-                    "1000",
-                    &img,
-                ]);
+                let (img, pass) = ws.luks2_cheap("img", SIZE + (16 << 20), "export writes");
                 args.extend(["luks", "open", &img, name, "--key-file", &pass].map(String::from));
             }
             Layer::Integrity => {

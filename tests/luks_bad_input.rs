@@ -679,6 +679,7 @@ fn luks1_header_versions_get_cryptsetups_verdict() {
         let o = e.dmkit(&[
             "luks",
             "format",
+            "-q",
             "--type",
             "luks1",
             "--key-file",

@@ -11,22 +11,7 @@ use std::fs;
 
 /// A 20 MiB LUKS2 image with a cheap PBKDF2 keyslot 0, and its passphrase file.
 fn luks2(e: &Workspace) -> (String, String) {
-    let pass = e.s("pass");
-    fs::write(&pass, "spelling passphrase").unwrap();
-    let img = e.sparse("disk.img", 20 << 20);
-    e.run.ok(&[
-        "luks",
-        "format",
-        "-q",
-        "--key-file",
-        &pass,
-        "--pbkdf",
-        "pbkdf2",
-        "--pbkdf-force-iterations",
-        "1000",
-        &img,
-    ]);
-    (img, pass)
+    e.luks2_cheap("disk.img", 20 << 20, "spelling passphrase")
 }
 
 #[test]

@@ -351,22 +351,7 @@ fn verity_is_read_only_and_a_corrupt_block_is_an_nbd_error() {
 
 /// A 32 MiB LUKS2 image (16 MiB of data) with a cheap keyslot, and its passphrase file.
 fn luks2(e: &Env) -> (String, String) {
-    let pass = e.s("pass");
-    fs::write(&pass, "nbd passphrase").unwrap();
-    let img = e.sparse("luks.img", 32 << 20);
-    e.run.ok(&[
-        "luks",
-        "format",
-        "-q",
-        "--key-file",
-        &pass,
-        "--pbkdf",
-        "pbkdf2",
-        "--pbkdf-force-iterations",
-        "1000",
-        &img,
-    ]);
-    (img, pass)
+    e.luks2_cheap("luks.img", 32 << 20, "nbd passphrase")
 }
 
 #[test]

@@ -401,6 +401,28 @@ impl Workspace {
         self.s(name)
     }
 
+    /// A LUKS2 image `name` of `size` bytes with one cheap keyslot (PBKDF2, 1000 iterations:
+    /// the tests that use it are about the data path, not the KDF) for `passphrase`, kept in
+    /// the file `pass`; returns the image's and the passphrase file's paths.
+    pub fn luks2_cheap(&self, name: &str, size: u64, passphrase: &str) -> (String, String) {
+        let pass = self.s("pass");
+        std::fs::write(&pass, passphrase).unwrap();
+        let img = self.sparse(name, size);
+        self.run.ok(&[
+            "luks",
+            "format",
+            "-q",
+            "--key-file",
+            &pass,
+            "--pbkdf",
+            "pbkdf2",
+            "--pbkdf-force-iterations",
+            "1000",
+            &img,
+        ]);
+        (img, pass)
+    }
+
     /// [`RunDir::output`]: `dmkit args...` in the run directory.
     pub fn dmkit(&self, args: &[&str]) -> Output {
         self.run.output(args)
