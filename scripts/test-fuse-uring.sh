@@ -33,4 +33,5 @@ echo Y > "$switch"
 
 DMKIT_FUSE_TRANSPORT=io-uring cargo test --release --no-fail-fast "$@" \
     --test export --test durability --test fsverity_seal --test luks_cli --test luks_interop \
-    --test crypt_plain --test integrity_cli --test verity_e2e --test verity_interop --test image
+    --test crypt_plain --test integrity_cli --test verity_e2e --test verity_interop --test image \
+    --test export_writes --test close_by_path --test integrity_crash
