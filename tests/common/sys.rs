@@ -11,12 +11,17 @@ pub fn mounted(path: &Path) -> bool {
         .any(|l| l.split(' ').nth(4) == Some(want.as_str()))
 }
 
-/// Whether process `pid` is gone (a zombie counts as gone).
+/// Whether process `pid` is gone (a zombie with no thread left counts as gone).
 pub fn pid_gone(pid: u32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s
-            .rsplit_once(')')
-            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+        // A zombie leader is gone only once it is the last task of its group: its other
+        // threads (a FUSE or ring thread finishing a request) may still be exiting, and they
+        // hold the process's files (its lock, its control socket) until they are done.
+        Ok(s) => {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+                && std::fs::read_dir(format!("/proc/{pid}/task")).map_or(true, |d| d.count() <= 1)
+        }
         Err(_) => true,
     }
 }
