@@ -5,19 +5,23 @@
 //! [`BlockDevice`]. Methods take `&self` and the trait is `Send + Sync`, so an exporter can
 //! serve many requests at once and each layer does its work inline on the serving thread.
 
+pub mod activated;
 mod claim;
 mod faulty;
 mod file;
 mod memory;
+pub mod open;
 pub mod signature;
 mod window;
 
+pub use activated::{Activated, StatsFn};
 pub use claim::{range_text, Claim, ClaimError, ClaimInfo};
 pub use faulty::{
     for_each_crash_state, Fault, FaultKind, FaultyDevice, LoggedOp, OpKind, MAX_PENDING_WRITES,
 };
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
+pub use open::{open_backing, open_device, OpenError};
 pub use window::Window;
 
 use std::io;

@@ -2,7 +2,7 @@
 //! format writes, with one error convention.
 
 use super::CliError;
-use crate::block::{Claim, ClaimError, FileDevice, OpenOptions};
+use crate::block::{Claim, ClaimError, FileDevice, OpenError};
 use std::fs::File;
 use std::path::Path;
 
@@ -14,7 +14,7 @@ pub(super) fn open_device(
     read_only: bool,
     direct: bool,
 ) -> Result<FileDevice, CliError> {
-    open_with(path, read_only, direct, false)
+    crate::block::open_device(path, read_only, direct).map_err(open_error)
 }
 
 /// Open `path` as the backing device of a mapping or a format: like [`open_device`], and a
@@ -25,33 +25,25 @@ pub(super) fn open_backing(
     read_only: bool,
     direct: bool,
 ) -> Result<FileDevice, CliError> {
-    open_with(path, read_only, direct, !read_only)
+    crate::block::open_backing(path, read_only, direct).map_err(open_error)
 }
 
-fn open_with(
-    path: &Path,
-    read_only: bool,
-    direct: bool,
-    exclusive: bool,
-) -> Result<FileDevice, CliError> {
-    let opts = OpenOptions {
-        read_only,
-        direct,
-        exclusive,
-    };
-    FileDevice::open(path, opts).map_err(|e| {
-        let name = path.display();
-        match e.raw_os_error() {
-            Some(libc::ENOENT) => CliError::no_device(format!("{name}: cannot open: {e}")),
-            Some(libc::EBUSY) if exclusive => CliError::busy(format!(
-                "cannot use {name}: it is in use by {}",
-                crate::export::path_holder(path).unwrap_or_else(|| {
-                    "the kernel (mounted, or claimed by another device)".to_string()
-                })
-            )),
-            _ => CliError::invalid(format!("{name}: cannot open: {e}")),
-        }
-    })
+/// The command line's words for a file that could not be opened: a busy device names who
+/// holds it.
+pub(super) fn open_error(e: OpenError) -> CliError {
+    match &e {
+        OpenError::Busy { path } => CliError::busy(format!(
+            "cannot use {}: it is in use by {}",
+            path.display(),
+            crate::export::path_holder(path).unwrap_or_else(|| {
+                "the kernel (mounted, or claimed by another device)".to_string()
+            })
+        )),
+        _ => CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        },
+    }
 }
 
 /// Claim `[start, start + len)` of `file` (opened at `path`; `len` 0: to the end) for as long
@@ -64,20 +56,28 @@ pub(super) fn claim(
     len: u64,
     exclusive: bool,
 ) -> Result<Claim, CliError> {
-    Claim::take(file, path, start, len, exclusive).map_err(|e| match &e {
-        ClaimError::Busy { path, .. } => {
+    Claim::take(file, path, start, len, exclusive).map_err(claim_error)
+}
+
+/// The command line's words for a claim that could not be taken: a conflict is exit 5 and
+/// names the open device that holds the range, as the kernel's "which is in use".
+pub(super) fn claim_error(e: ClaimError) -> CliError {
+    match &e {
+        ClaimError::Busy {
+            path, start, len, ..
+        } => {
             let holder = crate::export::claim_holder(&e)
                 .unwrap_or_else(|| "another process (not a dmkit device of yours)".to_string());
             CliError::busy(format!(
                 "cannot use {}: {} in use by {holder}",
                 path.display(),
-                if len == 0 && start == 0 {
+                if *len == 0 && *start == 0 {
                     "it is".to_string()
                 } else {
-                    format!("{} are", crate::block::range_text(start, len))
+                    format!("{} are", crate::block::range_text(*start, *len))
                 }
             ))
         }
         ClaimError::Io { .. } => CliError::invalid(e.to_string()),
-    })
+    }
 }

@@ -15,7 +15,8 @@ pub use daemon::{
     check_loop_allowed, claim_holder, close, ensure_not_open, name_for_mountpoint, open, open_tree,
     path_holder, resolve_target, run_dir, serve_foreground, serve_foreground_with,
     serve_tree_foreground, shell_word, status, typeable, validate_name, CloseMode, Closed,
-    ExportError, ExportSpec, Opened, StatsFn, TreeMounter, TreeSpec, DEFAULT_RUN_DIR, RUN_DIR_ENV,
+    ExportError, ExportSpec, Opened, ServeOptions, StatsFn, TreeMounter, TreeSpec, DEFAULT_RUN_DIR,
+    RUN_DIR_ENV,
 };
 pub use fuse::{mount_device, ExportStats, FuseOptions, Mounted, DEFAULT_THREADS};
 pub use loopdev::LoopDevice;

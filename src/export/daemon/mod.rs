@@ -125,7 +125,23 @@ fn io_err(what: impl Into<String>) -> impl FnOnce(io::Error) -> ExportError {
 }
 
 /// Live counters of a layer, shown by `status` (called on the server's control thread).
-pub type StatsFn = Arc<dyn Fn() -> Value + Send + Sync>;
+pub use crate::block::StatsFn;
+
+/// How an [`Activated`](crate::block::Activated) volume is served: the transports, the loop
+/// device and the serving threads. What is served comes from the volume itself.
+#[derive(Default)]
+pub struct ServeOptions {
+    /// Serve the FUSE file `$RUN_DIR/NAME` (false only with an NBD export: `--no-fuse`).
+    pub fuse: bool,
+    /// Also serve the device over NBD.
+    pub nbd: Option<crate::export::nbd::NbdConfig>,
+    /// Also attach a loop device (`/dev/loopN`) to the exported file.
+    pub loop_device: bool,
+    /// Ask for direct I/O on the loop device (`LO_FLAGS_DIRECT_IO`); silently off when refused.
+    pub direct_io_loop: bool,
+    /// Serving threads (0 means the default, 4).
+    pub threads: usize,
+}
 
 /// What to export and how.
 pub struct ExportSpec {
@@ -154,6 +170,26 @@ pub struct ExportSpec {
     /// The claims on backing storage this device holds while it is open (see
     /// [`crate::block::Claim`]); recorded in the state so a refused claim can name us.
     pub claims: Vec<Claim>,
+}
+
+impl ExportSpec {
+    /// The export of an activated volume, served as `how` says.
+    pub fn new(volume: crate::block::Activated, how: ServeOptions) -> ExportSpec {
+        ExportSpec {
+            name: volume.name,
+            device: volume.device,
+            kind: volume.kind,
+            fuse: how.fuse,
+            nbd: how.nbd,
+            loop_device: how.loop_device,
+            direct_io_loop: how.direct_io_loop,
+            allow_discards: volume.allow_discards,
+            threads: how.threads,
+            details: volume.details,
+            stats: volume.stats,
+            claims: volume.claims,
+        }
+    }
 }
 
 /// Mounts a tree over a mount point with a number of serving threads and a transport choice
