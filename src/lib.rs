@@ -6,8 +6,10 @@
 //! device-mapper; exporters ([`export`]) serve the top of a stack to the kernel.
 #![deny(missing_docs)]
 
+#[cfg(feature = "cli")]
 pub mod bench;
 pub mod block;
+#[cfg(feature = "cli")]
 pub mod cli;
 pub mod crypt;
 pub mod export;
