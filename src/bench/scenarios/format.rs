@@ -6,11 +6,11 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::harness::{self, Dmkit, Interrupt, Workspace};
-use super::model::{FormatReport, ToolTiming};
-use super::table::format_size;
 use super::verity::{run_format, VerityParams};
-use super::BenchError;
+use crate::bench::harness::model::{FormatReport, ToolTiming};
+use crate::bench::harness::process::{self as harness, Dmkit, Interrupt, Workspace};
+use crate::bench::harness::table::format_size;
+use crate::bench::BenchError;
 
 /// The fixed salt (32 bytes, veritysetup's default salt size).
 pub const SALT: &str = "5eed002d1b0f0ca11ed0dbe4c40000000000000000000000000000000000f00d";
@@ -63,7 +63,8 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
     }
     let mut params = opts.params.clone();
     let salt = params.salt.get_or_insert_with(|| SALT.into()).clone();
-    let version = super::harness::required_version("veritysetup", "cryptsetup-bin")?;
+    let version =
+        crate::bench::harness::process::required_version("veritysetup", "cryptsetup-bin")?;
     let dmkit = Dmkit::from_env()?;
     let say = |msg: String| {
         if opts.progress {

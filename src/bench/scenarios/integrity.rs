@@ -18,12 +18,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::cloudflare::{fio_rw, say};
-use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
-use super::model::Stats;
-use super::rw::RwBenchOptions;
-use super::table::{format_size, Align, TextTable};
-use super::BenchError;
+use crate::bench::harness::fio::fio_rw;
+use crate::bench::harness::model::median;
+use crate::bench::harness::process::say;
+use crate::bench::harness::process::{
+    self as harness, run_ok, Dmkit, Export, Interrupt, Workspace,
+};
+use crate::bench::harness::rw::RwBenchOptions;
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::BenchError;
 
 /// The acceptance: a mode's sequential-write bandwidth over plain's.
 pub fn write_target(mode: Mode) -> f64 {
@@ -184,7 +187,7 @@ pub struct Row {
 impl Row {
     /// Median of one side.
     pub fn median(&self, side: usize) -> f64 {
-        Stats::of(&self.runs[side]).map_or(0.0, |s| s.median)
+        median(&self.runs[side]).unwrap_or(0.0)
     }
 }
 
@@ -356,7 +359,7 @@ pub fn run(
     interrupt: &Interrupt,
 ) -> Result<IntegrityReport, BenchError> {
     o.check()?;
-    super::fio::check_installed()?;
+    crate::bench::harness::fio::check_installed()?;
     let dmkit = Dmkit::from_env()?;
     let ws = Workspace::create(&o.dir)?;
     let modes = Mode::ALL.to_vec();

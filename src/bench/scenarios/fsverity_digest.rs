@@ -16,10 +16,10 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use super::harness::{self, Dmkit, Interrupt, Workspace, Xoshiro256};
-use super::model::Stats;
-use super::table::{format_size, Align, TextTable};
-use super::BenchError;
+use crate::bench::harness::model::Stats;
+use crate::bench::harness::process::{self as harness, Dmkit, Interrupt, Workspace, Xoshiro256};
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::BenchError;
 
 /// The project's target: dmkit at least this many times as fast as fsverity-utils, in each
 /// case.
@@ -234,7 +234,7 @@ pub fn run(opts: &FsvDigestOptions, interrupt: &Interrupt) -> Result<FsvDigestRe
             opts.hash
         )));
     }
-    let version = super::harness::required_version("fsverity", "fsverity")?;
+    let version = crate::bench::harness::process::required_version("fsverity", "fsverity")?;
     let dmkit = Dmkit::from_env()?;
     let say = |msg: String| {
         if opts.progress {

@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::config::Config;
-use super::fio::{self, FioResult, RunSpec, Workload};
-use super::harness::{self, Dmkit, Export, Interrupt, Workspace};
-use super::model::{OverheadReport, Params};
-use super::table::{format_size, BwUnit};
-use super::BenchError;
+use crate::bench::harness::fio::{self, FioResult, RunSpec, Workload};
+use crate::bench::harness::model::{OverheadReport, Params};
+use crate::bench::harness::process::{self as harness, Dmkit, Export, Interrupt, Workspace};
+use crate::bench::harness::table::{format_size, BwUnit};
+use crate::bench::BenchError;
 
 /// What to run.
 #[derive(Debug, Clone)]

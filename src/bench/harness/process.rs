@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::BenchError;
+use crate::bench::BenchError;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -353,6 +353,13 @@ impl Xoshiro256 {
         for c in buf.chunks_exact_mut(8) {
             c.copy_from_slice(&self.next().to_le_bytes());
         }
+    }
+}
+
+/// Print a progress line when `progress` is on.
+pub fn say(progress: bool, msg: String) {
+    if progress {
+        eprintln!("{msg}");
     }
 }
 

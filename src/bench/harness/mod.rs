@@ -1,0 +1,9 @@
+//! How a benchmark measures, whatever it measures: the scenarios (`super::scenarios`) only say
+//! what to set up and which sides to put side by side.
+
+pub mod fio;
+pub mod model;
+pub mod process;
+pub mod rw;
+pub mod table;
+pub mod tools;
