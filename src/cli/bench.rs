@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use super::{CliError, CliResult};
 use crate::bench::harness::fio::Workload;
 use crate::bench::harness::process::Interrupt;
+use crate::bench::harness::report;
 use crate::bench::harness::rw::RwBenchOptions;
-use crate::bench::harness::table;
 use crate::bench::scenarios::config::Config;
 use crate::bench::scenarios::format::FormatOptions;
 use crate::bench::scenarios::overhead::OverheadOptions;
@@ -262,18 +262,9 @@ fn cli_error(e: BenchError) -> CliError {
 }
 
 /// Print a report as JSON (`--json`) or as its text table.
-fn print_report<T: serde::Serialize>(
-    json: bool,
-    report: &T,
-    render: fn(&T) -> String,
-) -> CliResult {
-    if json {
-        let s = serde_json::to_string_pretty(report)
-            .map_err(|e| CliError::invalid(format!("bench: JSON: {e}")))?;
-        println!("{s}");
-    } else {
-        print!("{}", render(report));
-    }
+fn print_report<R: report::Report>(json: bool, r: &R) -> CliResult {
+    let text = report::output(r, json).map_err(|e| CliError::invalid(format!("bench: {}", e)))?;
+    print!("{text}");
     Ok(())
 }
 
@@ -312,7 +303,7 @@ fn run_overhead(a: OverheadArgs) -> CliResult {
     }
     let interrupt = Interrupt::install();
     let report = bench::scenarios::overhead::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &report, table::render_overhead)
+    print_report(a.json, &report)
 }
 
 fn run_format(a: FormatArgs) -> CliResult {
@@ -324,7 +315,7 @@ fn run_format(a: FormatArgs) -> CliResult {
     };
     let interrupt = Interrupt::install();
     let report = bench::scenarios::format::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &report, table::render_format)
+    print_report(a.json, &report)
 }
 
 fn run_cipher(a: CipherArgs) -> CliResult {
@@ -335,7 +326,7 @@ fn run_cipher(a: CipherArgs) -> CliResult {
     }
     let interrupt = Interrupt::install();
     let report = bench::scenarios::cipher::run(a.seconds, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &report, bench::scenarios::cipher::render)
+    print_report(a.json, &report)
 }
 
 fn run_crypt(a: CryptArgs) -> CliResult {
@@ -345,11 +336,11 @@ fn run_crypt(a: CryptArgs) -> CliResult {
     match a.peer.as_deref() {
         None => {
             let r = cloudflare::run_seed(&o, &interrupt).map_err(cli_error)?;
-            print_report(a.rw.json, &r, cloudflare::render_seed)
+            print_report(a.rw.json, &r)
         }
         Some("qemu-storage-daemon") => {
             let r = cloudflare::run_peer(&o, &interrupt).map_err(cli_error)?;
-            print_report(a.rw.json, &r, cloudflare::render_peer)
+            print_report(a.rw.json, &r)
         }
         Some(p) => Err(CliError::invalid(format!(
             "bench crypt: --peer {p}: unknown peer (known: qemu-storage-daemon)"
@@ -362,7 +353,7 @@ fn run_integrity(a: RwArgs) -> CliResult {
     let o = a.options("bench integrity")?;
     let interrupt = Interrupt::install();
     let r = integrity::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, integrity::render)
+    print_report(a.json, &r)
 }
 
 fn run_verity_integrity(a: RwArgs) -> CliResult {
@@ -370,7 +361,7 @@ fn run_verity_integrity(a: RwArgs) -> CliResult {
     let o = a.options("bench verity-integrity")?;
     let interrupt = Interrupt::install();
     let r = verity_integrity::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, verity_integrity::render)
+    print_report(a.json, &r)
 }
 
 fn run_fsverity_read(a: RwArgs) -> CliResult {
@@ -382,7 +373,7 @@ fn run_fsverity_read(a: RwArgs) -> CliResult {
     let o = a.options_with_runs("bench fsverity", Some(5))?;
     let interrupt = Interrupt::install();
     let r = fsverity_read::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, fsverity_read::render)
+    print_report(a.json, &r)
 }
 
 fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
@@ -409,7 +400,7 @@ fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
     o.dir = a.dir;
     let interrupt = Interrupt::install();
     let r = fsverity_digest::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, fsverity_digest::render)
+    print_report(a.json, &r)
 }
 
 fn run_image(a: ImageArgs) -> CliResult {
@@ -428,7 +419,7 @@ fn run_image(a: ImageArgs) -> CliResult {
     o.cache = a.cache;
     let interrupt = Interrupt::install();
     let r = image::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, image::render)
+    print_report(a.json, &r)
 }
 
 fn run_nbd(a: RwArgs) -> CliResult {
@@ -436,7 +427,7 @@ fn run_nbd(a: RwArgs) -> CliResult {
     let o = a.options("bench nbd")?;
     let interrupt = Interrupt::install();
     let r = nbd::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, nbd::render)
+    print_report(a.json, &r)
 }
 
 fn run_export(a: RwArgs) -> CliResult {
@@ -445,7 +436,7 @@ fn run_export(a: RwArgs) -> CliResult {
     let o = a.options_with_runs("bench export", Some(2))?;
     let interrupt = Interrupt::install();
     let r = export::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, export::render)
+    print_report(a.json, &r)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

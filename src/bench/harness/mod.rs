@@ -4,6 +4,7 @@
 pub mod fio;
 pub mod model;
 pub mod process;
+pub mod report;
 pub mod rw;
 pub mod table;
 pub mod tools;

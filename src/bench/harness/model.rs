@@ -404,7 +404,8 @@ mod tests {
 
     #[test]
     fn report_acceptance() {
-        let w = crate::bench::harness::fio::Workload::select(&["read".into(), "seq-1m".into()]).unwrap();
+        let w = crate::bench::harness::fio::Workload::select(&["read".into(), "seq-1m".into()])
+            .unwrap();
         let configs = vec!["plain".to_string(), "verity".to_string()];
         let runs = vec![
             vec![vec![fio(100.0)], vec![fio(50.0)]],

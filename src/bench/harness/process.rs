@@ -363,6 +363,24 @@ pub fn say(progress: bool, msg: String) {
     }
 }
 
+/// [`write_random_file`], saying so first when `progress` is on (every scenario's first step).
+pub fn write_random_data(
+    progress: bool,
+    path: &Path,
+    size: u64,
+    interrupt: &Interrupt,
+) -> Result<(), BenchError> {
+    say(
+        progress,
+        format!(
+            "writing {} of random data to {}",
+            super::table::format_size(size),
+            path.display()
+        ),
+    );
+    write_random_file(path, size, interrupt)
+}
+
 /// Write `size` bytes of random data to a new file at `path` (size a multiple of 8).
 pub fn write_random_file(path: &Path, size: u64, interrupt: &Interrupt) -> Result<(), BenchError> {
     let io_err = |source| BenchError::Io {

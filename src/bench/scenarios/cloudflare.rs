@@ -133,15 +133,7 @@ pub fn run_seed(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<SeedRepo
     for c in [Config::Plain, Config::Crypt] {
         // One file each: both are open read-write at once, and a file has one writer.
         let data = ws.path(&format!("{}.img", c.name()));
-        say(
-            o.progress,
-            format!(
-                "writing {} of random data to {}",
-                format_size(o.size),
-                data.display()
-            ),
-        );
-        harness::write_random_file(&data, o.size, interrupt)?;
+        harness::write_random_data(o.progress, &data, o.size, interrupt)?;
         let name = format!("bench{}-seed-{}", std::process::id(), c.name());
         let args = c.prepare_with(&dmkit, &data, &name, ws.dir(), interrupt, true)?;
         say(o.progress, format!("opening {} as {name}", c.name()));

@@ -9,7 +9,6 @@ use std::process::Command;
 use super::verity::{run_format, VerityParams};
 use crate::bench::harness::model::{FormatReport, ToolTiming};
 use crate::bench::harness::process::{self as harness, Dmkit, Interrupt, Workspace};
-use crate::bench::harness::table::format_size;
 use crate::bench::BenchError;
 
 /// The fixed salt (32 bytes, veritysetup's default salt size).
@@ -75,12 +74,7 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
     let ws = Workspace::create(&opts.dir)?;
     let data = ws.path("data.img");
     let hash = ws.path("hash.img");
-    say(format!(
-        "writing {} of random data to {}",
-        format_size(opts.size),
-        data.display()
-    ));
-    harness::write_random_file(&data, opts.size, interrupt)?;
+    harness::write_random_data(opts.progress, &data, opts.size, interrupt)?;
     // Same page-cache state for both tools: everything cached.
     harness::read_through(&data)?;
 

@@ -372,15 +372,7 @@ pub fn run(
     let mut images: Vec<PathBuf> = Vec::new();
 
     let data = ws.path("plain.img");
-    say(
-        o.progress,
-        format!(
-            "writing {} of random data to {}",
-            format_size(o.size),
-            data.display()
-        ),
-    );
-    harness::write_random_file(&data, o.size, interrupt)?;
+    harness::write_random_data(o.progress, &data, o.size, interrupt)?;
     let name = format!("bench{}-integrity-plain", std::process::id());
     let args: Vec<String> = vec![
         "linear".into(),

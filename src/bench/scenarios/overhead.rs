@@ -10,7 +10,7 @@ use super::config::Config;
 use crate::bench::harness::fio::{self, FioResult, RunSpec, Workload};
 use crate::bench::harness::model::{OverheadReport, Params};
 use crate::bench::harness::process::{self as harness, Dmkit, Export, Interrupt, Workspace};
-use crate::bench::harness::table::{format_size, BwUnit};
+use crate::bench::harness::table::BwUnit;
 use crate::bench::BenchError;
 
 /// What to run.
@@ -89,12 +89,7 @@ pub fn run(opts: &OverheadOptions, interrupt: &Interrupt) -> Result<OverheadRepo
     // Declared first, dropped last: the exports below close before the files go.
     let ws = Workspace::create(&opts.dir)?;
     let data = ws.path("data.img");
-    say(format!(
-        "writing {} of random data to {}",
-        format_size(opts.size),
-        data.display()
-    ));
-    harness::write_random_file(&data, opts.size, interrupt)?;
+    harness::write_random_data(opts.progress, &data, opts.size, interrupt)?;
 
     let mut exports: Vec<Export> = Vec::new();
     for c in &opts.configs {
