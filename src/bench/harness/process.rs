@@ -569,6 +569,20 @@ impl Dmkit {
         file_identity(&self.exe) != self.identity
     }
 
+    /// The build for the report, marked (and warned about) when the executable was replaced
+    /// while the benchmark ran.
+    pub fn build_label(&self) -> String {
+        if self.replaced() {
+            eprintln!(
+                "dmkit: warning: {} was rebuilt during the benchmark: the runs mix two builds",
+                self.exe.display()
+            );
+            format!("{}, REBUILT DURING THE RUN", self.build)
+        } else {
+            self.build.clone()
+        }
+    }
+
     /// A `dmkit ARGS...` command.
     pub fn command<I, S>(&self, args: I) -> Command
     where

@@ -115,15 +115,7 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
         }
     }
 
-    let dmkit_build = if dmkit.replaced() {
-        eprintln!(
-            "dmkit: warning: {} was rebuilt during the benchmark: the runs mix two builds",
-            dmkit.exe.display()
-        );
-        format!("{}, REBUILT DURING THE RUN", dmkit.build)
-    } else {
-        dmkit.build.clone()
-    };
+    let dmkit_build = dmkit.build_label();
     let tools: Vec<ToolTiming> = TOOLS
         .iter()
         .zip(&seconds)

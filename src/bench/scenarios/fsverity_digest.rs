@@ -306,15 +306,7 @@ pub fn run(opts: &FsvDigestOptions, interrupt: &Interrupt) -> Result<FsvDigestRe
     for case in &cases {
         report_cases.push(run_case(opts, case, &dmkit, ws.dir(), interrupt, &say)?);
     }
-    let dmkit_build = if dmkit.replaced() {
-        eprintln!(
-            "dmkit: warning: {} was rebuilt during the benchmark: the runs mix two builds",
-            dmkit.exe.display()
-        );
-        format!("{}, REBUILT DURING THE RUN", dmkit.build)
-    } else {
-        dmkit.build.clone()
-    };
+    let dmkit_build = dmkit.build_label();
     Ok(FsvDigestReport {
         cases: report_cases,
         runs: opts.runs,

@@ -139,15 +139,7 @@ pub fn run(opts: &OverheadOptions, interrupt: &Interrupt) -> Result<OverheadRepo
         fio_version,
         kernel: kernel_release(),
         started_unix,
-        build: if dmkit.replaced() {
-            eprintln!(
-                "dmkit: warning: {} was rebuilt during the benchmark: the runs mix two builds",
-                dmkit.exe.display()
-            );
-            format!("{}, REBUILT DURING THE RUN", dmkit.build)
-        } else {
-            dmkit.build.clone()
-        },
+        build: dmkit.build_label(),
     };
     let names: Vec<String> = opts.configs.iter().map(|c| c.name().to_string()).collect();
     Ok(OverheadReport::build(
