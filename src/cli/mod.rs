@@ -20,7 +20,6 @@ mod luks_slots;
 mod nbd;
 mod open;
 mod plain;
-mod secret_files;
 mod verity;
 
 use clap::{Parser, Subcommand};

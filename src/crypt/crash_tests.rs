@@ -5,8 +5,9 @@
 //! may or may not have reached the disk, in any combination).
 
 use super::luks1;
-use super::luks2::{self, header, keyslot, FormatParams, PbkdfKind, PbkdfParams, VolumeKey};
+use super::luks2::{self, header, keyslot, FormatParams, PbkdfKind, PbkdfParams};
 use crate::block::{for_each_crash_state, FaultyDevice, LoggedOp, MemoryDevice};
+use crate::crypt::luks::VolumeKey;
 
 const OLD: &[u8] = b"old passphrase";
 const NEW: &[u8] = b"new passphrase";

@@ -16,8 +16,9 @@ use super::header::{
 };
 use super::json::Metadata;
 use super::jsonc::{self, c_str, Value};
-use super::{signatures, validate, LuksError};
+use super::{signatures, validate};
 use crate::block::BlockDevice;
+use crate::crypt::luks::LuksError;
 
 /// Largest header copy (and offset of the last place a secondary copy may sit): 4 MiB.
 const MAX_HDR_SIZE: u64 = 4 << 20;

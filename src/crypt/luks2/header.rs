@@ -3,8 +3,8 @@
 //! covered by a checksum over both with the checksum field zeroed.
 
 use super::json::Metadata;
-use super::LuksError;
 use crate::block::BlockDevice;
+use crate::crypt::luks::LuksError;
 use openssl::hash::{Hasher, MessageDigest};
 
 /// Magic of the primary header.
