@@ -2,10 +2,10 @@
 //! LUKS2 and LUKS1 headers (the version is read from the header). The library's
 //! [`crate::crypt::luks::LuksVolume`] does the work; this shell parses arguments, reads passphrases, asks before
 //! destroying anything and prints. Key management commands live in `luks_slots.rs`,
-//! passphrase input in `luks_keys.rs`.
+//! passphrase input in `passphrase.rs`.
 
-use super::luks_keys::{load, passphrase, KeyArgs, PbkdfArgs};
-use super::luks_slots;
+use super::luks_slots::{self, load, PbkdfArgs};
+use super::passphrase::{passphrase, KeyArgs};
 use super::{CliError, CliResult};
 use crate::crypt::luks::{ActivateParams, FormatSpec, Formatter, IntegritySpec, VolumeKey};
 use crate::export::{ExportSpec, ServeOptions};

@@ -1,10 +1,13 @@
 //! `dmkit luks add-key|remove-key|change-key|kill-slot|test-passphrase|uuid|header-backup|
 //! header-restore|is-luks`: keyslot management and header maintenance, LUKS2 and LUKS1, done
-//! by the library's [`LuksVolume`]; here the arguments, passphrases and questions.
+//! by the library's [`LuksVolume`]; here the arguments, passphrases and questions. The KDF
+//! options, loading a volume and the words for LUKS errors, which `luks format` and `luks
+//! open` use too, live here.
 
-use super::luks_keys::{load, passphrase, read_passphrase, KeyArgs, Passphrase, PbkdfArgs};
+use super::passphrase::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
-use crate::crypt::luks::{HeaderRestore, LuksVolume};
+use crate::crypt::luks::{HeaderRestore, LuksError, LuksVolume};
+use crate::crypt::luks2::{PbkdfKind, PbkdfParams};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `luks add-key`.
@@ -155,6 +158,94 @@ pub struct BackupArgs {
     /// without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
+}
+
+/// KDF options of commands that make keyslots.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PbkdfArgs {
+    /// KDF: argon2id (LUKS2 default), argon2i or pbkdf2 (LUKS1's only one).
+    #[arg(long)]
+    pub pbkdf: Option<String>,
+    /// Hash for PBKDF2, the AF splitter and the volume key digest.
+    #[arg(long, default_value = "sha256")]
+    pub hash: String,
+    /// Argon2 memory cost in KiB (default: 1 GiB, at most half the RAM).
+    #[arg(long)]
+    pub pbkdf_memory: Option<u32>,
+    /// Argon2 threads (default: up to 4).
+    #[arg(long)]
+    pub pbkdf_parallel: Option<u32>,
+    /// Unlock time to aim for, in milliseconds.
+    #[arg(long, short = 'i', default_value_t = 2000)]
+    pub iter_time: u32,
+    /// Exact PBKDF2 iterations or Argon2 passes (no benchmark).
+    #[arg(long)]
+    pub pbkdf_force_iterations: Option<u32>,
+}
+
+impl PbkdfArgs {
+    pub(super) fn params(&self, luks1: bool) -> Result<PbkdfParams, CliError> {
+        let kind = match self.pbkdf.as_deref() {
+            None if luks1 => PbkdfKind::Pbkdf2,
+            None | Some("argon2id") => PbkdfKind::Argon2id,
+            Some("argon2i") => PbkdfKind::Argon2i,
+            Some("pbkdf2") => PbkdfKind::Pbkdf2,
+            Some(o) => {
+                return Err(CliError::invalid(format!(
+                    "--pbkdf: unknown KDF {o:?} (argon2id, argon2i, pbkdf2)"
+                )))
+            }
+        };
+        let mut p = PbkdfParams {
+            kind,
+            ..PbkdfParams::default()
+        };
+        if luks1 && kind != PbkdfKind::Pbkdf2 {
+            return Err(CliError::invalid("LUKS1 supports only --pbkdf pbkdf2"));
+        }
+        crate::crypt::luks::af::message_digest(&self.hash)
+            .map_err(|_| CliError::invalid(format!("--hash: unknown hash {:?}", self.hash)))?;
+        p.hash = self.hash.clone();
+        p.iter_time_ms = self.iter_time.max(1);
+        p.force_iterations = self.pbkdf_force_iterations;
+        if let Some(m) = self.pbkdf_memory {
+            p.memory_kib = m;
+        }
+        if let Some(n) = self.pbkdf_parallel {
+            p.parallel = n;
+        }
+        Ok(p)
+    }
+}
+
+/// LUKS errors as cryptsetup's exit codes (2 for a wrong passphrase, ...), with the command
+/// line's words for a file that could not be opened or claimed.
+impl From<LuksError> for CliError {
+    fn from(e: LuksError) -> CliError {
+        match e {
+            LuksError::Open(e) => super::files::open_error(e),
+            LuksError::Claim(e) => super::files::claim_error(e),
+            e => CliError {
+                code: e.exit_code(),
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+/// Read the volume of `device` (or of `header`, when detached), of version `want` (1 or 2)
+/// when given. One line on stderr when a corrupt copy was skipped.
+pub(super) fn load(
+    device: &Path,
+    header: Option<&Path>,
+    writable: bool,
+    want: Option<u16>,
+) -> Result<LuksVolume, CliError> {
+    let mut v = LuksVolume::open(device, header, writable, want)?;
+    if let Some(w) = v.take_warning() {
+        eprintln!("dmkit: {w}");
+    }
+    Ok(v)
 }
 
 fn prompt(device: &Path) -> String {

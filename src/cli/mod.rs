@@ -15,10 +15,10 @@ mod integrity;
 mod integrity_open;
 mod linear;
 mod luks;
-mod luks_keys;
 mod luks_slots;
 mod nbd;
 mod open;
+mod passphrase;
 mod plain;
 mod verity;
 

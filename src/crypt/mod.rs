@@ -19,6 +19,7 @@ mod lrw;
 pub mod luks;
 pub mod luks1;
 pub mod luks2;
+pub mod plain;
 pub mod secret;
 #[cfg(test)]
 mod tests;

@@ -1,14 +1,15 @@
 //! A parsed LUKS header of either version, and what is asked of it by version: read it with
 //! cryptsetup's verdict, unlock a keyslot, find the data segment, change keyslots, and build
 //! the right stack of targets (dm-crypt, or dm-crypt in an authenticated mode over
-//! dm-integrity). Only this file and [`super::volume`] look at the version.
+//! dm-integrity). Only this file and the volume handle look at the version.
 
 use super::{LuksError, VolumeKey};
 use crate::block::BlockDevice;
 use crate::crypt::device::CryptDevice;
 use crate::crypt::luks1::{self, Luks1Header};
 use crate::crypt::luks2::activate::{self, ActivateOptions, DataSegment};
-use crate::crypt::luks2::header::{self, luks_version};
+use crate::crypt::luks2::copies;
+use crate::crypt::luks2::header::luks_version;
 use crate::crypt::luks2::integrity::{self, IntegrityActivation};
 use crate::crypt::luks2::{dump, keyslot, Luks2Header, PbkdfParams};
 use std::sync::Arc;
@@ -61,7 +62,7 @@ impl Header {
         match want.unwrap_or(version) {
             1 => Ok((Header::V1(Box::new(luks1::read(dev)?)), None)),
             0 | 2 => {
-                let loaded = header::read(dev)?;
+                let loaded = copies::read(dev)?;
                 Ok((Header::V2(Box::new(loaded.header)), loaded.warning))
             }
             v => Err(LuksError::Corrupt {
@@ -298,7 +299,7 @@ impl Header {
         Ok(match luks_version(&first) {
             None | Some(0) => None,
             Some(1) => Some(Header::V1(Box::new(luks1::read(dev)?))),
-            Some(_) => Some(Header::V2(Box::new(header::read(dev)?.header))),
+            Some(_) => Some(Header::V2(Box::new(copies::read(dev)?.header))),
         })
     }
 

@@ -17,7 +17,7 @@
 //! let data = volume.data(true)?;
 //! let params = ActivateParams { name: "disk".into(), read_only: true, ..Default::default() };
 //! let active = volume.activate(data, b"passphrase", None, &params)?;
-//! let mut sector = [0u8; 512];
+//! let mut sector = vec![0u8; active.device.logical_block_size() as usize];
 //! active.device.read_at(&mut sector, 0)?;
 //! # Ok(())
 //! # }

@@ -130,11 +130,6 @@ pub fn luks_version(first: &[u8]) -> Option<u16> {
     Some(u16::from_be_bytes([first[6], first[7]]))
 }
 
-/// Read the header pair of `dev` with cryptsetup's rules (see [`super::copies`]).
-pub fn read(dev: &dyn BlockDevice) -> Result<LoadedHeader, LuksError> {
-    super::copies::read(dev)
-}
-
 impl Luks2Header {
     /// The binary header of one copy, checksum included.
     fn encode_copy(&self, offset: u64, json_area: &[u8]) -> Result<Vec<u8>, LuksError> {

@@ -297,7 +297,7 @@ impl Metadata {
         }
         let mut area = text.to_vec();
         area.resize(json_size, 0);
-        let tree = super::copies::parse_and_validate(&area)?;
+        let tree = super::validate::parse_and_validate(&area)?;
         Ok(Metadata::from_tree(&tree))
     }
 
@@ -389,7 +389,7 @@ impl Metadata {
         }
         let mut area = text.into_bytes();
         area.resize(json_size, 0);
-        super::copies::parse_and_validate(&area).map(|_| ())
+        super::validate::parse_and_validate(&area).map(|_| ())
     }
 
     /// The compact JSON text cryptsetup writes, sections in its order.

@@ -1,4 +1,4 @@
-//! Passphrases for `dmkit luks`, read by cryptsetup's rules (`tools_get_key` and
+//! Passphrases and key files for `dmkit luks` and `dmkit plain`, read by cryptsetup's rules (`tools_get_key` and
 //! `crypt_keyfile_device_read` in cryptsetup 2.6):
 //!
 //! - `--key-file FILE`: the file's bytes after `--keyfile-offset`, all of them (at most 8 MiB)
@@ -16,13 +16,8 @@
 //! Standard input is read from descriptor 0 directly, not through std's `Stdin`, whose global
 //! 8 KiB buffer would keep a copy of the passphrase for the life of the process. Everything
 //! read lands in secret memory ([`crate::crypt::secret`]) and is never printed.
-//!
-//! The KDF options of commands that make keyslots, and the words for LUKS errors, live here
-//! too: every `luks` command file uses them.
 
 use super::CliError;
-use crate::crypt::luks::{LuksError, LuksVolume};
-use crate::crypt::luks2::{PbkdfKind, PbkdfParams};
 use crate::crypt::secret::SecretBytes;
 use std::io::Write;
 use std::os::fd::{AsRawFd, RawFd};
@@ -282,92 +277,4 @@ pub fn passphrase(k: &KeyArgs, prompt: &str, verify: bool) -> Result<Passphrase,
         prompt,
         verify,
     )
-}
-
-/// KDF options of commands that make keyslots.
-#[derive(clap::Args, Clone, Debug)]
-pub struct PbkdfArgs {
-    /// KDF: argon2id (LUKS2 default), argon2i or pbkdf2 (LUKS1's only one).
-    #[arg(long)]
-    pub pbkdf: Option<String>,
-    /// Hash for PBKDF2, the AF splitter and the volume key digest.
-    #[arg(long, default_value = "sha256")]
-    pub hash: String,
-    /// Argon2 memory cost in KiB (default: 1 GiB, at most half the RAM).
-    #[arg(long)]
-    pub pbkdf_memory: Option<u32>,
-    /// Argon2 threads (default: up to 4).
-    #[arg(long)]
-    pub pbkdf_parallel: Option<u32>,
-    /// Unlock time to aim for, in milliseconds.
-    #[arg(long, short = 'i', default_value_t = 2000)]
-    pub iter_time: u32,
-    /// Exact PBKDF2 iterations or Argon2 passes (no benchmark).
-    #[arg(long)]
-    pub pbkdf_force_iterations: Option<u32>,
-}
-
-impl PbkdfArgs {
-    pub(super) fn params(&self, luks1: bool) -> Result<PbkdfParams, CliError> {
-        let kind = match self.pbkdf.as_deref() {
-            None if luks1 => PbkdfKind::Pbkdf2,
-            None | Some("argon2id") => PbkdfKind::Argon2id,
-            Some("argon2i") => PbkdfKind::Argon2i,
-            Some("pbkdf2") => PbkdfKind::Pbkdf2,
-            Some(o) => {
-                return Err(CliError::invalid(format!(
-                    "--pbkdf: unknown KDF {o:?} (argon2id, argon2i, pbkdf2)"
-                )))
-            }
-        };
-        let mut p = PbkdfParams {
-            kind,
-            ..PbkdfParams::default()
-        };
-        if luks1 && kind != PbkdfKind::Pbkdf2 {
-            return Err(CliError::invalid("LUKS1 supports only --pbkdf pbkdf2"));
-        }
-        crate::crypt::luks::af::message_digest(&self.hash)
-            .map_err(|_| CliError::invalid(format!("--hash: unknown hash {:?}", self.hash)))?;
-        p.hash = self.hash.clone();
-        p.iter_time_ms = self.iter_time.max(1);
-        p.force_iterations = self.pbkdf_force_iterations;
-        if let Some(m) = self.pbkdf_memory {
-            p.memory_kib = m;
-        }
-        if let Some(n) = self.pbkdf_parallel {
-            p.parallel = n;
-        }
-        Ok(p)
-    }
-}
-
-/// LUKS errors as cryptsetup's exit codes (2 for a wrong passphrase, ...), with the command
-/// line's words for a file that could not be opened or claimed.
-impl From<LuksError> for CliError {
-    fn from(e: LuksError) -> CliError {
-        match e {
-            LuksError::Open(e) => super::files::open_error(e),
-            LuksError::Claim(e) => super::files::claim_error(e),
-            e => CliError {
-                code: e.exit_code(),
-                message: e.to_string(),
-            },
-        }
-    }
-}
-
-/// Read the volume of `device` (or of `header`, when detached), of version `want` (1 or 2)
-/// when given. One line on stderr when a corrupt copy was skipped.
-pub(super) fn load(
-    device: &Path,
-    header: Option<&Path>,
-    writable: bool,
-    want: Option<u16>,
-) -> Result<LuksVolume, CliError> {
-    let mut v = LuksVolume::open(device, header, writable, want)?;
-    if let Some(w) = v.take_warning() {
-        eprintln!("dmkit: {w}");
-    }
-    Ok(v)
 }
