@@ -5,7 +5,7 @@
 //! may or may not have reached the disk, in any combination).
 
 use super::luks1;
-use super::luks2::{self, copies, header, keyslot, FormatParams, PbkdfKind, PbkdfParams};
+use super::luks2::{self, copies, keyslot, FormatParams, PbkdfKind, PbkdfParams};
 use crate::block::{for_each_crash_state, FaultyDevice, LoggedOp, MemoryDevice};
 use crate::crypt::luks::VolumeKey;
 
