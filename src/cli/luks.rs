@@ -1,8 +1,8 @@
 //! `dmkit luks format|open|dump|...`, with cryptsetup's option names and argument order, over
 //! LUKS2 and LUKS1 headers (the version is read from the header). The library's
-//! [`crate::crypt::luks::LuksVolume`] does the work; this shell parses arguments, reads passphrases, asks before
-//! destroying anything and prints. Key management commands live in `luks_slots.rs`,
-//! passphrase input in `passphrase.rs`.
+//! [`crate::crypt::luks::LuksVolume`] does the work; this shell parses arguments, reads
+//! passphrases, asks before destroying anything and prints. Key management commands live in
+//! `luks_slots.rs`, passphrase input in `passphrase.rs`.
 
 use super::luks_slots::{self, load, PbkdfArgs};
 use super::passphrase::{passphrase, KeyArgs};
