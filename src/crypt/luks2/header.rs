@@ -3,8 +3,8 @@
 //! covered by a checksum over both with the checksum field zeroed.
 
 use super::json::Metadata;
-use super::LuksError;
 use crate::block::BlockDevice;
+use crate::crypt::luks::LuksError;
 use openssl::hash::{Hasher, MessageDigest};
 
 /// Magic of the primary header.
@@ -128,11 +128,6 @@ pub fn luks_version(first: &[u8]) -> Option<u16> {
         return None;
     }
     Some(u16::from_be_bytes([first[6], first[7]]))
-}
-
-/// Read the header pair of `dev` with cryptsetup's rules (see [`super::copies`]).
-pub fn read(dev: &dyn BlockDevice) -> Result<LoadedHeader, LuksError> {
-    super::copies::read(dev)
 }
 
 impl Luks2Header {
