@@ -1,4 +1,4 @@
-//! How a benchmark measures, whatever it measures: the scenarios (`super::scenarios`) only say
+//! How a benchmark measures, whatever it measures: the scenarios (the sibling `scenarios` module) only say
 //! what to set up and which sides to put side by side.
 
 pub mod fio;

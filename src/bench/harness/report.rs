@@ -22,35 +22,15 @@ pub fn output<R: Report>(report: &R, json: bool) -> Result<String, BenchError> {
     }
 }
 
-/// Implements [`Report`] for a report type with its render function.
+/// Implements [`Report`] for a report type with its render function (each scenario names its
+/// own: the harness knows no scenario).
 macro_rules! impl_report {
-    ($($t:ty => $render:path),* $(,)?) => {
-        $(impl Report for $t {
+    ($t:ty => $render:path) => {
+        impl $crate::bench::harness::report::Report for $t {
             fn render(&self) -> String {
                 $render(self)
             }
-        })*
+        }
     };
 }
-
-use crate::bench::harness::model::{FormatReport, OverheadReport};
-use crate::bench::harness::table::{render_format, render_overhead};
-use crate::bench::scenarios::{
-    cipher, cloudflare, export, fsverity_digest, fsverity_read, image, integrity, nbd,
-    verity_integrity,
-};
-
-impl_report! {
-    OverheadReport => render_overhead,
-    FormatReport => render_format,
-    cipher::CipherReport => cipher::render,
-    cloudflare::SeedReport => cloudflare::render_seed,
-    cloudflare::PeerReport => cloudflare::render_peer,
-    integrity::IntegrityReport => integrity::render,
-    verity_integrity::VerityIntegrityReport => verity_integrity::render,
-    fsverity_read::FsVerityReadReport => fsverity_read::render,
-    fsverity_digest::FsvDigestReport => fsverity_digest::render,
-    image::ImageBenchReport => image::render,
-    nbd::NbdReport => nbd::render,
-    export::ExportReport => export::render,
-}
+pub(crate) use impl_report;

@@ -267,6 +267,8 @@ pub fn render(r: &CipherReport) -> String {
     out
 }
 
+crate::bench::harness::report::impl_report!(CipherReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -564,6 +564,9 @@ same plaintext through both (first MiB): {}\n\n",
     out
 }
 
+crate::bench::harness::report::impl_report!(SeedReport => render_seed);
+crate::bench::harness::report::impl_report!(PeerReport => render_peer);
+
 #[cfg(test)]
 mod tests {
     use super::*;

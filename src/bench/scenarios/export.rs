@@ -688,6 +688,8 @@ FUSE over io_uring switch ({ENABLE_URING}): {}\n\n",
     out
 }
 
+crate::bench::harness::report::impl_report!(ExportReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;

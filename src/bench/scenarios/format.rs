@@ -143,3 +143,5 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
         dmkit_build,
     })
 }
+
+crate::bench::harness::report::impl_report!(crate::bench::harness::model::FormatReport => crate::bench::harness::table::render_format);

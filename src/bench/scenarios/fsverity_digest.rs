@@ -542,6 +542,8 @@ fn format_mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
+crate::bench::harness::report::impl_report!(FsvDigestReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -296,6 +296,8 @@ without = the same server with --no-verify, with = every block checked against i
     out
 }
 
+crate::bench::harness::report::impl_report!(FsVerityReadReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;

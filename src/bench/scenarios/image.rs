@@ -789,6 +789,8 @@ doc = the document's figures (Raspberry Pi 4, Linux 6.6: boot time; size against
     out
 }
 
+crate::bench::harness::report::impl_report!(ImageBenchReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;

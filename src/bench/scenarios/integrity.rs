@@ -612,6 +612,8 @@ fio libaio, queue depth 1, 4 KiB unless named; buffered writes end with an fsync
     out
 }
 
+crate::bench::harness::report::impl_report!(IntegrityReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,5 +1,5 @@
 //! What the benchmarks measure: one file per `dmkit bench` command (and the study it follows),
-//! built on the [harness](super::harness).
+//! built on the sibling `harness` module.
 //!
 //! - [`overhead`] (`dmkit bench`): the fio matrix over the configurations of [`config`] (plain,
 //!   [`verity`], integrity, crypt) side by side;

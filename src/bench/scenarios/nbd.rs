@@ -358,6 +358,8 @@ same data through both (qemu-img compare): {}\n\n",
     out
 }
 
+crate::bench::harness::report::impl_report!(NbdReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;

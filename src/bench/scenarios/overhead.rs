@@ -154,3 +154,5 @@ pub fn run(opts: &OverheadOptions, interrupt: &Interrupt) -> Result<OverheadRepo
         },
     ))
 }
+
+crate::bench::harness::report::impl_report!(crate::bench::harness::model::OverheadReport => crate::bench::harness::table::render_overhead);

@@ -284,6 +284,8 @@ CPU s/GB = user + system CPU seconds of the serving process per 10^9 bytes read\
     out
 }
 
+crate::bench::harness::report::impl_report!(VerityIntegrityReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;
