@@ -1,5 +1,5 @@
-//! How a benchmark measures, whatever it measures: the scenarios (the sibling `scenarios` module) only say
-//! what to set up and which sides to put side by side.
+//! How a benchmark measures, whatever it measures: the scenarios (the sibling `scenarios`
+//! module) only say what to set up and which sides to put side by side.
 
 pub mod fio;
 pub mod model;
