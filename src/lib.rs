@@ -9,6 +9,7 @@
 pub mod bench;
 pub mod block;
 pub mod cli;
+pub mod codec;
 pub mod crypt;
 pub mod export;
 pub mod fsverity;

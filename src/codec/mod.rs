@@ -1,0 +1,65 @@
+//! One bounds-checked reader and writer for every binary format dmkit parses or writes (the
+//! dm-integrity superblock and journal, LUKS1 and LUKS2 binary headers, the NBD handshake,
+//! FUSE requests and replies, ext4 inode times), after rustls' `codec`.
+//!
+//! A [`Reader`] walks a `&[u8]`: every read names the field it reads, and a read past the end
+//! is an [`Error::Truncated`] naming it, never a panic. Integers come in little (`_le`), big
+//! (`_be`) and native (`_ne`, the FUSE kernel ABI) byte order. A [`Writer`] appends to a
+//! `Vec<u8>` (it cannot run out of room); a [`SliceWriter`] writes into a fixed `&mut [u8]` at
+//! a cursor that can be moved to a field's offset, and refuses a write past the end with
+//! [`Error::NoRoom`].
+//!
+//! ```
+//! use dmkit::codec::{Reader, Writer};
+//! let mut w = Writer::new();
+//! w.u16_be(2).u32_le(7).bytes(b"ab");
+//! let bytes = w.into_inner();
+//! let mut r = Reader::new(&bytes);
+//! assert_eq!(r.u16_be("version").unwrap(), 2);
+//! assert_eq!(r.u32_le("count").unwrap(), 7);
+//! assert_eq!(r.rest(), b"ab");
+//! assert!(r.u8("more").is_err());
+//! ```
+
+mod reader;
+mod writer;
+
+#[cfg(test)]
+mod tests;
+
+pub use reader::Reader;
+pub use writer::{SliceWriter, Writer};
+
+/// Why a read or a write did not fit its buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// A read of `what` needed `need` bytes where `have` were left.
+    #[error("{what}: truncated (need {need} bytes, have {have})")]
+    Truncated {
+        /// The field being read.
+        what: &'static str,
+        /// Bytes the read needed.
+        need: usize,
+        /// Bytes left in the buffer.
+        have: usize,
+    },
+    /// A write of `what` needed `need` bytes where `have` were left.
+    #[error("{what}: no room (need {need} bytes, have {have})")]
+    NoRoom {
+        /// The field being written.
+        what: &'static str,
+        /// Bytes the write needed.
+        need: usize,
+        /// Bytes left in the buffer.
+        have: usize,
+    },
+}
+
+impl Error {
+    /// The field the failed read or write was about.
+    pub fn what(&self) -> &'static str {
+        match *self {
+            Error::Truncated { what, .. } | Error::NoRoom { what, .. } => what,
+        }
+    }
+}

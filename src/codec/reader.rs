@@ -1,0 +1,124 @@
+//! [`Reader`]: bounds-checked reads from a byte slice.
+
+use super::Error;
+
+/// A cursor over a byte slice. Every read is checked: past the end it is an
+/// [`Error::Truncated`] naming the field, and the cursor does not move.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    buf: &'a [u8],
+    at: usize,
+}
+
+/// One integer reader per width and byte order, all through [`Reader::array`].
+macro_rules! ints {
+    ($($(#[$doc:meta])* $name:ident: $t:ty = $conv:ident;)*) => {$(
+        $(#[$doc])*
+        pub fn $name(&mut self, what: &'static str) -> Result<$t, Error> {
+            Ok(<$t>::$conv(self.array(what)?))
+        }
+    )*};
+}
+
+impl<'a> Reader<'a> {
+    /// A reader at the start of `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, at: 0 }
+    }
+
+    /// A reader at byte `pos` of `buf` (for fixed layouts that name fields by offset).
+    pub fn at(buf: &'a [u8], pos: usize, what: &'static str) -> Result<Self, Error> {
+        let mut r = Reader::new(buf);
+        r.seek(pos, what)?;
+        Ok(r)
+    }
+
+    /// Move the cursor to byte `pos` (at most the end).
+    pub fn seek(&mut self, pos: usize, what: &'static str) -> Result<&mut Self, Error> {
+        if pos > self.buf.len() {
+            return Err(Error::Truncated {
+                what,
+                need: pos,
+                have: self.buf.len(),
+            });
+        }
+        self.at = pos;
+        Ok(self)
+    }
+
+    /// The next `n` bytes.
+    pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], Error> {
+        let have = self.left();
+        if n > have {
+            return Err(Error::Truncated {
+                what,
+                need: n,
+                have,
+            });
+        }
+        let s = &self.buf[self.at..self.at + n];
+        self.at += n;
+        Ok(s)
+    }
+
+    /// Step over `n` bytes.
+    pub fn skip(&mut self, n: usize, what: &'static str) -> Result<&mut Self, Error> {
+        self.take(n, what)?;
+        Ok(self)
+    }
+
+    /// The next `N` bytes as an array.
+    pub fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], Error> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, what)?);
+        Ok(a)
+    }
+
+    /// One byte.
+    pub fn u8(&mut self, what: &'static str) -> Result<u8, Error> {
+        Ok(self.take(1, what)?[0])
+    }
+
+    ints! {
+        /// A little-endian `u16`.
+        u16_le: u16 = from_le_bytes;
+        /// A big-endian `u16`.
+        u16_be: u16 = from_be_bytes;
+        /// A native-endian `u16`.
+        u16_ne: u16 = from_ne_bytes;
+        /// A little-endian `u32`.
+        u32_le: u32 = from_le_bytes;
+        /// A big-endian `u32`.
+        u32_be: u32 = from_be_bytes;
+        /// A native-endian `u32`.
+        u32_ne: u32 = from_ne_bytes;
+        /// A little-endian `u64`.
+        u64_le: u64 = from_le_bytes;
+        /// A big-endian `u64`.
+        u64_be: u64 = from_be_bytes;
+        /// A native-endian `u64`.
+        u64_ne: u64 = from_ne_bytes;
+    }
+
+    /// Everything left; the cursor moves to the end.
+    pub fn rest(&mut self) -> &'a [u8] {
+        let s = &self.buf[self.at..];
+        self.at = self.buf.len();
+        s
+    }
+
+    /// Bytes left to read.
+    pub fn left(&self) -> usize {
+        self.buf.len() - self.at
+    }
+
+    /// Whether everything was read.
+    pub fn is_empty(&self) -> bool {
+        self.left() == 0
+    }
+
+    /// The cursor: bytes read (or skipped) so far.
+    pub fn pos(&self) -> usize {
+        self.at
+    }
+}
