@@ -21,7 +21,7 @@ fuzz_target!(|data: &[u8]| {
         Request::Lookup { name } => assert!(!name.contains(&0)),
         Request::Read { .. }
         | Request::Setattr { .. }
-        | Request::Init { .. }
+        | Request::Init(_)
         | Request::Readdir { .. }
         | Request::Fallocate { .. }
         | Request::Lseek { .. } => assert!(data.len() >= 40 + 16),

@@ -55,6 +55,26 @@ pub enum Error {
     },
 }
 
+/// Which way a buffer is being walked, for the error a bounds check gives.
+#[derive(Debug, Clone, Copy)]
+enum Side {
+    Read,
+    Write,
+}
+
+impl Side {
+    /// Whether `need` bytes fit in the `have` left; if not, the error naming `what`.
+    fn check(self, what: &'static str, need: usize, have: usize) -> Result<(), Error> {
+        if need <= have {
+            return Ok(());
+        }
+        Err(match self {
+            Side::Read => Error::Truncated { what, need, have },
+            Side::Write => Error::NoRoom { what, need, have },
+        })
+    }
+}
+
 impl Error {
     /// The field the failed read or write was about.
     pub fn what(&self) -> &'static str {

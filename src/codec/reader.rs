@@ -1,6 +1,6 @@
 //! [`Reader`]: bounds-checked reads from a byte slice.
 
-use super::Error;
+use super::{Error, Side};
 
 /// A cursor over a byte slice. Every read is checked: past the end it is an
 /// [`Error::Truncated`] naming the field, and the cursor does not move.
@@ -35,27 +35,14 @@ impl<'a> Reader<'a> {
 
     /// Move the cursor to byte `pos` (at most the end).
     pub fn seek(&mut self, pos: usize, what: &'static str) -> Result<&mut Self, Error> {
-        if pos > self.buf.len() {
-            return Err(Error::Truncated {
-                what,
-                need: pos,
-                have: self.buf.len(),
-            });
-        }
+        Side::Read.check(what, pos, self.buf.len())?;
         self.at = pos;
         Ok(self)
     }
 
     /// The next `n` bytes.
     pub fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], Error> {
-        let have = self.left();
-        if n > have {
-            return Err(Error::Truncated {
-                what,
-                need: n,
-                have,
-            });
-        }
+        Side::Read.check(what, n, self.left())?;
         let s = &self.buf[self.at..self.at + n];
         self.at += n;
         Ok(s)

@@ -1,6 +1,6 @@
 //! [`Writer`] (appending to a `Vec<u8>`) and [`SliceWriter`] (into a fixed slice at offsets).
 
-use super::Error;
+use super::{Error, Side};
 
 /// Appends encoded fields to a growing buffer; it cannot fail.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -8,7 +8,7 @@ pub struct Writer {
     buf: Vec<u8>,
 }
 
-/// Integer writers of one byte order for a writer type `$ret` (`&mut Self`, or a `Result`).
+/// Integer writers for a writer type: `grow` ones return `&mut Self`, `fixed` ones a `Result`.
 macro_rules! ints {
     ($wrap:ident; $($(#[$doc:meta])* $name:ident: $t:ty = $conv:ident;)*) => {$(
         $(#[$doc])*
@@ -20,6 +20,32 @@ macro_rules! ints {
     (@ret fixed) => { Result<&mut Self, Error> };
     (@put grow, $s:ident, $b:expr, $what:expr) => { $s.bytes($b) };
     (@put fixed, $s:ident, $b:expr, $what:expr) => { $s.bytes($b, $what) };
+}
+
+/// Every integer writer, for both writer types.
+macro_rules! write_ints {
+    ($wrap:ident) => {
+        ints! { $wrap;
+            /// Write a little-endian `u16`.
+            u16_le: u16 = to_le_bytes;
+            /// Write a big-endian `u16`.
+            u16_be: u16 = to_be_bytes;
+            /// Write a native-endian `u16`.
+            u16_ne: u16 = to_ne_bytes;
+            /// Write a little-endian `u32`.
+            u32_le: u32 = to_le_bytes;
+            /// Write a big-endian `u32`.
+            u32_be: u32 = to_be_bytes;
+            /// Write a native-endian `u32`.
+            u32_ne: u32 = to_ne_bytes;
+            /// Write a little-endian `u64`.
+            u64_le: u64 = to_le_bytes;
+            /// Write a big-endian `u64`.
+            u64_be: u64 = to_be_bytes;
+            /// Write a native-endian `u64`.
+            u64_ne: u64 = to_ne_bytes;
+        }
+    };
 }
 
 impl Writer {
@@ -53,26 +79,7 @@ impl Writer {
         self
     }
 
-    ints! { grow;
-        /// Append a little-endian `u16`.
-        u16_le: u16 = to_le_bytes;
-        /// Append a big-endian `u16`.
-        u16_be: u16 = to_be_bytes;
-        /// Append a native-endian `u16`.
-        u16_ne: u16 = to_ne_bytes;
-        /// Append a little-endian `u32`.
-        u32_le: u32 = to_le_bytes;
-        /// Append a big-endian `u32`.
-        u32_be: u32 = to_be_bytes;
-        /// Append a native-endian `u32`.
-        u32_ne: u32 = to_ne_bytes;
-        /// Append a little-endian `u64`.
-        u64_le: u64 = to_le_bytes;
-        /// Append a big-endian `u64`.
-        u64_be: u64 = to_be_bytes;
-        /// Append a native-endian `u64`.
-        u64_ne: u64 = to_ne_bytes;
-    }
+    write_ints!(grow);
 
     /// Bytes written so far.
     pub fn len(&self) -> usize {
@@ -116,27 +123,14 @@ impl<'a> SliceWriter<'a> {
 
     /// Move the cursor to byte `pos` (at most the end).
     pub fn seek(&mut self, pos: usize, what: &'static str) -> Result<&mut Self, Error> {
-        if pos > self.buf.len() {
-            return Err(Error::NoRoom {
-                what,
-                need: pos,
-                have: self.buf.len(),
-            });
-        }
+        Side::Write.check(what, pos, self.buf.len())?;
         self.at = pos;
         Ok(self)
     }
 
     /// Write raw bytes at the cursor.
     pub fn bytes(&mut self, b: &[u8], what: &'static str) -> Result<&mut Self, Error> {
-        let have = self.left();
-        if b.len() > have {
-            return Err(Error::NoRoom {
-                what,
-                need: b.len(),
-                have,
-            });
-        }
+        Side::Write.check(what, b.len(), self.left())?;
         self.buf[self.at..self.at + b.len()].copy_from_slice(b);
         self.at += b.len();
         Ok(self)
@@ -144,14 +138,7 @@ impl<'a> SliceWriter<'a> {
 
     /// Write `n` zero bytes at the cursor.
     pub fn zeros(&mut self, n: usize, what: &'static str) -> Result<&mut Self, Error> {
-        let have = self.left();
-        if n > have {
-            return Err(Error::NoRoom {
-                what,
-                need: n,
-                have,
-            });
-        }
+        Side::Write.check(what, n, self.left())?;
         self.buf[self.at..self.at + n].fill(0);
         self.at += n;
         Ok(self)
@@ -162,26 +149,7 @@ impl<'a> SliceWriter<'a> {
         self.bytes(&[v], "u8")
     }
 
-    ints! { fixed;
-        /// Write a little-endian `u16`.
-        u16_le: u16 = to_le_bytes;
-        /// Write a big-endian `u16`.
-        u16_be: u16 = to_be_bytes;
-        /// Write a native-endian `u16`.
-        u16_ne: u16 = to_ne_bytes;
-        /// Write a little-endian `u32`.
-        u32_le: u32 = to_le_bytes;
-        /// Write a big-endian `u32`.
-        u32_be: u32 = to_be_bytes;
-        /// Write a native-endian `u32`.
-        u32_ne: u32 = to_ne_bytes;
-        /// Write a little-endian `u64`.
-        u64_le: u64 = to_le_bytes;
-        /// Write a big-endian `u64`.
-        u64_be: u64 = to_be_bytes;
-        /// Write a native-endian `u64`.
-        u64_ne: u64 = to_ne_bytes;
-    }
+    write_ints!(fixed);
 
     /// Bytes between the cursor and the end.
     pub fn left(&self) -> usize {

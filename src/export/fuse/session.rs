@@ -18,7 +18,7 @@
 
 use super::mount::{clone_fuse_fd, ctx};
 use super::proto::*;
-use super::request::{InHeader, Request};
+use super::request::{InHeader, InitIn, Request};
 use super::transport::{not_offered, possible_cpus, Transport, TransportChoice, TRANSPORT_ENV};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -510,13 +510,7 @@ pub(super) fn dispatch<F: Filesystem>(
     mut r: Reply<'_>,
 ) -> Option<Answer> {
     match req.op {
-        Request::Init {
-            major,
-            minor,
-            max_readahead,
-            flags,
-            flags2,
-        } => init(shared, &mut r, major, minor, max_readahead, flags, flags2),
+        Request::Init(ref k) => init(shared, &mut r, k),
         // No reply expected: interrupts are ignored (every request finishes quickly).
         ref op if op.expects_no_answer() => return None,
         Request::Destroy => r.ok(&[]),
@@ -605,15 +599,14 @@ fn serve<F: Filesystem>(shared: Arc<Shared<F>>, fd: Arc<OwnedFd>, idx: usize) {
 }
 
 /// Answer INIT: the protocol version and what this server takes of what the kernel offers.
-fn init<F: Filesystem>(
-    shared: &Arc<Shared<F>>,
-    r: &mut Reply<'_>,
-    major: u32,
-    minor: u32,
-    max_readahead: u32,
-    flags: u32,
-    flags2: u32,
-) {
+fn init<F: Filesystem>(shared: &Arc<Shared<F>>, r: &mut Reply<'_>, k: &InitIn) {
+    let InitIn {
+        major,
+        minor,
+        max_readahead,
+        flags,
+        flags2,
+    } = *k;
     if major > KERNEL_MAJOR {
         // The kernel resends INIT with our major version.
         let mut o = Out::with_capacity(128);
