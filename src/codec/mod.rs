@@ -21,6 +21,33 @@
 //! assert!(r.u8("more").is_err());
 //! ```
 
+/// Calls `$cb! { $pre ... }` with every integer field kind: its method name, type, and the
+/// conversions from and to bytes, so the reader and both writers list them once.
+macro_rules! int_kinds {
+    ($cb:ident { $($pre:tt)* }) => {
+        $cb! { $($pre)*
+            /// A little-endian `u16`.
+            u16_le: u16 = from_le_bytes, to_le_bytes;
+            /// A big-endian `u16`.
+            u16_be: u16 = from_be_bytes, to_be_bytes;
+            /// A native-endian `u16`.
+            u16_ne: u16 = from_ne_bytes, to_ne_bytes;
+            /// A little-endian `u32`.
+            u32_le: u32 = from_le_bytes, to_le_bytes;
+            /// A big-endian `u32`.
+            u32_be: u32 = from_be_bytes, to_be_bytes;
+            /// A native-endian `u32`.
+            u32_ne: u32 = from_ne_bytes, to_ne_bytes;
+            /// A little-endian `u64`.
+            u64_le: u64 = from_le_bytes, to_le_bytes;
+            /// A big-endian `u64`.
+            u64_be: u64 = from_be_bytes, to_be_bytes;
+            /// A native-endian `u64`.
+            u64_ne: u64 = from_ne_bytes, to_ne_bytes;
+        }
+    };
+}
+
 mod reader;
 mod writer;
 

@@ -10,12 +10,12 @@ pub struct Reader<'a> {
     at: usize,
 }
 
-/// One integer reader per width and byte order, all through [`Reader::array`].
+/// One integer reader per kind (see `int_kinds!`), all through [`Reader::array`].
 macro_rules! ints {
-    ($($(#[$doc:meta])* $name:ident: $t:ty = $conv:ident;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident: $t:ty = $from:ident, $to:ident;)*) => {$(
         $(#[$doc])*
         pub fn $name(&mut self, what: &'static str) -> Result<$t, Error> {
-            Ok(<$t>::$conv(self.array(what)?))
+            Ok(<$t>::$from(self.array(what)?))
         }
     )*};
 }
@@ -66,26 +66,7 @@ impl<'a> Reader<'a> {
         Ok(self.take(1, what)?[0])
     }
 
-    ints! {
-        /// A little-endian `u16`.
-        u16_le: u16 = from_le_bytes;
-        /// A big-endian `u16`.
-        u16_be: u16 = from_be_bytes;
-        /// A native-endian `u16`.
-        u16_ne: u16 = from_ne_bytes;
-        /// A little-endian `u32`.
-        u32_le: u32 = from_le_bytes;
-        /// A big-endian `u32`.
-        u32_be: u32 = from_be_bytes;
-        /// A native-endian `u32`.
-        u32_ne: u32 = from_ne_bytes;
-        /// A little-endian `u64`.
-        u64_le: u64 = from_le_bytes;
-        /// A big-endian `u64`.
-        u64_be: u64 = from_be_bytes;
-        /// A native-endian `u64`.
-        u64_ne: u64 = from_ne_bytes;
-    }
+    int_kinds!(ints {});
 
     /// Everything left; the cursor moves to the end.
     pub fn rest(&mut self) -> &'a [u8] {

@@ -10,42 +10,16 @@ pub struct Writer {
 
 /// Integer writers for a writer type: `grow` ones return `&mut Self`, `fixed` ones a `Result`.
 macro_rules! ints {
-    ($wrap:ident; $($(#[$doc:meta])* $name:ident: $t:ty = $conv:ident;)*) => {$(
+    ($wrap:ident; $($(#[$doc:meta])* $name:ident: $t:ty = $from:ident, $to:ident;)*) => {$(
         $(#[$doc])*
         pub fn $name(&mut self, v: $t) -> ints!(@ret $wrap) {
-            ints!(@put $wrap, self, &v.$conv(), stringify!($name))
+            ints!(@put $wrap, self, &v.$to(), stringify!($name))
         }
     )*};
     (@ret grow) => { &mut Self };
     (@ret fixed) => { Result<&mut Self, Error> };
     (@put grow, $s:ident, $b:expr, $what:expr) => { $s.bytes($b) };
     (@put fixed, $s:ident, $b:expr, $what:expr) => { $s.bytes($b, $what) };
-}
-
-/// Every integer writer, for both writer types.
-macro_rules! write_ints {
-    ($wrap:ident) => {
-        ints! { $wrap;
-            /// Write a little-endian `u16`.
-            u16_le: u16 = to_le_bytes;
-            /// Write a big-endian `u16`.
-            u16_be: u16 = to_be_bytes;
-            /// Write a native-endian `u16`.
-            u16_ne: u16 = to_ne_bytes;
-            /// Write a little-endian `u32`.
-            u32_le: u32 = to_le_bytes;
-            /// Write a big-endian `u32`.
-            u32_be: u32 = to_be_bytes;
-            /// Write a native-endian `u32`.
-            u32_ne: u32 = to_ne_bytes;
-            /// Write a little-endian `u64`.
-            u64_le: u64 = to_le_bytes;
-            /// Write a big-endian `u64`.
-            u64_be: u64 = to_be_bytes;
-            /// Write a native-endian `u64`.
-            u64_ne: u64 = to_ne_bytes;
-        }
-    };
 }
 
 impl Writer {
@@ -79,7 +53,7 @@ impl Writer {
         self
     }
 
-    write_ints!(grow);
+    int_kinds!(ints { grow; });
 
     /// Bytes written so far.
     pub fn len(&self) -> usize {
@@ -149,7 +123,7 @@ impl<'a> SliceWriter<'a> {
         self.bytes(&[v], "u8")
     }
 
-    write_ints!(fixed);
+    int_kinds!(ints { fixed; });
 
     /// Bytes between the cursor and the end.
     pub fn left(&self) -> usize {

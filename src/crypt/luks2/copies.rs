@@ -24,7 +24,8 @@ const MAX_HDR_SIZE: u64 = 4 << 20;
 /// A copy whose checksum matched.
 struct Disk {
     offset: u64,
-    fields: Binary,
+    /// Boxed: the decoded text fields are large beside the other states.
+    fields: Box<Binary>,
     area: Vec<u8>,
 }
 
@@ -126,7 +127,7 @@ fn read_disk(dev: &dyn BlockDevice, offset: u64, secondary: bool) -> Result<Disk
     }
     Ok(Disk {
         offset,
-        fields,
+        fields: Box::new(fields),
         area,
     })
 }
