@@ -4,10 +4,11 @@
 //! The AF splitter, PBKDF2 and keyslot area encryption are shared with [`super::luks2`].
 
 use super::luks2::dump::hex_lines;
-use super::luks2::kdf::{benchmark_pbkdf2, pbkdf2, MIN_PBKDF2_ITERATIONS};
-use super::luks2::{af, area, keyslot::wipe, LuksError, VolumeKey, SALT_SIZE, STRIPES};
+use super::luks2::keyslot::wipe;
 use crate::block::BlockDevice;
 use crate::codec::{self, Reader, SliceWriter};
+use crate::crypt::luks::kdf::{benchmark_pbkdf2, pbkdf2, MIN_PBKDF2_ITERATIONS};
+use crate::crypt::luks::{af, area, LuksError, VolumeKey, SALT_SIZE, STRIPES};
 use crate::crypt::secret::SecretBytes;
 use std::fmt::Write;
 use subtle::ConstantTimeEq;

@@ -13,10 +13,11 @@ use super::header::{
     MAGIC_PRIMARY, MAGIC_SECONDARY, OFF_CSUM, OFF_HDR_SIZE,
 };
 use super::json::Metadata;
-use super::jsonc::{self, c_str, Value};
-use super::{signatures, validate, LuksError};
+use super::jsonc::{c_str, Value};
+use super::{signatures, validate};
 use crate::block::BlockDevice;
 use crate::codec::{self, Reader};
+use crate::crypt::luks::LuksError;
 
 /// Largest header copy (and offset of the last place a secondary copy may sit): 4 MiB.
 const MAX_HDR_SIZE: u64 = 4 << 20;
@@ -132,32 +133,9 @@ fn read_disk(dev: &dyn BlockDevice, offset: u64, secondary: bool) -> Result<Disk
     })
 }
 
-/// `parse_and_validate_json`: one JSON object from the start of the area, NULs after it, and
-/// every metadata rule; a failing header gets cryptsetup's one repair and a second chance.
-pub fn parse_and_validate(area: &[u8]) -> Result<Value, String> {
-    let (mut v, end) = jsonc::parse_area(area).map_err(|e| format!("JSON metadata: {e}"))?;
-    if area.first() != Some(&b'{') {
-        return Err("the JSON area does not start with '{'".into());
-    }
-    if end >= area.len() {
-        return Err("the JSON area has no NUL after the metadata".into());
-    }
-    if let Some(i) = area[end..].iter().position(|&c| c != 0) {
-        return Err(format!(
-            "byte {} of the JSON area, after the metadata, is not NUL",
-            end + i
-        ));
-    }
-    if validate::validate(&v, area.len() as u64).is_err() {
-        validate::repair(&mut v);
-    }
-    validate::validate(&v, area.len() as u64)?;
-    Ok(v)
-}
-
 fn state(r: Result<Disk, (bool, String)>) -> State {
     match r {
-        Ok(d) => match parse_and_validate(&d.area) {
+        Ok(d) => match validate::parse_and_validate(&d.area) {
             Ok(v) => State::Ok(d, v),
             Err(e) => State::Obsolete(format!("header at offset {}: {e}", d.offset)),
         },
@@ -316,17 +294,17 @@ mod tests {
 
     #[test]
     fn the_json_area_is_framed_as_cryptsetup_wants() {
-        parse_and_validate(&area(META.as_bytes())).unwrap();
+        validate::parse_and_validate(&area(META.as_bytes())).unwrap();
         // Whitespace after the object is fine; before it, or other bytes after it, are not.
-        parse_and_validate(&area(format!("{META} \n").as_bytes())).unwrap();
-        let e = parse_and_validate(&area(format!(" {META}").as_bytes())).unwrap_err();
+        validate::parse_and_validate(&area(format!("{META} \n").as_bytes())).unwrap();
+        let e = validate::parse_and_validate(&area(format!(" {META}").as_bytes())).unwrap_err();
         assert!(e.contains("does not start with '{'"), "{e}");
         let mut a = area(META.as_bytes());
         a[12000] = b'x';
-        let e = parse_and_validate(&a).unwrap_err();
+        let e = validate::parse_and_validate(&a).unwrap_err();
         assert!(e.contains("byte 12000"), "{e}");
         let full = vec![b' '; 12288];
-        assert!(parse_and_validate(&full).is_err());
+        assert!(validate::parse_and_validate(&full).is_err());
     }
 
     #[test]

@@ -4,9 +4,9 @@
 
 use super::json::Metadata;
 use super::jsonc::c_str;
-use super::LuksError;
 use crate::block::BlockDevice;
 use crate::codec::{self, Reader, SliceWriter};
+use crate::crypt::luks::LuksError;
 use openssl::hash::{Hasher, MessageDigest};
 
 /// Magic of the primary header.
@@ -185,11 +185,6 @@ pub fn luks_version(first: &[u8]) -> Option<u16> {
         return None;
     }
     r.u16_be("version").ok()
-}
-
-/// Read the header pair of `dev` with cryptsetup's rules (see [`super::copies`]).
-pub fn read(dev: &dyn BlockDevice) -> Result<LoadedHeader, LuksError> {
-    super::copies::read(dev)
 }
 
 impl Luks2Header {
