@@ -11,6 +11,7 @@ pub mod bench;
 pub mod block;
 #[cfg(feature = "cli")]
 pub mod cli;
+pub mod codec;
 pub mod crypt;
 pub mod export;
 pub mod fsverity;
