@@ -672,7 +672,7 @@ fn format_integrity(
     path: &Path,
     dev: &FileDevice,
     prepared: &luks2::format::Prepared,
-    kind: crate::crypt::aead::AeadKind,
+    kind: crate::crypt::cipher::AeadKind,
     wipe: bool,
 ) -> CliResult {
     let seg = prepared

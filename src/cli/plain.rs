@@ -9,7 +9,7 @@ use super::device::open_export;
 use super::{CliError, CliResult};
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
-use crate::crypt::device::{CryptDevice, CryptParams};
+use crate::crypt::target::{CryptDevice, CryptParams};
 use crate::export::ExportSpec;
 use serde_json::json;
 use std::path::PathBuf;

@@ -3,12 +3,12 @@
 //! as the right stack of targets (dm-crypt, or dm-crypt in an authenticated mode over
 //! dm-integrity). The command line asks this module and never decides by version itself.
 
-use super::device::CryptDevice;
 use super::luks1::{self, Luks1Header};
 use super::luks2::activate::{self, ActivateOptions, DataSegment};
 use super::luks2::header::{self, luks_version};
 use super::luks2::integrity::{self, IntegrityActivation};
 use super::luks2::{keyslot, Luks2Header, LuksError, VolumeKey};
+use super::target::CryptDevice;
 use crate::block::BlockDevice;
 use std::sync::Arc;
 

@@ -5,7 +5,7 @@ use super::header::Luks2Header;
 use super::LuksError;
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
-use crate::crypt::device::{CryptDevice, CryptParams};
+use crate::crypt::target::{CryptDevice, CryptParams};
 use std::sync::Arc;
 
 /// The data segment as dm-crypt would be given it.
