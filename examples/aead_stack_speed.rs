@@ -1,8 +1,8 @@
 //! Throughput of the LUKS2 integrity stack on memory, one thread, against the sealing alone.
 use dmkit::block::{BlockDevice, MemoryDevice, TaggedBlockDevice};
-use dmkit::crypt::aead::{AeadKind, SectorAead};
-use dmkit::crypt::aead_device::AeadCryptDevice;
+use dmkit::crypt::cipher::{AeadKind, SectorAead};
 use dmkit::crypt::luks2::integrity::{format, plan, FormatTarget};
+use dmkit::crypt::target::AeadCryptDevice;
 use dmkit::integrity::{IntegrityDevice, IntegrityOptions, Mode};
 use std::sync::Arc;
 use std::time::Instant;

@@ -11,7 +11,7 @@
 //! Run with `cargo run --release --example luks_integrity_format_speed -- DIR [SIZE_MIB]`
 //! (default 2048 MiB); it creates and deletes `DIR/dd.img` and `DIR/luks.img`.
 
-use dmkit::crypt::aead::{AeadKind, SectorAead};
+use dmkit::crypt::cipher::{AeadKind, SectorAead};
 mod common;
 
 use common::mib_s;

@@ -8,7 +8,7 @@
 
 use dmkit::crypt::luks2::header::{Luks2Header, RawCopy};
 use dmkit::crypt::luks2::jsonc::{parse_area, Style};
-use dmkit::crypt::aead::AeadKind;
+use dmkit::crypt::cipher::AeadKind;
 use dmkit::crypt::luks2::{activate, dump, integrity, validate, Metadata};
 use libfuzzer_sys::fuzz_target;
 

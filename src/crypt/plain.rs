@@ -21,7 +21,7 @@
 
 use crate::block::{Activated, BlockDevice, Claim, ClaimError, OpenError};
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
-use crate::crypt::device::{CryptDevice, CryptParams};
+use crate::crypt::target::{CryptDevice, CryptParams};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 
 use super::{LuksError, VolumeKey};
 use crate::block::{BlockDevice, Claim, FileDevice};
-use crate::crypt::aead::AeadKind;
+use crate::crypt::cipher::AeadKind;
 use crate::crypt::luks1;
 use crate::crypt::luks2::{self, integrity as luks2_integrity, FormatParams, PbkdfParams};
 use std::path::{Path, PathBuf};

@@ -5,13 +5,13 @@
 
 use super::{LuksError, VolumeKey};
 use crate::block::BlockDevice;
-use crate::crypt::device::CryptDevice;
 use crate::crypt::luks1::{self, Luks1Header};
 use crate::crypt::luks2::activate::{self, ActivateOptions, DataSegment};
 use crate::crypt::luks2::copies;
 use crate::crypt::luks2::header::luks_version;
 use crate::crypt::luks2::integrity::{self, IntegrityActivation};
 use crate::crypt::luks2::{dump, keyslot, Luks2Header, PbkdfParams};
+use crate::crypt::target::CryptDevice;
 use std::sync::Arc;
 
 /// A parsed LUKS header of either version.

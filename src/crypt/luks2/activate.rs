@@ -4,8 +4,8 @@
 use super::header::Luks2Header;
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
-use crate::crypt::device::{CryptDevice, CryptParams};
 use crate::crypt::luks::LuksError;
+use crate::crypt::target::{CryptDevice, CryptParams};
 use std::sync::Arc;
 
 /// The data segment as dm-crypt would be given it.

@@ -211,9 +211,9 @@ pub fn prepare(
     }
     match &p.integrity {
         Some(itype) => {
-            let kind = crate::crypt::aead::AeadKind::from_luks2(&p.cipher, itype)
+            let kind = crate::crypt::cipher::AeadKind::from_luks2(&p.cipher, itype)
                 .map_err(|e| LuksError::Unsupported(e.to_string()))?;
-            crate::crypt::aead::SectorAead::new(kind, &vec![0x5a; p.key_size], 512)
+            crate::crypt::cipher::SectorAead::new(kind, &vec![0x5a; p.key_size], 512)
                 .map_err(|e| LuksError::Unsupported(e.to_string()))?;
         }
         None => crate::crypt::luks::area::check(&p.cipher, p.key_size).map_err(|_| {

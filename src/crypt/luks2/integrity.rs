@@ -14,9 +14,9 @@
 
 use super::activate::{ActivateOptions, DataSegment};
 use crate::block::{BlockDevice, BlockError, TaggedBlockDevice, Window};
-use crate::crypt::aead::{AeadKind, SectorAead};
-use crate::crypt::aead_device::AeadCryptDevice;
+use crate::crypt::cipher::{AeadKind, SectorAead};
 use crate::crypt::luks::LuksError;
+use crate::crypt::target::AeadCryptDevice;
 use crate::integrity::device::{IntegrityDevice, IntegrityOptions};
 use crate::integrity::format::{self as iformat, FormatParams as IntegrityFormatParams};
 use crate::integrity::geometry::Geometry;

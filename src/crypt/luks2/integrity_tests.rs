@@ -4,8 +4,8 @@
 
 use super::integrity::format;
 use crate::block::{BlockDevice, BlockError, FaultyDevice, MemoryDevice, TaggedBlockDevice};
-use crate::crypt::aead::{AeadKind, SectorAead};
-use crate::crypt::aead_device::AeadCryptDevice;
+use crate::crypt::cipher::{AeadKind, SectorAead};
+use crate::crypt::target::AeadCryptDevice;
 use crate::integrity::format::FormatParams as IntegrityFormatParams;
 use crate::integrity::rw_meta::{Layout, RawSuperblock};
 use crate::integrity::tests::{crash_check, crash_workload, AppOp};

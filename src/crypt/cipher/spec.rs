@@ -1,30 +1,7 @@
-//! Sector ciphers as dm-crypt names them ("aes-xts-plain64", "aes-cbc-essiv:sha256", ...).
-//!
-//! The API every user of a cipher codes against (the crypt target, LUKS keyslot areas):
-//! a [`CipherSpec`] parsed from dm-crypt's name, and a [`SectorCipher`] that encrypts or
-//! decrypts whole sectors in place given the IV sector number of the first one, made by
-//! [`new_sector_cipher`].
-//!
-//! Supported, with the kernel's IV semantics (`drivers/md/dm-crypt.c`):
-//!
-//! | cipher                       | mode  | key sizes (bits) | notes                              |
-//! |------------------------------|-------|------------------|------------------------------------|
-//! | `aes`, `serpent`, `twofish`  | `xts` | 256, 384, 512    | two keys: data key, then tweak key |
-//! | `aes`, `serpent`, `twofish`  | `cbc` | 128, 192, 256    |                                    |
-//! | `aes`, `serpent`, `twofish`  | `lrw` | 256, 320, 384    | cipher key, then a 128-bit tweak key |
-//!
-//! IV modes: `plain64`, `plain`, `plain64be`, `benbi`, `null` (CBC only) and `essiv:HASH`
-//! (sha1, sha224, sha256, sha384, sha512, wp256, wp384, wp512). Examples: `aes-xts-plain64`
-//! (the default), `serpent-xts-plain64`, `twofish-cbc-essiv:sha256`, `aes-lrw-benbi`.
-//!
-//! AES-XTS with a 256- or 512-bit key runs on VAES + AVX-512 (16 blocks per iteration, on the
-//! calling thread) when the CPU has it, else on OpenSSL's EVP (which uses AES-NI where
-//! present); AES-CBC always runs on OpenSSL's EVP. Everything else runs our XTS, LRW and CBC
-//! over RustCrypto's block ciphers. Keys and key schedules live in secret memory
-//! ([`super::secret`]) and are never printed.
+//! dm-crypt's cipher names parsed and checked: [`CipherSpec`] (`cipher-chainmode-ivmode[:ivopts]`)
+//! and [`CipherError`], the error every cipher constructor returns.
 
-use super::iv::IvGen;
-use super::secret::SecretBytes;
+use super::block_cipher;
 use std::fmt;
 
 /// Why a cipher specification or key cannot be used.
@@ -144,7 +121,7 @@ impl CipherSpec {
             }
             None => (ivpart, None),
         };
-        if !super::block_cipher::NAMES.contains(&cipher) {
+        if !block_cipher::NAMES.contains(&cipher) {
             return Err(unsupported(format!(
                 "block cipher '{cipher}' is not supported (supported: aes, serpent, twofish)"
             )));
@@ -162,11 +139,11 @@ impl CipherSpec {
             ("essiv", None) => {
                 return Err(bad("essiv needs a hash, e.g. essiv:sha256"));
             }
-            ("essiv", Some(h)) if super::iv::ESSIV_HASHES.contains(&h) => {}
+            ("essiv", Some(h)) if ESSIV_HASHES.contains(&h) => {}
             ("essiv", Some(h)) => {
                 return Err(unsupported(format!(
                     "essiv hash '{h}' is not supported (supported: {})",
-                    super::iv::ESSIV_HASHES.join(", ")
+                    ESSIV_HASHES.join(", ")
                 )))
             }
             _ => {
@@ -253,146 +230,10 @@ impl std::str::FromStr for CipherSpec {
     }
 }
 
-/// Encrypts or decrypts whole sectors in place.
-///
-/// `iv_sector` is the IV sector number of the first sector in `buf` (already adjusted for
-/// `iv_offset` and `iv_large_sectors` by the caller); consecutive sectors get consecutive
-/// IV sector numbers. `buf.len()` is a multiple of `sector_size`.
-///
-/// `sector_size` must be a non-zero multiple of 16 (dm-crypt uses 512..4096) and `buf.len()`
-/// a multiple of it; anything else is a programming error and panics.
-pub trait SectorCipher: Send + Sync {
-    /// Encrypt `buf` in place.
-    fn encrypt(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize);
-    /// Decrypt `buf` in place.
-    fn decrypt(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize);
-    /// Key size in bytes this cipher was made with.
-    fn key_size(&self) -> usize;
-    /// Which implementation runs ("vaes-avx512", "openssl-evp"), for benchmarks and status.
-    fn implementation(&self) -> &'static str {
-        "generic"
-    }
-}
-
-/// Which implementation [`new_sector_cipher_with`] builds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CipherImpl {
-    /// The fastest available on this CPU (what [`new_sector_cipher`] uses).
-    Auto,
-    /// Our own VAES + AVX-512 AES-XTS (x86-64 with vaes, vpclmulqdq, avx512f/vl/bw); AES-XTS
-    /// with 256- or 512-bit keys only.
-    Vaes512,
-    /// OpenSSL's EVP, one call per sector; AES-XTS (256, 512 bits) and AES-CBC only.
-    OpenSsl,
-    /// Our XTS, LRW and CBC over RustCrypto's block ciphers; every cipher.
-    Portable,
-}
-
-/// Whether this CPU runs the VAES + AVX-512 XTS implementation.
-pub fn vaes512_available() -> bool {
-    super::aes_x86::available()
-}
-
-/// A sector cipher for `spec` keyed with `key` (the volume key; for XTS both halves, data key
-/// first; for LRW the cipher key then the tweak key), using the fastest implementation on this
-/// machine.
-pub fn new_sector_cipher(
-    spec: &CipherSpec,
-    key: &[u8],
-) -> Result<Box<dyn SectorCipher>, CipherError> {
-    new_sector_cipher_with(spec, key, CipherImpl::Auto)
-}
-
-/// [`new_sector_cipher`] with a chosen implementation (benchmarks and cross-checks).
-pub fn new_sector_cipher_with(
-    spec: &CipherSpec,
-    key: &[u8],
-    imp: CipherImpl,
-) -> Result<Box<dyn SectorCipher>, CipherError> {
-    let c = build(spec, key, imp);
-    // Key schedules built by value (other crates' ciphers) leave copies in dead stack frames.
-    super::secret::burn_stack();
-    c
-}
-
-fn build(
-    spec: &CipherSpec,
-    key: &[u8],
-    imp: CipherImpl,
-) -> Result<Box<dyn SectorCipher>, CipherError> {
-    // Re-validate: the fields are public, so a spec may not come from parse().
-    let spec = CipherSpec::parse(&spec.to_string())?;
-    spec.check_key_size(key.len())?;
-    let iv = IvGen::new(&spec, key)?;
-    let aes = spec.cipher == "aes";
-    let evp = aes && (spec.mode == "cbc" || (spec.mode == "xts" && key.len() != 48));
-    let vaes = aes && spec.mode == "xts" && key.len() != 48 && vaes512_available();
-    match imp {
-        CipherImpl::Vaes512 if !vaes => Err(CipherError::Unavailable("vaes-avx512")),
-        CipherImpl::OpenSsl if !evp => Err(CipherError::Unavailable("openssl-evp")),
-        CipherImpl::Auto | CipherImpl::Vaes512 if vaes => Ok(Box::new(
-            super::aes_x86::XtsVaes::new(key, iv).ok_or(CipherError::Unavailable("vaes-avx512"))?,
-        )),
-        CipherImpl::Auto | CipherImpl::OpenSsl if evp => {
-            Ok(Box::new(super::evp::EvpSectorCipher::new(&spec, key, iv)?))
-        }
-        _ => portable(&spec, key, iv),
-    }
-}
-
-/// Our modes over RustCrypto's block ciphers.
-fn portable(
-    spec: &CipherSpec,
-    key: &[u8],
-    iv: IvGen,
-) -> Result<Box<dyn SectorCipher>, CipherError> {
-    let keyed = |k: &[u8]| {
-        super::block_cipher::new_block_cipher(&spec.cipher, k).ok_or_else(|| CipherError::KeySize {
-            spec: spec.to_string(),
-            bits: key.len() * 8,
-            valid: spec
-                .valid_key_sizes()
-                .iter()
-                .map(|b| (b * 8).to_string())
-                .collect::<Vec<_>>()
-                .join(", "),
-        })
-    };
-    Ok(match spec.mode.as_str() {
-        "xts" => {
-            let (k1, k2) = key.split_at(key.len() / 2);
-            Box::new(super::xts::Xts::new(keyed(k1)?, keyed(k2)?, iv, key.len()))
-        }
-        "lrw" => {
-            let (k, tweak) = key.split_at(key.len() - 16);
-            let tweak: &[u8; 16] = tweak.try_into().expect("a 16-byte tweak key");
-            Box::new(super::lrw::Lrw::new(keyed(k)?, tweak, iv, key.len()))
-        }
-        _ => Box::new(super::cbc::Cbc::new(keyed(key)?, iv, key.len())),
-    })
-}
-
-/// `len` random bytes from the OS in secret memory (a fresh volume key).
-pub fn random_key(len: usize) -> Result<SecretBytes, CipherError> {
-    let mut k = SecretBytes::zeroed(len);
-    getrandom::getrandom(&mut k).map_err(|e| CipherError::Backend {
-        spec: "random key".into(),
-        reason: e.to_string(),
-    })?;
-    Ok(k)
-}
-
-/// Check the [`SectorCipher`] buffer contract; panics on misuse (a programming error).
-pub(crate) fn check_buf(len: usize, sector_size: usize) {
-    assert!(
-        sector_size >= 16 && sector_size.is_multiple_of(16),
-        "sector size {sector_size} is not a non-zero multiple of 16"
-    );
-    assert!(
-        len.is_multiple_of(sector_size),
-        "buffer of {len} bytes is not a whole number of {sector_size}-byte sectors"
-    );
-}
+/// The ESSIV hashes: kernel crypto names (`wpN` is Whirlpool cut to N bits).
+pub(crate) const ESSIV_HASHES: &[&str] = &[
+    "sha1", "sha224", "sha256", "sha384", "sha512", "wp256", "wp384", "wp512",
+];
 
 #[cfg(test)]
 mod tests {
@@ -450,25 +291,5 @@ mod tests {
             assert!(e.contains(want), "{s}: {e}");
             assert!(e.starts_with(&format!("cipher '{s}'")), "{e}");
         }
-    }
-
-    #[test]
-    fn key_sizes() {
-        let xts = CipherSpec::parse("aes-xts-plain64").unwrap();
-        assert!(xts.check_key_size(64).is_ok());
-        let e = new_sector_cipher(&xts, &[1u8; 40])
-            .err()
-            .unwrap()
-            .to_string();
-        assert_eq!(
-            e,
-            "cipher 'aes-xts-plain64': a 320-bit key is not supported (valid: 256, 384, 512 bits)"
-        );
-        let lrw = CipherSpec::parse("twofish-lrw-benbi").unwrap();
-        assert_eq!(lrw.valid_key_sizes(), &[32, 40, 48]);
-        assert_eq!(lrw.default_key_size(), 32);
-        let cbc = CipherSpec::parse("aes-cbc-essiv:sha256").unwrap();
-        assert!(new_sector_cipher(&cbc, &[1u8; 64]).is_err());
-        assert_eq!(cbc.default_key_size(), 32);
     }
 }

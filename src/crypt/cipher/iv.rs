@@ -2,9 +2,10 @@
 //! `drivers/md/dm-crypt.c`), for 16-byte IVs (128-bit block ciphers). `sector` is dm-crypt's
 //! `iv_sector`.
 
-use super::block_cipher::{new_block_cipher, BlockCipher};
-use super::cipher::{CipherError, CipherSpec};
-use super::secret::SecretBytes;
+use super::block::BlockCipher;
+use super::block_cipher::new_block_cipher;
+use super::spec::{CipherError, CipherSpec};
+use crate::crypt::secret::SecretBytes;
 use zeroize::Zeroize;
 
 /// How the 16-byte IV of a sector is made.
@@ -67,11 +68,6 @@ impl IvGen {
         iv
     }
 }
-
-/// The ESSIV hashes: kernel crypto names (`wpN` is Whirlpool cut to N bits).
-pub(crate) const ESSIV_HASHES: &[&str] = &[
-    "sha1", "sha224", "sha256", "sha384", "sha512", "wp256", "wp384", "wp512",
-];
 
 /// HASH(`key`) for the ESSIV hash `name`, in secret memory; `None` for an unknown hash.
 fn essiv_digest(name: &str, key: &[u8]) -> Option<SecretBytes> {

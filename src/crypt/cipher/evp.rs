@@ -7,9 +7,10 @@
 //! Our copy of the key is in secret memory; the contexts' key schedules are on OpenSSL's heap,
 //! which we cannot lock or keep out of core dumps (OpenSSL frees them with OPENSSL_clear_free).
 
-use super::cipher::{check_buf, CipherError, CipherSpec, SectorCipher};
 use super::iv::IvGen;
-use super::secret::SecretBytes;
+use super::sector::{check_buf, SectorCipher};
+use super::spec::{CipherError, CipherSpec};
+use crate::crypt::secret::SecretBytes;
 use openssl::cipher::{Cipher, CipherRef};
 use openssl::cipher_ctx::CipherCtx;
 use std::cell::RefCell;

@@ -2,7 +2,7 @@
 //! (VAES, OpenSSL, and our portable XTS/CBC over RustCrypto's AES) against OpenSSL's EVP on
 //! random data, for every IV mode and sector sizes 512..4096.
 
-use super::cipher::{
+use super::{
     new_sector_cipher, new_sector_cipher_with, vaes512_available, CipherImpl, CipherSpec,
     SectorCipher,
 };

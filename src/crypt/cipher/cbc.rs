@@ -4,9 +4,9 @@
 //! Decryption walks each sector backwards, so every block still has its predecessor's
 //! ciphertext in place: no copy of the sector is needed.
 
-use super::block_cipher::BlockCipher;
-use super::cipher::{check_buf, SectorCipher};
+use super::block::BlockCipher;
 use super::iv::IvGen;
+use super::sector::{check_buf, SectorCipher};
 use super::xts::xor;
 
 /// CBC over a block cipher.

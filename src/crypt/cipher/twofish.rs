@@ -7,8 +7,8 @@
 //! Like every table-driven Twofish, lookups depend on secret data. The tables live in secret
 //! memory with the rest of the key schedule.
 
-use super::block_cipher::BlockCipher;
-use super::secret::SecretBox;
+use super::block::BlockCipher;
+use crate::crypt::secret::SecretBox;
 
 /// The nibble permutations t0..t3 of q0 and q1 (the specification's section 4.3.5).
 const QBOX: [[[u8; 16]; 4]; 2] = [

@@ -17,7 +17,9 @@
 //!
 //! A sector whose tag does not verify is never decrypted into the caller's buffer.
 
-use super::cipher::{new_sector_cipher, CipherSpec, SectorCipher};
+use super::dispatch::new_sector_cipher;
+use super::sector::SectorCipher;
+use super::spec::CipherSpec;
 use openssl::hash::MessageDigest;
 use openssl::memcmp;
 use openssl::pkey::PKey;

@@ -9,8 +9,8 @@
 //! The work is done inline on the serving thread: a read goes into the caller's buffer and is
 //! decrypted in place; a write is encrypted into a per-thread reusable buffer, then written.
 
-use super::cipher::SectorCipher;
 use crate::block::{check_range, BlockDevice, BlockError, Result};
+use crate::crypt::cipher::SectorCipher;
 use std::cell::RefCell;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};

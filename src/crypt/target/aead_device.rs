@@ -5,11 +5,11 @@
 //!
 //! A sector that does not verify fails the whole request with `EIO` (`Corrupt`), is logged
 //! (the kernel's `INTEGRITY AEAD ERROR, sector N`) and counted; the caller's buffer is zeroed,
-//! so nothing unauthenticated is ever returned. As in [`super::device`], the work is done
+//! so nothing unauthenticated is ever returned. As in the plain crypt target, the work is done
 //! inline on the serving thread.
 
-use super::aead::SectorAead;
 use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice};
+use crate::crypt::cipher::SectorAead;
 use std::cell::RefCell;
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};

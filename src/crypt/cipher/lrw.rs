@@ -8,11 +8,11 @@
 //! (I + j + 1) ^ (I + j) = 2^(k+1) - 1 where k counts the trailing one bits of I + j, and
 //! K2 ⊗ (2^(k+1) - 1) is precomputed for every k (the kernel's `mulinc` table).
 
-use super::block_cipher::BlockCipher;
-use super::cipher::{check_buf, SectorCipher};
+use super::block::BlockCipher;
 use super::iv::IvGen;
-use super::secret::SecretBox;
+use super::sector::{check_buf, SectorCipher};
 use super::xts::{mul_x, xor};
+use crate::crypt::secret::SecretBox;
 
 const RUN: usize = 64;
 
@@ -114,7 +114,7 @@ impl SectorCipher for Lrw {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crypt::block_cipher::new_block_cipher;
+    use crate::crypt::cipher::block_cipher::new_block_cipher;
     use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 
     #[test]

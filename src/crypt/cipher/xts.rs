@@ -5,9 +5,9 @@
 //! Tweaks for a run of blocks are made first, then the data cipher runs over the run at once,
 //! so ciphers with parallel block paths (AES-NI) use them. Nothing is allocated per sector.
 
-use super::block_cipher::BlockCipher;
-use super::cipher::{check_buf, SectorCipher};
+use super::block::BlockCipher;
 use super::iv::IvGen;
+use super::sector::{check_buf, SectorCipher};
 
 /// Blocks handled per batch (their tweaks sit on the stack: 1 KiB).
 const RUN: usize = 64;

@@ -2,19 +2,13 @@
 //! schedules in secret memory: the primitive under the generic XTS, LRW, CBC and ESSIV code.
 //!
 //! AES and serpent are RustCrypto's (`aes` picks AES-NI at run time; `serpent` is portable
-//! bitsliced code); twofish is ours ([`super::twofish`], table-driven for speed). All are used
+//! bitsliced code); twofish is ours ([`Twofish`], table-driven for speed). All are used
 //! through one small trait so a mode is written once.
 
-use super::secret::SecretBox;
+use super::block::BlockCipher;
+use super::twofish::Twofish;
+use crate::crypt::secret::SecretBox;
 use cipher::{Array, BlockCipherDecrypt, BlockCipherEncrypt, BlockSizeUser, KeyInit};
-
-/// A keyed 128-bit block cipher working on whole blocks in place (ECB).
-pub(crate) trait BlockCipher: Send + Sync {
-    /// Encrypt each block in place.
-    fn encrypt_blocks(&self, blocks: &mut [[u8; 16]]);
-    /// Decrypt each block in place.
-    fn decrypt_blocks(&self, blocks: &mut [[u8; 16]]);
-}
 
 /// The block ciphers [`new_block_cipher`] knows, by dm-crypt name.
 pub(crate) const NAMES: &[&str] = &["aes", "serpent", "twofish"];
@@ -66,7 +60,7 @@ pub(crate) fn new_block_cipher(name: &str, key: &[u8]) -> Option<Box<dyn BlockCi
         ("aes", 24) => keyed::<aes::Aes192>(key),
         ("aes", 32) => keyed::<aes::Aes256>(key),
         ("serpent", _) => keyed::<serpent::Serpent>(key),
-        ("twofish", _) => Some(Box::new(super::twofish::Twofish::new(key)?)),
+        ("twofish", _) => Some(Box::new(Twofish::new(key)?)),
         _ => None,
     }
 }
