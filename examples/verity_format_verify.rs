@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // veritysetup's defaults (sha256, 4 KiB blocks, a superblock), a random salt.
     let data_dev = dmkit::block::open_device(&data, true, false)?;
     let mut salt = vec![0u8; 32];
-    getrandom::getrandom(&mut salt)?;
+    getrandom::getrandom(&mut salt).map_err(|e| e.to_string())?;
     let params = TreeSpec::default().params(&data_dev, salt)?;
     drop(data_dev);
     let root = VerityVolume::format(&data, &hash, &params, || Ok::<(), VolumeError>(()))?;
