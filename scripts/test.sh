@@ -26,6 +26,14 @@ cargo fmt --all --check
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 
+step "the library without the CLI: cargo build/clippy --lib --no-default-features, no clap"
+cargo build --lib --no-default-features
+cargo clippy --lib --no-default-features -- -D warnings
+if cargo tree --no-default-features -e normal --prefix none | grep -i clap; then
+    echo "the library without the cli feature still depends on clap (above)" >&2
+    exit 1
+fi
+
 step "cargo doc (broken or private links in the docs are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 

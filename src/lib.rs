@@ -6,9 +6,12 @@
 //! device-mapper; exporters ([`export`]) serve the top of a stack to the kernel.
 #![deny(missing_docs)]
 
+#[cfg(feature = "cli")]
 pub mod bench;
 pub mod block;
+#[cfg(feature = "cli")]
 pub mod cli;
+pub mod codec;
 pub mod crypt;
 pub mod export;
 pub mod fsverity;

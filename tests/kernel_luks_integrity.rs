@@ -26,7 +26,7 @@ use dmkit::block::{BlockDevice, BlockError, FileDevice, OpenOptions};
 use dmkit::crypt::aead::{AeadError, AeadKind, SectorAead};
 use dmkit::crypt::aead_device::AeadCryptDevice;
 use dmkit::crypt::luks2::activate::{data_segment, ActivateOptions};
-use dmkit::crypt::luks2::header;
+use dmkit::crypt::luks2::copies as header;
 use dmkit::crypt::luks2::integrity::{crypt_device, IntegrityActivation};
 use dmkit::integrity::rw_meta::{Layout, RawSuperblock};
 use harness::{guest, Disk};

@@ -9,7 +9,7 @@
 
 use dmkit::block::{BlockDevice, MemoryDevice};
 use dmkit::crypt::luks1::Luks1Header;
-use dmkit::crypt::luks2::header;
+use dmkit::crypt::luks2::copies;
 use libfuzzer_sys::fuzz_target;
 use sha2::{Digest, Sha256};
 
@@ -47,7 +47,7 @@ fuzz_target!(|data: &[u8]| {
         d
     };
     let dev = MemoryDevice::from_vec("fuzz", device);
-    let Ok(loaded) = header::read(&dev) else {
+    let Ok(loaded) = copies::read(&dev) else {
         return;
     };
     let h = loaded.header;
@@ -58,7 +58,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let mut again_dev = encoded.clone();
     again_dev.resize(dev.size().max(encoded.len() as u64) as usize, 0);
-    let again = header::read(&MemoryDevice::from_vec("again", again_dev))
+    let again = copies::read(&MemoryDevice::from_vec("again", again_dev))
         .expect("an encoded header reads back");
     // Compared as text: the parsed view normalises spellings such as "0010" for 10.
     assert_eq!(

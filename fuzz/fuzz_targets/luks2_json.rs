@@ -9,7 +9,7 @@
 use dmkit::crypt::luks2::header::{Luks2Header, RawCopy};
 use dmkit::crypt::luks2::jsonc::{parse_area, Style};
 use dmkit::crypt::aead::AeadKind;
-use dmkit::crypt::luks2::{activate, copies, dump, integrity, validate, Metadata};
+use dmkit::crypt::luks2::{activate, dump, integrity, validate, Metadata};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
@@ -29,7 +29,7 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(second, third, "write/read changed the text");
         let _ = validate::validate(&v, data.len() as u64);
     }
-    if let Ok(tree) = copies::parse_and_validate(data) {
+    if let Ok(tree) = validate::parse_and_validate(data) {
         let h = Luks2Header {
             hdr_size: data.len() as u64 + 4096,
             seqid: 1,

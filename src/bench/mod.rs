@@ -2,45 +2,21 @@
 //! published studies' tables (dm-verity/dm-integrity/dm-crypt
 //! overhead measured with fio, Cloudflare's dm-crypt study).
 //!
-//! The parts are kept apart so later layers slot in:
-//! - [`fio`]: workloads, fio's command line, parsing its JSON output;
-//! - [`model`]: results, median and spread, comparisons against the baseline (`--json` dumps
-//!   it whole);
-//! - [`table`]: text rendering of the model;
-//! - [`harness`]: the I/O side (subprocesses, scratch files, exports that always close,
-//!   Ctrl-C);
-//! - [`config`]: the configurations side by side (`plain`, `verity`; later `integrity`,
-//!   `crypt`), [`verity`]: the verity specifics;
-//! - [`nbd`] (`dmkit bench nbd`): the NBD export against qemu-storage-daemon's;
-//! - [`export`] (`dmkit bench export`): the export as a dimension (FUSE on `/dev/fuse`, FUSE
-//!   over io_uring, NBD) against the kernel loop and qemu-storage-daemon's FUSE and NBD;
-//! - [`overhead`] (`dmkit bench`) and [`format`](mod@format) (`dmkit bench format`): the scenarios;
-//!   [`fsverity_digest`]: `fsverity digest` against `dmkit fsverity digest`.
-//!   [`fsverity_read`]: reads through `fsverity mount`, verified or not;
-//!   [`image`] (`dmkit bench image`, seed 001) with its default tree from [`image_tree`].
+//! Two rooms:
+//! - [`harness`]: how anything is measured — fio (workloads, command lines, its JSON), the
+//!   result model (runs, median and min..max, comparisons), table rendering, the runs and the
+//!   alternation of sides, subprocesses with their CPU time, scratch files, exports that always
+//!   close, Ctrl-C;
+//! - [`scenarios`]: what is measured, one file per `dmkit bench` command and the document it
+//!   reproduces (`dmkit bench`, `format`, `integrity`, `verity-integrity`, `crypt` after
+//!   Cloudflare's study, `cipher`, `nbd`, `export`, `fsverity-digest`, `fsverity-read`,
+//!   `image`).
 //!
 //! Every dmkit operation runs the `dmkit` executable itself as a subprocess, exactly as a user
 //! would, so the benchmark measures what users get.
 
-pub mod cipher;
-pub mod cloudflare;
-pub mod config;
-pub mod export;
-pub mod fio;
-pub mod format;
-pub mod fsverity_digest;
-pub mod fsverity_read;
 pub mod harness;
-pub mod image;
-pub mod image_tree;
-pub mod integrity;
-pub mod model;
-pub mod nbd;
-pub mod overhead;
-pub mod rw;
-pub mod table;
-pub mod verity;
-pub mod verity_integrity;
+pub mod scenarios;
 
 /// Why a benchmark could not run or finish.
 #[derive(Debug, thiserror::Error)]

@@ -3,13 +3,14 @@
 use std::path::PathBuf;
 
 use super::{CliError, CliResult};
-use crate::bench::config::Config;
-use crate::bench::fio::Workload;
-use crate::bench::format::FormatOptions;
-use crate::bench::harness::Interrupt;
-use crate::bench::overhead::OverheadOptions;
-use crate::bench::rw::RwBenchOptions;
-use crate::bench::{self, table, BenchError};
+use crate::bench::harness::fio::Workload;
+use crate::bench::harness::process::Interrupt;
+use crate::bench::harness::report;
+use crate::bench::harness::rw::RwBenchOptions;
+use crate::bench::scenarios::config::Config;
+use crate::bench::scenarios::format::FormatOptions;
+use crate::bench::scenarios::overhead::OverheadOptions;
+use crate::bench::{self, BenchError};
 
 /// Arguments of `dmkit bench`.
 #[derive(clap::Args)]
@@ -261,18 +262,9 @@ fn cli_error(e: BenchError) -> CliError {
 }
 
 /// Print a report as JSON (`--json`) or as its text table.
-fn print_report<T: serde::Serialize>(
-    json: bool,
-    report: &T,
-    render: fn(&T) -> String,
-) -> CliResult {
-    if json {
-        let s = serde_json::to_string_pretty(report)
-            .map_err(|e| CliError::invalid(format!("bench: JSON: {e}")))?;
-        println!("{s}");
-    } else {
-        print!("{}", render(report));
-    }
+fn print_report<R: report::Report>(json: bool, r: &R) -> CliResult {
+    let text = report::output(r, json).map_err(|e| CliError::invalid(format!("bench: {}", e)))?;
+    print!("{text}");
     Ok(())
 }
 
@@ -310,8 +302,8 @@ fn run_overhead(a: OverheadArgs) -> CliResult {
         o.workloads = Workload::select(&a.workloads).map_err(cli_error)?;
     }
     let interrupt = Interrupt::install();
-    let report = bench::overhead::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &report, table::render_overhead)
+    let report = bench::scenarios::overhead::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &report)
 }
 
 fn run_format(a: FormatArgs) -> CliResult {
@@ -322,8 +314,8 @@ fn run_format(a: FormatArgs) -> CliResult {
         ..FormatOptions::default()
     };
     let interrupt = Interrupt::install();
-    let report = bench::format::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &report, table::render_format)
+    let report = bench::scenarios::format::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &report)
 }
 
 fn run_cipher(a: CipherArgs) -> CliResult {
@@ -333,22 +325,22 @@ fn run_cipher(a: CipherArgs) -> CliResult {
         ));
     }
     let interrupt = Interrupt::install();
-    let report = bench::cipher::run(a.seconds, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &report, bench::cipher::render)
+    let report = bench::scenarios::cipher::run(a.seconds, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &report)
 }
 
 fn run_crypt(a: CryptArgs) -> CliResult {
-    use crate::bench::cloudflare;
+    use crate::bench::scenarios::cloudflare;
     let o = a.rw.options("bench crypt")?;
     let interrupt = Interrupt::install();
     match a.peer.as_deref() {
         None => {
             let r = cloudflare::run_seed(&o, &interrupt).map_err(cli_error)?;
-            print_report(a.rw.json, &r, cloudflare::render_seed)
+            print_report(a.rw.json, &r)
         }
         Some("qemu-storage-daemon") => {
             let r = cloudflare::run_peer(&o, &interrupt).map_err(cli_error)?;
-            print_report(a.rw.json, &r, cloudflare::render_peer)
+            print_report(a.rw.json, &r)
         }
         Some(p) => Err(CliError::invalid(format!(
             "bench crypt: --peer {p}: unknown peer (known: qemu-storage-daemon)"
@@ -357,23 +349,23 @@ fn run_crypt(a: CryptArgs) -> CliResult {
 }
 
 fn run_integrity(a: RwArgs) -> CliResult {
-    use crate::bench::integrity;
+    use crate::bench::scenarios::integrity;
     let o = a.options("bench integrity")?;
     let interrupt = Interrupt::install();
     let r = integrity::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, integrity::render)
+    print_report(a.json, &r)
 }
 
 fn run_verity_integrity(a: RwArgs) -> CliResult {
-    use crate::bench::verity_integrity;
+    use crate::bench::scenarios::verity_integrity;
     let o = a.options("bench verity-integrity")?;
     let interrupt = Interrupt::install();
     let r = verity_integrity::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, verity_integrity::render)
+    print_report(a.json, &r)
 }
 
 fn run_fsverity_read(a: RwArgs) -> CliResult {
-    use crate::bench::fsverity_read;
+    use crate::bench::scenarios::fsverity_read;
     // Runs take a second or two, and one in a few dips by a fifth on either side (the serving
     // threads share 2 cores with fio): a median of 5 holds where one of 3 moved by 20 points.
     // Some VMs swing the 1 GiB rows by half on both sides, beyond what 5 runs settle: the
@@ -381,11 +373,11 @@ fn run_fsverity_read(a: RwArgs) -> CliResult {
     let o = a.options_with_runs("bench fsverity", Some(5))?;
     let interrupt = Interrupt::install();
     let r = fsverity_read::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, fsverity_read::render)
+    print_report(a.json, &r)
 }
 
 fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
-    use crate::bench::fsverity_digest::{self, FsvDigestOptions};
+    use crate::bench::scenarios::fsverity_digest::{self, FsvDigestOptions};
     let mut o = FsvDigestOptions::defaults(a.quick);
     if let Some(s) = &a.size {
         o.size = bench::parse_size(s).map_err(cli_error)?;
@@ -408,11 +400,11 @@ fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
     o.dir = a.dir;
     let interrupt = Interrupt::install();
     let r = fsverity_digest::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, fsverity_digest::render)
+    print_report(a.json, &r)
 }
 
 fn run_image(a: ImageArgs) -> CliResult {
-    use crate::bench::image::{self, ImageBenchOptions};
+    use crate::bench::scenarios::image::{self, ImageBenchOptions};
     use std::io::IsTerminal;
     let mut o = ImageBenchOptions::defaults(a.quick);
     o.progress = std::io::stderr().is_terminal();
@@ -427,24 +419,24 @@ fn run_image(a: ImageArgs) -> CliResult {
     o.cache = a.cache;
     let interrupt = Interrupt::install();
     let r = image::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, image::render)
+    print_report(a.json, &r)
 }
 
 fn run_nbd(a: RwArgs) -> CliResult {
-    use crate::bench::nbd;
+    use crate::bench::scenarios::nbd;
     let o = a.options("bench nbd")?;
     let interrupt = Interrupt::install();
     let r = nbd::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, nbd::render)
+    print_report(a.json, &r)
 }
 
 fn run_export(a: RwArgs) -> CliResult {
-    use crate::bench::export;
+    use crate::bench::scenarios::export;
     // The table: median of 2 alternating rounds.
     let o = a.options_with_runs("bench export", Some(2))?;
     let interrupt = Interrupt::install();
     let r = export::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r, export::render)
+    print_report(a.json, &r)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

@@ -7,7 +7,7 @@
 //! `-q`/`--batch-mode` was given, so a script cannot wipe a filesystem by accident.
 //! The dialog goes to stderr (cryptsetup writes it to stdout), so `--json` output stays clean.
 
-use super::luks_keys::{is_tty, read_fd};
+use super::passphrase::{is_tty, read_fd};
 use super::{CliError, CliResult};
 use crate::block::signature::{probe_file, Signature, SignatureKind};
 use std::path::Path;

@@ -1,20 +1,15 @@
 //! `dmkit luks format|open|dump|...`, with cryptsetup's option names and argument order, over
-//! LUKS2 and LUKS1 headers (the version is read from the header). Key management commands
-//! live in `luks_slots.rs`, passphrase input in `luks_keys.rs`.
+//! LUKS2 and LUKS1 headers (the version is read from the header). The library's
+//! [`crate::crypt::luks::LuksVolume`] does the work; this shell parses arguments, reads
+//! passphrases, asks before destroying anything and prints. Key management commands live in
+//! `luks_slots.rs`, passphrase input in `passphrase.rs`.
 
-use super::luks_keys::{passphrase, KeyArgs};
-use super::luks_slots;
+use super::luks_slots::{self, load, PbkdfArgs};
+use super::passphrase::{passphrase, KeyArgs};
 use super::{CliError, CliResult};
-use crate::block::{BlockDevice, FileDevice};
-use crate::crypt::luks1;
-use crate::crypt::luks2::activate::{ActivateOptions, DataSegment};
-use crate::crypt::luks2::integrity as luks2_integrity;
-use crate::crypt::luks2::{
-    self, dump, keyslot, FormatParams, LuksError, PbkdfKind, PbkdfParams, VolumeKey,
-};
-use crate::export::ExportSpec;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use crate::crypt::luks::{ActivateParams, FormatSpec, Formatter, IntegritySpec, VolumeKey};
+use crate::export::{ExportSpec, ServeOptions};
+use std::path::PathBuf;
 
 /// `dmkit luks` subcommands.
 #[derive(clap::Subcommand)]
@@ -102,64 +97,6 @@ pub enum LuksAlias {
     /// Same as `dmkit luks is-luks`.
     #[command(name = "isLuks", hide = true)]
     IsLuks(luks_slots::IsLuksArgs),
-}
-
-/// KDF options of commands that make keyslots.
-#[derive(clap::Args, Clone, Debug)]
-pub struct PbkdfArgs {
-    /// KDF: argon2id (LUKS2 default), argon2i or pbkdf2 (LUKS1's only one).
-    #[arg(long)]
-    pub pbkdf: Option<String>,
-    /// Hash for PBKDF2, the AF splitter and the volume key digest.
-    #[arg(long, default_value = "sha256")]
-    pub hash: String,
-    /// Argon2 memory cost in KiB (default: 1 GiB, at most half the RAM).
-    #[arg(long)]
-    pub pbkdf_memory: Option<u32>,
-    /// Argon2 threads (default: up to 4).
-    #[arg(long)]
-    pub pbkdf_parallel: Option<u32>,
-    /// Unlock time to aim for, in milliseconds.
-    #[arg(long, short = 'i', default_value_t = 2000)]
-    pub iter_time: u32,
-    /// Exact PBKDF2 iterations or Argon2 passes (no benchmark).
-    #[arg(long)]
-    pub pbkdf_force_iterations: Option<u32>,
-}
-
-impl PbkdfArgs {
-    pub(super) fn params(&self, luks1: bool) -> Result<PbkdfParams, CliError> {
-        let kind = match self.pbkdf.as_deref() {
-            None if luks1 => PbkdfKind::Pbkdf2,
-            None | Some("argon2id") => PbkdfKind::Argon2id,
-            Some("argon2i") => PbkdfKind::Argon2i,
-            Some("pbkdf2") => PbkdfKind::Pbkdf2,
-            Some(o) => {
-                return Err(CliError::invalid(format!(
-                    "--pbkdf: unknown KDF {o:?} (argon2id, argon2i, pbkdf2)"
-                )))
-            }
-        };
-        let mut p = PbkdfParams {
-            kind,
-            ..PbkdfParams::default()
-        };
-        if luks1 && kind != PbkdfKind::Pbkdf2 {
-            return Err(CliError::invalid("LUKS1 supports only --pbkdf pbkdf2"));
-        }
-        crate::crypt::luks2::af::message_digest(&self.hash)
-            .map_err(|_| CliError::invalid(format!("--hash: unknown hash {:?}", self.hash)))?;
-        p.hash = self.hash.clone();
-        p.iter_time_ms = self.iter_time.max(1);
-        p.force_iterations = self.pbkdf_force_iterations;
-        if let Some(m) = self.pbkdf_memory {
-            p.memory_kib = m;
-        }
-        if let Some(n) = self.pbkdf_parallel {
-            p.parallel = n;
-        }
-        Ok(p)
-    }
 }
 
 /// Arguments of `luks format`.
@@ -340,7 +277,7 @@ pub fn run_alias(c: LuksAlias) -> CliResult {
 }
 
 /// "16384", "16k", "4m", "1M" -> bytes.
-pub(super) fn parse_size(s: &str) -> Result<u64, String> {
+fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mul) = match t.chars().last() {
         Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
@@ -352,142 +289,6 @@ pub(super) fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(mul))
         .ok_or_else(|| format!("{s:?} is not a size (bytes, or with k/m/g)"))
-}
-
-/// LUKS errors as cryptsetup's exit codes: 2 for a wrong passphrase, 1 otherwise.
-pub(super) fn luks_err(e: LuksError) -> CliError {
-    CliError {
-        code: e.exit_code(),
-        message: e.to_string(),
-    }
-}
-
-/// Open a file as a block device.
-pub(super) fn open_file(path: &Path, read_only: bool) -> Result<FileDevice, CliError> {
-    super::files::open_device(path, read_only, false)
-}
-
-pub(super) use crate::crypt::volume::Header;
-
-/// The device holding the header, and the header.
-pub(super) struct Target {
-    /// Header device (DEVICE, or --header).
-    pub dev: FileDevice,
-    /// The header.
-    pub header: Header,
-    /// Whether the header is detached.
-    pub detached: bool,
-    /// Held while the header may be written (see [`load`]).
-    pub _claim: Option<crate::block::Claim>,
-}
-
-/// Read the header of `device` (or of `header`, when detached). One line on stderr when a
-/// corrupt copy was skipped.
-pub(super) fn load(
-    device: &Path,
-    header: Option<&Path>,
-    writable: bool,
-) -> Result<Target, CliError> {
-    let (t, warning) = load_quietly(device, header, writable)?;
-    if let Some(w) = warning {
-        eprintln!("dmkit: {w}");
-    }
-    Ok(t)
-}
-
-/// [`load`] that hands back the warning about a skipped header copy instead of printing it.
-pub(super) fn load_quietly(
-    device: &Path,
-    header: Option<&Path>,
-    writable: bool,
-) -> Result<(Target, Option<String>), CliError> {
-    load_as(device, header, writable, None)
-}
-
-/// [`load_quietly`] for `--type`: `want` is 1 or 2 for luks1 or luks2 (see
-/// [`Header::read_as`]: the reader of that version, as cryptsetup's `crypt_load` with a type).
-pub(super) fn load_as(
-    device: &Path,
-    header: Option<&Path>,
-    writable: bool,
-    want: Option<u16>,
-) -> Result<(Target, Option<String>), CliError> {
-    let path = header.unwrap_or(device);
-    if header.is_some() && !device.exists() {
-        return Err(CliError::no_device(format!(
-            "{}: no such device or file",
-            device.display()
-        )));
-    }
-    let dev = open_file(path, !writable)?;
-    // A change to the header waits for nobody: refused while another command changes it or
-    // a device maps it. The data segment of an open LUKS device is not the header, so keyslots
-    // change while it is open, as with cryptsetup. The first 4 KiB hold both copies' start
-    // (LUKS2) or the whole binary header (LUKS1): every header writer claims them.
-    let claim = if writable {
-        Some(super::files::claim(dev.file(), path, 0, 4096, true)?)
-    } else {
-        None
-    };
-    let detached = header.is_some();
-    let (header, warning) = Header::read_as(&dev, want).map_err(luks_err)?;
-    Ok((
-        Target {
-            dev,
-            header,
-            detached,
-            _claim: claim,
-        },
-        warning,
-    ))
-}
-
-impl Target {
-    /// Unlock the key of the data segment with `pass` (keyslot `slot` only when given).
-    pub(super) fn unlock(
-        &self,
-        pass: &[u8],
-        slot: Option<u32>,
-    ) -> Result<(u32, VolumeKey), CliError> {
-        self.unlock_for(pass, slot, keyslot::Segment::Default)
-    }
-
-    /// Check a passphrase the way `open --test-passphrase` does: with `-S N` (or `--unbound`)
-    /// any key a keyslot holds counts, bound to the data segment or not (cryptsetup's unbound
-    /// keys).
-    pub(super) fn test_passphrase(
-        &self,
-        pass: &[u8],
-        slot: Option<u32>,
-        unbound: bool,
-    ) -> Result<(u32, VolumeKey), CliError> {
-        let segment = match (slot, unbound) {
-            (Some(_), _) | (None, true) => keyslot::Segment::Any,
-            (None, false) => keyslot::Segment::Default,
-        };
-        self.unlock_for(pass, slot, segment)
-    }
-
-    fn unlock_for(
-        &self,
-        pass: &[u8],
-        slot: Option<u32>,
-        segment: keyslot::Segment,
-    ) -> Result<(u32, VolumeKey), CliError> {
-        self.header
-            .unlock(&self.dev, pass, slot, segment)
-            .map_err(luks_err)
-    }
-
-    /// The UUID.
-    pub(super) fn uuid(&self) -> &str {
-        self.header.uuid()
-    }
-
-    /// Data cipher, and data offset in bytes.
-    pub(super) fn cipher_and_offset(&self) -> (String, u64) {
-        self.header.cipher_and_offset()
-    }
 }
 
 fn format(a: FormatArgs) -> CliResult {
@@ -504,62 +305,33 @@ fn format(a: FormatArgs) -> CliResult {
     if key.key_file.is_none() {
         key.key_file = a.key_file_arg.clone();
     }
-    let pbkdf = a.pbkdf.params(luks1)?;
-    let integrity = match &a.integrity {
-        Some(_) if luks1 => {
-            return Err(CliError::invalid(
-                "--integrity needs LUKS2 (--type luks2)",
-            ))
-        }
-        Some(_) if a.header.is_some() => {
-            return Err(CliError::invalid(
-                "--integrity with a detached --header is not supported (the integrity superblock lives on DEVICE at the data offset)",
-            ))
-        }
-        Some(name) => {
-            let itype = luks2_integrity::integrity_type(name).map_err(luks_err)?;
-            let (kind, vk_len) = luks2_integrity::key_layout(
-                &a.cipher,
-                itype,
-                a.key_size,
-                a.integrity_key_size,
-            )
-            .map_err(luks_err)?;
-            Some((itype, kind, vk_len))
-        }
-        None => None,
+    let spec = FormatSpec {
+        device: a.device.clone(),
+        header: a.header.clone(),
+        luks1,
+        cipher: a.cipher.clone(),
+        key_bits: a.key_size,
+        pbkdf: a.pbkdf.params(luks1)?,
+        sector_size: a.sector_size,
+        label: a.label.clone(),
+        subsystem: a.subsystem.clone(),
+        uuid: a.uuid.clone(),
+        metadata_size: a.luks2_metadata_size,
+        keyslots_size: a.luks2_keyslots_size,
+        offset: a.offset,
+        integrity: a.integrity.clone().map(|name| IntegritySpec {
+            name,
+            key_bits: a.integrity_key_size,
+            no_wipe: a.integrity_no_wipe,
+        }),
     };
-    let key_bits = match &integrity {
-        Some((_, _, vk_len)) => *vk_len as u32 * 8,
-        None => {
-            let spec = crate::crypt::cipher::CipherSpec::parse(&a.cipher)
-                .map_err(|e| CliError::invalid(format!("--cipher: {e}")))?;
-            let key_bits = a.key_size.unwrap_or(spec.default_key_size() as u32 * 8);
-            if !key_bits.is_multiple_of(8) || spec.check_key_size(key_bits as usize / 8).is_err() {
-                return Err(CliError::invalid(format!(
-                    "--key-size: {key_bits} bits is not valid for {}",
-                    a.cipher
-                )));
-            }
-            key_bits
-        }
-    };
-    if !a.device.exists() {
-        return Err(CliError::no_device(format!(
-            "{}: no such device or file",
-            a.device.display()
-        )));
-    }
-    // A device in use is not formatted (cryptsetup: "Cannot format device ... in use"): the
-    // claim covers the whole device, for as long as this command runs.
-    let data = super::files::open_backing(&a.device, a.header.is_some(), false)?;
-    let _claim = super::files::claim(data.file(), &a.device, 0, 0, a.header.is_none())?;
-    let hdr_path = a.header.as_deref().unwrap_or(&a.device);
+    let formatter = Formatter::new(spec)?;
+    let hdr_path = formatter.header_path().to_path_buf();
     // luksFormat names what the header device holds and always asks (before the passphrase).
     super::confirm::Confirm {
         batch: a.batch_mode,
-        warnings: super::confirm::signature_warnings(hdr_path, 0)?,
-        question: super::confirm::overwrite_question(hdr_path),
+        warnings: super::confirm::signature_warnings(&hdr_path, 0)?,
+        question: super::confirm::overwrite_question(&hdr_path),
         action: &format!("format {}", hdr_path.display()),
         aborted: "Operation aborted.",
         code: 1,
@@ -576,132 +348,8 @@ fn format(a: FormatArgs) -> CliResult {
         &format!("Enter passphrase for {}: ", a.device.display()),
         true,
     )?;
-    if luks1 {
-        if a.header.is_some()
-            || a.sector_size.is_some_and(|s| s != 512)
-            || a.label.is_some()
-            || volume_key.is_some()
-        {
-            return Err(CliError::invalid("LUKS1 has no --header, --sector-size, --label or --volume-key-file here; use --type luks2"));
-        }
-        let uuid = a.uuid.clone().unwrap_or_else(luks2::format::random_uuid);
-        if !luks2::format::valid_uuid(&uuid) {
-            return Err(CliError::invalid(format!("--uuid {uuid:?} is not a UUID")));
-        }
-        let payload = a
-            .offset
-            .map(|o| {
-                u32::try_from(o).map_err(|_| CliError::invalid("--offset is too large for LUKS1"))
-            })
-            .transpose()?;
-        luks1::format(
-            &data,
-            &a.cipher,
-            key_bits / 8,
-            &pbkdf.hash,
-            &uuid,
-            pbkdf.force_iterations,
-            pbkdf.iter_time_ms,
-            payload,
-            &pass,
-        )
-        .map_err(luks_err)?;
-        return Ok(());
-    }
-    let p = FormatParams {
-        cipher: a.cipher.clone(),
-        key_size: key_bits as usize / 8,
-        pbkdf,
-        sector_size: a.sector_size,
-        label: a.label.clone().unwrap_or_default(),
-        subsystem: a.subsystem.clone().unwrap_or_default(),
-        uuid: a.uuid.clone(),
-        metadata_size: a.luks2_metadata_size.unwrap_or(16 << 10),
-        keyslots_size: a.luks2_keyslots_size,
-        data_offset: a.offset.map(|o| o.saturating_mul(512)),
-        detached: a.header.is_some(),
-        volume_key,
-        integrity: integrity.map(|(t, _, _)| t.to_string()),
-    };
-    let data_size = data.size();
-    let (hdr_dev, _header_claim) = match &a.header {
-        Some(h) => {
-            // A detached header file is created, and grown to hold headers and keyslots.
-            let need = 2 * p.metadata_size
-                + p.keyslots_size
-                    .unwrap_or(luks2::format::DEFAULT_DATA_OFFSET - 2 * p.metadata_size);
-            // A new one is created owner-only (it holds the keyslots), as cryptsetup does; an
-            // existing file or device is used as it is.
-            let cannot =
-                |e| CliError::no_device(format!("{}: cannot create header file: {e}", h.display()));
-            let f = match super::secret_files::create_new(h, super::secret_files::HEADER_MODE) {
-                Ok(f) => f,
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    std::fs::OpenOptions::new()
-                        .read(true)
-                        .write(true)
-                        .open(h)
-                        .map_err(cannot)?
-                }
-                Err(e) => return Err(cannot(e)),
-            };
-            let claim = super::files::claim(&f, h, 0, 0, true)?;
-            let meta = f.metadata().map_err(|e| CliError::invalid(e.to_string()))?;
-            if meta.is_file() && meta.len() < need {
-                f.set_len(need)
-                    .map_err(|e| CliError::invalid(format!("{}: {e}", h.display())))?;
-            }
-            (open_file(h, false)?, Some(claim))
-        }
-        None => (data, None),
-    };
-    // Every check first: a refused format writes nothing.
-    let prepared = luks2::format::prepare(&hdr_dev, data_size, &p).map_err(luks_err)?;
-    if let Some((_, kind, _)) = integrity {
-        format_integrity(&a.device, &hdr_dev, &prepared, kind, !a.integrity_no_wipe)?;
-    }
-    luks2::format::write(&hdr_dev, prepared, &p, &pass).map_err(luks_err)?;
-    Ok(())
-}
-
-/// The integrity half of `luksFormat --integrity`, between the checks and the header: the
-/// old header goes first (a format cut short leaves no header that opens), then the
-/// integrity superblock and journal, then (with `wipe`) every sector sealed with the volume
-/// key the header will hold.
-fn format_integrity(
-    path: &Path,
-    dev: &FileDevice,
-    prepared: &luks2::format::Prepared,
-    kind: crate::crypt::aead::AeadKind,
-    wipe: bool,
-) -> CliResult {
-    let seg = prepared
-        .header
-        .metadata
-        .segments
-        .get(&0)
-        .ok_or_else(|| CliError::invalid("the new header has no data segment"))?;
-    let plan =
-        luks2_integrity::plan(kind, seg.sector_size, dev.size(), seg.offset).map_err(luks_err)?;
-    luks2::keyslot::wipe(dev, 0, prepared.metadata_end).map_err(luks_err)?;
     let mut progress = super::integrity::progress_printer("Wiping");
-    // The sealed sectors bypass the page cache where the storage allows O_DIRECT (tmpfs and
-    // a few others do not).
-    let direct = super::files::open_backing(path, false, true).ok();
-    let to = luks2_integrity::FormatTarget {
-        dev,
-        direct: direct.as_ref().map(|d| d as &dyn BlockDevice),
-    };
-    luks2_integrity::format(
-        to,
-        seg.offset,
-        &plan,
-        kind,
-        &prepared.volume_key,
-        wipe,
-        &mut progress,
-    )
-    .map_err(luks_err)?;
+    formatter.format(&pass, volume_key, &mut progress)?;
     Ok(())
 }
 
@@ -728,137 +376,55 @@ fn open(a: OpenArgs) -> CliResult {
         Some("luks2") => Some(2),
         _ => None,
     };
-    let (t, warning) = load_as(&a.device, a.header.as_deref(), false, want)?;
-    if let Some(w) = warning {
-        eprintln!("dmkit: {w}");
-    }
-    let read_only = a.read_only || a.test_passphrase;
-    let data = super::files::open_backing(&a.device, read_only, false)?;
-    let seg = data_segment(&t, &data)?;
-    // The data segment only: keyslot changes (the header area) stay possible while it is open,
-    // as with cryptsetup.
-    let claim = super::files::claim(data.file(), &a.device, seg.offset, seg.size, !read_only)?;
+    let v = load(&a.device, a.header.as_deref(), false, want)?;
+    let data = v.data(a.read_only || a.test_passphrase)?;
     let pass = passphrase(
         &a.key,
         &format!("Enter passphrase for {}: ", a.device.display()),
         false,
     )?;
-    let (slot, vk) = if a.test_passphrase {
-        t.test_passphrase(&pass, a.key_slot, a.unbound)?
-    } else {
-        t.unlock(&pass, a.key_slot)?
-    };
-    drop(pass);
     let Some(name) = name else {
+        let slot = v.test_passphrase(&pass, a.key_slot, a.unbound)?;
         println!("Key slot {slot} unlocked.");
         return Ok(());
     };
-    let opts = ActivateOptions {
-        name: name.clone(),
+    let params = ActivateParams {
+        name,
         allow_discards: a.allow_discards,
         read_only: a.read_only,
+        integrity_no_journal: a.integrity_no_journal,
     };
-    let iopts = luks2_integrity::IntegrityActivation {
-        no_journal: a.integrity_no_journal,
-    };
-    let active = crate::crypt::volume::activate(&seg, Arc::new(data), &vk, &opts, &iopts)
-        .map_err(luks_err)?;
-    drop(vk);
-    let size = active.device.size();
-    let details = serde_json::json!({
-        "type": t.header.type_name(),
-        "uuid": t.uuid(),
-        "cipher": seg.cipher,
-        "keysize_bits": t.header.key_bits(),
-        "key_location": "memory",
-        "device": absolute(&a.device),
-        "header": a.header.as_deref().map(absolute),
-        "offset_sectors": seg.offset / 512,
-        "size_sectors": size / 512,
-        "sector_size": seg.sector_size,
-        "integrity": seg.integrity,
-        "integrity_mode": seg.integrity.as_ref().map(|_| match (a.read_only, a.integrity_no_journal) {
-            (true, _) => "R",
-            (false, true) => "D",
-            (false, false) => "J",
-        }),
-        "keyslot": slot,
-    });
-    let spec = ExportSpec {
+    let active = v.activate(data, &pass, a.key_slot, &params)?;
+    drop(pass);
+    let how = ServeOptions {
         fuse: a.nbd.fuse(),
         nbd,
-        name,
-        device: active.device,
-        kind: "crypt".to_string(),
         loop_device: a.loop_device,
         direct_io_loop: true,
-        allow_discards: a.allow_discards || seg.allow_discards,
         threads: a.threads.max(1),
-        details,
-        stats: Some(active.stats),
-        claims: vec![claim],
     };
-    super::device::open_export(spec, a.foreground)
-}
-
-/// A path as status shows it: absolute, resolved when it exists.
-fn absolute(p: &Path) -> String {
-    std::fs::canonicalize(p)
-        .or_else(|_| std::path::absolute(p))
-        .unwrap_or_else(|_| p.to_path_buf())
-        .display()
-        .to_string()
-}
-
-/// The data segment of `t` on `data`, checked.
-pub(super) fn data_segment(t: &Target, data: &FileDevice) -> Result<DataSegment, CliError> {
-    t.header
-        .data_segment(data.name(), data.size(), t.detached)
-        .map_err(luks_err)
+    super::device::open_export(ExportSpec::new(active, how), a.foreground)
 }
 
 fn dump_cmd(a: DumpArgs) -> CliResult {
-    let t = load(&a.device, a.header.as_deref(), false)?;
+    use std::io::Write;
+    let v = load(&a.device, a.header.as_deref(), false, None)?;
     if a.dump_volume_key {
         let pass = passphrase(
             &a.key,
             &format!("Enter passphrase for {}: ", a.device.display()),
             false,
         )?;
-        let (_, vk) = t.unlock(&pass, a.key_slot)?;
-        let head = match &t.header {
-            Header::V2(h) => dump::luks2_volume_key_header(h),
-            Header::V1(h) => dump::VolumeKeyHeader {
-                cipher: Some(h.cipher_name.clone()),
-                mode: Some(h.cipher_mode.clone()),
-                payload_sectors: h.payload_offset as u64,
-            },
-        };
-        print!(
-            "{}",
-            dump::volume_key_text(&a.device.display().to_string(), &head, t.uuid(), &vk)
-        );
+        print!("{}", v.dump_volume_key(&pass, a.key_slot)?);
         return Ok(());
     }
-    match (&t.header, a.json) {
-        (Header::V2(h), true) => println!("{:#}", h.metadata.to_value()),
-        (Header::V2(h), false) => {
-            use std::io::Write;
-            // Bytes, not text: cryptsetup prints metadata strings as they are.
-            let mut out = std::io::stdout().lock();
-            out.write_all(&dump::text(h))
-                .and_then(|_| out.flush())
-                .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))?;
-        }
-        (Header::V1(h), true) => println!("{:#}", luks1::dump_json(h)),
-        (Header::V1(h), false) => {
-            use std::io::Write;
-            let text = luks1::dump_text(h, &a.device.display().to_string());
-            let mut out = std::io::stdout().lock();
-            out.write_all(&text)
-                .and_then(|_| out.flush())
-                .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))?;
-        }
+    if a.json {
+        println!("{:#}", v.dump_json());
+        return Ok(());
     }
-    Ok(())
+    // Bytes, not text: cryptsetup prints metadata strings as they are.
+    let mut out = std::io::stdout().lock();
+    out.write_all(&v.dump_text())
+        .and_then(|_| out.flush())
+        .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))
 }

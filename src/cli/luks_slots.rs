@@ -1,12 +1,13 @@
 //! `dmkit luks add-key|remove-key|change-key|kill-slot|test-passphrase|uuid|header-backup|
-//! header-restore`: keyslot management and header maintenance, LUKS2 and LUKS1.
+//! header-restore|is-luks`: keyslot management and header maintenance, LUKS2 and LUKS1, done
+//! by the library's [`LuksVolume`]; here the arguments, passphrases and questions. The KDF
+//! options, loading a volume and the words for LUKS errors, which `luks format` and `luks
+//! open` use too, live here.
 
-use super::luks::{load, load_as, load_quietly, luks_err, open_file, Header, PbkdfArgs, Target};
-use super::luks_keys::{passphrase, read_passphrase, KeyArgs, Passphrase};
+use super::passphrase::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
-use crate::block::{BlockDevice, MemoryDevice};
-use crate::crypt::luks1;
-use crate::crypt::luks2::{self, keyslot};
+use crate::crypt::luks::{HeaderRestore, LuksError, LuksVolume};
+use crate::crypt::luks2::{PbkdfKind, PbkdfParams};
 use std::path::{Path, PathBuf};
 
 /// Arguments of `luks add-key`.
@@ -159,6 +160,94 @@ pub struct BackupArgs {
     batch_mode: bool,
 }
 
+/// KDF options of commands that make keyslots.
+#[derive(clap::Args, Clone, Debug)]
+pub struct PbkdfArgs {
+    /// KDF: argon2id (LUKS2 default), argon2i or pbkdf2 (LUKS1's only one).
+    #[arg(long)]
+    pub pbkdf: Option<String>,
+    /// Hash for PBKDF2, the AF splitter and the volume key digest.
+    #[arg(long, default_value = "sha256")]
+    pub hash: String,
+    /// Argon2 memory cost in KiB (default: 1 GiB, at most half the RAM).
+    #[arg(long)]
+    pub pbkdf_memory: Option<u32>,
+    /// Argon2 threads (default: up to 4).
+    #[arg(long)]
+    pub pbkdf_parallel: Option<u32>,
+    /// Unlock time to aim for, in milliseconds.
+    #[arg(long, short = 'i', default_value_t = 2000)]
+    pub iter_time: u32,
+    /// Exact PBKDF2 iterations or Argon2 passes (no benchmark).
+    #[arg(long)]
+    pub pbkdf_force_iterations: Option<u32>,
+}
+
+impl PbkdfArgs {
+    pub(super) fn params(&self, luks1: bool) -> Result<PbkdfParams, CliError> {
+        let kind = match self.pbkdf.as_deref() {
+            None if luks1 => PbkdfKind::Pbkdf2,
+            None | Some("argon2id") => PbkdfKind::Argon2id,
+            Some("argon2i") => PbkdfKind::Argon2i,
+            Some("pbkdf2") => PbkdfKind::Pbkdf2,
+            Some(o) => {
+                return Err(CliError::invalid(format!(
+                    "--pbkdf: unknown KDF {o:?} (argon2id, argon2i, pbkdf2)"
+                )))
+            }
+        };
+        let mut p = PbkdfParams {
+            kind,
+            ..PbkdfParams::default()
+        };
+        if luks1 && kind != PbkdfKind::Pbkdf2 {
+            return Err(CliError::invalid("LUKS1 supports only --pbkdf pbkdf2"));
+        }
+        crate::crypt::luks::af::message_digest(&self.hash)
+            .map_err(|_| CliError::invalid(format!("--hash: unknown hash {:?}", self.hash)))?;
+        p.hash = self.hash.clone();
+        p.iter_time_ms = self.iter_time.max(1);
+        p.force_iterations = self.pbkdf_force_iterations;
+        if let Some(m) = self.pbkdf_memory {
+            p.memory_kib = m;
+        }
+        if let Some(n) = self.pbkdf_parallel {
+            p.parallel = n;
+        }
+        Ok(p)
+    }
+}
+
+/// LUKS errors as cryptsetup's exit codes (2 for a wrong passphrase, ...), with the command
+/// line's words for a file that could not be opened or claimed.
+impl From<LuksError> for CliError {
+    fn from(e: LuksError) -> CliError {
+        match e {
+            LuksError::Open(e) => super::files::open_error(e),
+            LuksError::Claim(e) => super::files::claim_error(e),
+            e => CliError {
+                code: e.exit_code(),
+                message: e.to_string(),
+            },
+        }
+    }
+}
+
+/// Read the volume of `device` (or of `header`, when detached), of version `want` (1 or 2)
+/// when given. One line on stderr when a corrupt copy was skipped.
+pub(super) fn load(
+    device: &Path,
+    header: Option<&Path>,
+    writable: bool,
+    want: Option<u16>,
+) -> Result<LuksVolume, CliError> {
+    let mut v = LuksVolume::open(device, header, writable, want)?;
+    if let Some(w) = v.take_warning() {
+        eprintln!("dmkit: {w}");
+    }
+    Ok(v)
+}
+
 fn prompt(device: &Path) -> String {
     format!("Enter passphrase for {}: ", device.display())
 }
@@ -182,34 +271,6 @@ fn new_passphrase(
     )
 }
 
-fn active_slots(t: &Target) -> usize {
-    match &t.header {
-        Header::V2(h) => h.metadata.keyslots.len(),
-        Header::V1(h) => h.keyslots.iter().filter(|k| k.active).count(),
-    }
-}
-
-/// Add a keyslot for `new` holding `vk`.
-fn add_slot(
-    t: &mut Target,
-    vk: &[u8],
-    new: &[u8],
-    pbkdf: &PbkdfArgs,
-    slot: Option<u32>,
-) -> Result<u32, CliError> {
-    match &mut t.header {
-        Header::V2(h) => {
-            let p = pbkdf.params(false)?;
-            keyslot::add(&t.dev, h, vk, new, &p, slot).map_err(luks_err)
-        }
-        Header::V1(h) => {
-            let p = pbkdf.params(true)?;
-            luks1::add_key(&t.dev, h, vk, new, p.force_iterations, p.iter_time_ms, slot)
-                .map_err(luks_err)
-        }
-    }
-}
-
 /// cryptsetup's question before the last keyslot goes (`verb`: "wipe" or "remove").
 fn last_slot(batch: bool, slot: u32, verb: &str) -> CliResult {
     super::confirm::Confirm {
@@ -224,19 +285,11 @@ fn last_slot(batch: bool, slot: u32, verb: &str) -> CliResult {
     .ask()
 }
 
-fn kill(t: &mut Target, slot: u32) -> CliResult {
-    match &mut t.header {
-        Header::V2(h) => keyslot::kill(&t.dev, h, slot),
-        Header::V1(h) => luks1::kill_slot(&t.dev, h, slot),
-    }
-    .map_err(luks_err)
-}
-
 /// Run `luks add-key`.
 pub fn add_key(a: AddKeyArgs) -> CliResult {
-    let mut t = load(&a.device, a.header.as_deref(), true)?;
+    let mut v = load(&a.device, a.header.as_deref(), true, None)?;
     let old = passphrase(&a.key, &prompt(&a.device), false)?;
-    let (_, vk) = t.unlock(&old, None)?;
+    let key = v.unlock_key(&old, None)?;
     drop(old);
     let new = new_passphrase(
         &a.new_key_file_arg,
@@ -244,31 +297,32 @@ pub fn add_key(a: AddKeyArgs) -> CliResult {
         a.new_keyfile_offset,
         a.new_keyfile_size,
     )?;
-    let slot = add_slot(&mut t, &vk, &new, &a.pbkdf, a.key_slot)?;
+    let p = a.pbkdf.params(v.version() == 1)?;
+    let slot = v.add_keyslot(&key, &new, &p, a.key_slot)?;
     eprintln!("Key slot {slot} created.");
     Ok(())
 }
 
 /// Run `luks remove-key`.
 pub fn remove_key(a: RemoveKeyArgs) -> CliResult {
-    let mut t = load(&a.device, a.header.as_deref(), true)?;
+    let mut v = load(&a.device, a.header.as_deref(), true, None)?;
     let mut key = a.key.clone();
     if key.key_file.is_none() {
         key.key_file = a.key_file_arg.clone();
     }
     let pass = passphrase(&key, &prompt(&a.device), false)?;
-    let (slot, _vk) = t.unlock(&pass, None)?;
-    if active_slots(&t) == 1 {
+    let slot = v.unlock_key(&pass, None)?.slot();
+    if v.active_keyslots() == 1 {
         last_slot(a.batch_mode, slot, "remove")?;
     }
-    kill(&mut t, slot)
+    Ok(v.kill_keyslot(slot)?)
 }
 
 /// Run `luks change-key`.
 pub fn change_key(a: ChangeKeyArgs) -> CliResult {
-    let mut t = load(&a.device, a.header.as_deref(), true)?;
+    let mut v = load(&a.device, a.header.as_deref(), true, None)?;
     let old = passphrase(&a.key, &prompt(&a.device), false)?;
-    let (slot, vk) = t.unlock(&old, a.key_slot)?;
+    let key = v.unlock_key(&old, a.key_slot)?;
     drop(old);
     let new = new_passphrase(
         &a.new_key_file_arg,
@@ -276,22 +330,16 @@ pub fn change_key(a: ChangeKeyArgs) -> CliResult {
         a.new_keyfile_offset,
         a.new_keyfile_size,
     )?;
-    // The new keyslot is complete on disk before the old one is wiped: a crash in between
-    // leaves both passphrases working, never neither.
-    let added = add_slot(&mut t, &vk, &new, &a.pbkdf, None)?;
-    kill(&mut t, slot)?;
-    eprintln!("Key slot {slot} replaced by key slot {added}.");
+    let p = a.pbkdf.params(v.version() == 1)?;
+    let added = v.change_keyslot(&key, &new, &p)?;
+    eprintln!("Key slot {} replaced by key slot {added}.", key.slot());
     Ok(())
 }
 
 /// Run `luks kill-slot`.
 pub fn kill_slot(a: KillSlotArgs) -> CliResult {
-    let mut t = load(&a.device, a.header.as_deref(), true)?;
-    let exists = match &t.header {
-        Header::V2(h) => h.metadata.keyslots.contains_key(&a.slot),
-        Header::V1(h) => h.keyslots.get(a.slot as usize).is_some_and(|k| k.active),
-    };
-    if !exists {
+    let mut v = load(&a.device, a.header.as_deref(), true, None)?;
+    if !v.has_keyslot(a.slot) {
         return Err(CliError::invalid(format!(
             "keyslot {} is not active",
             a.slot
@@ -299,179 +347,65 @@ pub fn kill_slot(a: KillSlotArgs) -> CliResult {
     }
     if !a.batch_mode {
         // cryptsetup asks before it reads the passphrase.
-        if active_slots(&t) == 1 {
+        if v.active_keyslots() == 1 {
             last_slot(false, a.slot, "wipe")?;
         }
         // Like cryptsetup: prove you hold a key before destroying one.
         let pass = passphrase(&a.key, &prompt(&a.device), false)?;
-        t.unlock(&pass, None)?;
+        v.unlock_key(&pass, None)?;
     }
-    kill(&mut t, a.slot)
+    Ok(v.kill_keyslot(a.slot)?)
 }
 
 /// Run `luks test-passphrase`.
 pub fn test_passphrase(a: TestArgs) -> CliResult {
-    let t = load(&a.device, a.header.as_deref(), false)?;
+    let v = load(&a.device, a.header.as_deref(), false, None)?;
     let pass = passphrase(&a.key, &prompt(&a.device), false)?;
-    let (slot, _vk) = t.test_passphrase(&pass, a.key_slot, a.unbound)?;
+    let slot = v.test_passphrase(&pass, a.key_slot, a.unbound)?;
     println!("Key slot {slot} unlocked.");
     Ok(())
 }
 
 /// Run `luks uuid`.
 pub fn uuid(a: UuidArgs) -> CliResult {
-    let mut t = load(&a.device, a.header.as_deref(), a.uuid.is_some())?;
-    let Some(new) = &a.uuid else {
-        println!("{}", t.uuid());
-        return Ok(());
-    };
-    if !luks2::format::valid_uuid(new) {
-        return Err(CliError::invalid(format!("--uuid {new:?} is not a UUID")));
-    }
-    match &mut t.header {
-        Header::V2(h) => {
-            h.uuid = new.to_ascii_lowercase();
-            h.write(&t.dev).map_err(luks_err)
+    let mut v = load(&a.device, a.header.as_deref(), a.uuid.is_some(), None)?;
+    match &a.uuid {
+        Some(new) => Ok(v.set_uuid(new)?),
+        None => {
+            println!("{}", v.uuid());
+            Ok(())
         }
-        Header::V1(h) => {
-            h.uuid = new.to_ascii_lowercase();
-            let bytes = h.encode().map_err(luks_err)?;
-            t.dev
-                .write_at(&bytes, 0)
-                .map_err(|e| CliError::invalid(e.to_string()))?;
-            t.dev.flush().map_err(|e| CliError::invalid(e.to_string()))
-        }
-    }
-}
-
-/// Bytes a header backup covers: headers and keyslots (LUKS2), everything before the data
-/// (LUKS1), as cryptsetup saves them.
-fn backup_len(t: &Target) -> u64 {
-    match &t.header {
-        Header::V2(h) => h.metadata_end(),
-        Header::V1(h) => h.payload_offset as u64 * 512,
     }
 }
 
 /// Run `luks header-backup`.
 pub fn header_backup(a: BackupArgs) -> CliResult {
-    let t = load(&a.device, None, false)?;
-    let len = backup_len(&t).min(t.dev.size());
-    let mut buf = vec![0u8; len as usize];
-    t.dev
-        .read_at(&mut buf, 0)
-        .map_err(|e| CliError::invalid(e.to_string()))?;
-    use std::io::Write;
-    let file = &a.header_backup_file;
-    // Keyslots are all an offline attack on the passphrase needs: owner-read-only, new.
-    let mut f =
-        super::secret_files::create_new(file, super::secret_files::BACKUP_MODE).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::AlreadyExists {
-                CliError::invalid(format!(
-                    "Requested header backup file {} already exists.",
-                    file.display()
-                ))
-            } else {
-                CliError::invalid(format!(
-                    "{}: cannot create backup file: {e}",
-                    file.display()
-                ))
-            }
-        })?;
-    f.write_all(&buf).and_then(|_| f.sync_all()).map_err(|e| {
-        // A partial backup is worse than none: it would restore a broken header.
-        let _ = std::fs::remove_file(file);
-        CliError::invalid(format!(
-            "{}: cannot write header backup file: {e}",
-            file.display()
-        ))
-    })
+    let v = load(&a.device, None, false, None)?;
+    Ok(v.header_backup(&a.header_backup_file)?)
 }
 
 /// Run `luks header-restore`.
 pub fn header_restore(a: BackupArgs) -> CliResult {
-    let file = &a.header_backup_file;
-    let meta = std::fs::metadata(file)
-        .map_err(|e| CliError::no_device(format!("{}: {e}", file.display())))?;
-    if meta.len() > 256 << 20 {
-        return Err(CliError::invalid(format!(
-            "{}: {} bytes is too large for a LUKS header backup",
-            file.display(),
-            meta.len()
-        )));
+    let restore = HeaderRestore::new(&a.device, &a.header_backup_file)?;
+    if !a.batch_mode {
+        restore_question(&a, &restore)?;
     }
-    let bytes =
-        std::fs::read(file).map_err(|e| CliError::invalid(format!("{}: {e}", file.display())))?;
-    // Check the backup as a device of its own before anything touches the real one.
-    let mem = MemoryDevice::from_vec(&file.display().to_string(), bytes.clone());
-    let backup = {
-        let mut first = [0u8; 8];
-        if mem.size() >= 8 {
-            mem.read_at(&mut first, 0)
-                .map_err(|e| CliError::invalid(e.to_string()))?;
-        }
-        // cryptsetup's verdict (`crypt_header_restore`): the primary magic's version picks
-        // the reader, and a backup without that magic (or with version 0) is no backup, whatever
-        // copy follows.
-        match luks2::header::luks_version(&first) {
-            None | Some(0) => {
-                return Err(CliError::invalid(format!(
-                    "{}: Header backup file does not contain compatible LUKS header.",
-                    file.display()
-                )))
-            }
-            Some(1) => Header::V1(Box::new(luks1::read(&mem).map_err(luks_err)?)),
-            Some(_) => Header::V2(Box::new(
-                luks2::header::read(&mem).map_err(luks_err)?.header,
-            )),
-        }
-    };
-    let dev = open_file(&a.device, false)?;
-    // The bytes to be overwritten, claimed first: refused while a device maps any of them.
-    let claim = super::files::claim(dev.file(), &a.device, 0, bytes.len().max(1) as u64, true)?;
-    let backup = Target {
-        dev,
-        header: backup,
-        detached: false,
-        _claim: Some(claim),
-    };
-    let (_, data_offset) = backup.cipher_and_offset();
-    let dev_size = backup.dev.size();
-    if bytes.len() as u64 > dev_size || (data_offset > 0 && bytes.len() as u64 > data_offset) {
-        return Err(CliError::invalid(format!(
-            "{}: the backup ({} bytes) does not fit before the data of {} ({} bytes)",
-            file.display(),
-            bytes.len(),
-            a.device.display(),
-            dev_size
-        )));
-    }
-    restore_question(&a, &backup)?;
-    backup
-        .dev
-        .write_at(&bytes, 0)
-        .map_err(|e| CliError::invalid(e.to_string()))?;
-    backup
-        .dev
-        .flush()
-        .map_err(|e| CliError::invalid(e.to_string()))
+    Ok(restore.write()?)
 }
 
 /// luksHeaderRestore's question, in its words: whether DEVICE holds a header of the backup's
 /// version (keyslots are lost) or not (data may be), and whether the UUIDs differ. Where there
 /// is no header, the signatures found on DEVICE are named too.
-fn restore_question(a: &BackupArgs, backup: &Target) -> CliResult {
-    if a.batch_mode {
-        return Ok(());
-    }
-    let (version, v1) = match backup.header {
-        Header::V1(_) => ("LUKS", true),
-        Header::V2(_) => ("LUKS2", false),
+fn restore_question(a: &BackupArgs, restore: &HeaderRestore) -> CliResult {
+    let backup = restore.backup();
+    let version = if backup.version() == 1 {
+        "LUKS"
+    } else {
+        "LUKS2"
     };
-    let current = load_quietly(&a.device, None, false)
+    let current = LuksVolume::open(&a.device, None, false, None)
         .ok()
-        .map(|(t, _)| t)
-        .filter(|t| matches!(t.header, Header::V1(_)) == v1);
+        .filter(|v| v.version() == backup.version());
     let dev = a.device.display();
     let (mut question, warnings) = match &current {
         Some(_) => (
@@ -510,19 +444,10 @@ pub fn is_luks(a: IsLuksArgs) -> CliResult {
             )))
         }
     };
-    let result = match load_as(&a.device, None, false, want) {
-        Ok((t, _)) => {
-            let version = match t.header {
-                Header::V1(_) => 1,
-                Header::V2(_) => 2,
-            };
-            if want.is_some_and(|w| w != version) {
-                Err(1)
-            } else {
-                Ok(())
-            }
-        }
-        Err(e) if e.code == 4 => {
+    let result = match LuksVolume::open(&a.device, None, false, want) {
+        Ok(v) if want.is_some_and(|w| w != v.version()) => Err(1),
+        Ok(_) => Ok(()),
+        Err(e) if e.exit_code() == 4 => {
             eprintln!(
                 "Device {} does not exist or access denied.",
                 a.device.display()
@@ -531,27 +456,16 @@ pub fn is_luks(a: IsLuksArgs) -> CliResult {
         }
         Err(_) => Err(1),
     };
-    match result {
-        Ok(()) => {
-            if a.verbose {
-                println!("Command successful.");
-            }
-            Ok(())
-        }
-        Err(code) => {
-            if a.verbose {
-                let what = if code == 4 {
-                    "-4 (wrong device or file specified)"
-                } else {
-                    "-1 (wrong or missing parameters)"
-                };
-                // cryptsetup says this on stdout too.
-                println!("Command failed with code {what}.");
-            }
-            Err(CliError {
-                code,
-                message: String::new(),
-            })
+    if a.verbose {
+        match result {
+            Ok(()) => println!("Command successful."),
+            // cryptsetup says this on stdout too.
+            Err(4) => println!("Command failed with code -4 (wrong device or file specified)."),
+            Err(_) => println!("Command failed with code -1 (wrong or missing parameters)."),
         }
     }
+    result.map_err(|code| CliError {
+        code,
+        message: String::new(),
+    })
 }

@@ -17,12 +17,11 @@ mod integrity_alg;
 mod integrity_open;
 mod linear;
 mod luks;
-mod luks_keys;
 mod luks_slots;
 mod nbd;
 mod open;
+mod passphrase;
 mod plain;
-mod secret_files;
 mod verity;
 
 use clap::{Parser, Subcommand};

@@ -7,13 +7,9 @@
 
 use super::device::open_export;
 use super::{CliError, CliResult};
-use crate::block::BlockDevice;
-use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
-use crate::crypt::device::{CryptDevice, CryptParams};
-use crate::export::ExportSpec;
-use serde_json::json;
+use crate::crypt::plain::{PlainError, PlainParams, PlainVolume};
+use crate::export::{ExportSpec, ServeOptions};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// `dmkit plain` subcommands.
 #[derive(clap::Subcommand)]
@@ -89,15 +85,18 @@ pub fn run(c: PlainCommand) -> CliResult {
 fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
     let nbd = a.nbd.config(a.loop_device)?;
-    let spec = CipherSpec::parse(&a.cipher).map_err(|e| CliError::invalid(e.to_string()))?;
-    if a.key_size == 0 || !a.key_size.is_multiple_of(8) {
-        return Err(CliError::invalid(format!(
-            "--key-size {}: must be a multiple of 8 bits",
-            a.key_size
-        )));
-    }
-    spec.check_key_size(a.key_size / 8)
-        .map_err(|e| CliError::invalid(format!("--key-size: {e}")))?;
+    let volume = PlainVolume::new(PlainParams {
+        cipher: a.cipher.clone(),
+        key_bits: a.key_size,
+        offset: a.offset,
+        skip: a.skip,
+        size: a.size,
+        sector_size: a.sector_size,
+        iv_large_sectors: a.iv_large_sectors,
+        allow_discards: a.allow_discards,
+        read_only: a.read_only,
+    })
+    .map_err(plain_err)?;
     let Some(key_file) = &a.key_file else {
         return Err(CliError::invalid(
             "plain open needs --key-file (interactive passphrases are not supported)",
@@ -106,82 +105,37 @@ fn open(a: OpenArgs) -> CliResult {
     if a.keyfile_size.is_some() {
         eprintln!(
             "dmkit: warning: --keyfile-size is ignored in plain mode with a key file; the read size is the key size ({} bytes)",
-            a.key_size / 8
+            volume.key_len()
         );
     }
     // As cryptsetup: exactly the key size is read at the offset (stdin read from descriptor 0
     // directly, into secret memory).
-    let key = super::luks_keys::read_passphrase(
+    let key = super::passphrase::read_passphrase(
         Some(key_file),
         a.keyfile_offset,
-        Some((a.key_size / 8) as u32),
+        Some(volume.key_len() as u32),
         "",
         false,
     )?;
-    let cipher = new_sector_cipher(&spec, &key).map_err(|e| CliError::invalid(e.to_string()))?;
+    let active = volume
+        .activate(&a.name, &a.device, &key)
+        .map_err(plain_err)?;
     drop(key);
-
-    let dev = super::files::open_backing(&a.device, a.read_only, false)?;
-    let dev_size = dev.size();
-    let offset = a
-        .offset
-        .checked_mul(512)
-        .ok_or_else(|| CliError::invalid(format!("--offset {}: too large", a.offset)))?;
-    let size = match a.size {
-        Some(s) => s
-            .checked_mul(512)
-            .ok_or_else(|| CliError::invalid(format!("--size {s}: too large")))?,
-        None => {
-            if offset >= dev_size {
-                return Err(CliError::invalid(format!(
-                    "{}: --offset {} sectors is at or beyond the end of the device ({} bytes)",
-                    a.device.display(),
-                    a.offset,
-                    dev_size
-                )));
-            }
-            dev_size - offset
-        }
-    };
-    let claim = super::files::claim(dev.file(), &a.device, offset, size, !a.read_only)?;
-    let params = CryptParams {
-        name: a.name.clone(),
-        offset,
-        size,
-        sector_size: a.sector_size,
-        iv_offset: a.skip,
-        iv_large_sectors: a.iv_large_sectors,
-        allow_discards: a.allow_discards,
-        read_only: a.read_only,
-    };
-    let crypt = CryptDevice::new(Arc::new(dev), cipher, params)
-        .map_err(|e| CliError::invalid(format!("{}: {e}", a.device.display())))?;
-    let implementation = crypt.cipher_implementation();
-    let stats = crypt.stats();
-    let backing = std::fs::canonicalize(&a.device).unwrap_or_else(|_| a.device.clone());
-    let details = json!({
-        "backing": backing,
-        "cipher": spec.to_string(),
-        "key_size_bits": a.key_size,
-        "offset_sectors": a.offset,
-        "skip_sectors": a.skip,
-        "sector_size": a.sector_size,
-        "iv_large_sectors": a.iv_large_sectors,
-        "implementation": implementation,
-    });
-    let spec = ExportSpec {
+    let how = ServeOptions {
         fuse: a.nbd.fuse(),
         nbd,
-        name: a.name,
-        device: Arc::new(crypt),
-        kind: "crypt".to_string(),
         loop_device: a.loop_device,
         direct_io_loop: true,
-        allow_discards: a.allow_discards,
         threads: usize::from(a.threads),
-        details,
-        stats: Some(Arc::new(move || stats.to_json())),
-        claims: vec![claim],
     };
-    open_export(spec, a.foreground)
+    open_export(ExportSpec::new(active, how), a.foreground)
+}
+
+/// The command line's words for a plain-mode failure.
+fn plain_err(e: PlainError) -> CliError {
+    match e {
+        PlainError::Open(e) => super::files::open_error(e),
+        PlainError::Claim(e) => super::files::claim_error(e),
+        PlainError::Invalid(m) => CliError::invalid(m),
+    }
 }

@@ -5,8 +5,9 @@
 //! may or may not have reached the disk, in any combination).
 
 use super::luks1;
-use super::luks2::{self, header, keyslot, FormatParams, PbkdfKind, PbkdfParams, VolumeKey};
+use super::luks2::{self, copies, keyslot, FormatParams, PbkdfKind, PbkdfParams};
 use crate::block::{for_each_crash_state, FaultyDevice, LoggedOp, MemoryDevice};
+use crate::crypt::luks::VolumeKey;
 
 const OLD: &[u8] = b"old passphrase";
 const NEW: &[u8] = b"new passphrase";
@@ -104,7 +105,7 @@ fn luks2_base() -> (Vec<u8>, luks2::Luks2Header, VolumeKey) {
 /// lists it.
 fn luks2_opens(what: &str, img: &[u8], vk: &[u8], new_slot: u32) {
     let d = MemoryDevice::from_vec("crashed", img.to_vec());
-    let h = header::read(&d)
+    let h = copies::read(&d)
         .unwrap_or_else(|e| panic!("{what}: header: {e}"))
         .header;
     let (_, got) = keyslot::unlock(&d, &h, OLD, None, keyslot::Segment::Default)
@@ -134,7 +135,7 @@ fn luks2_add_key_and_kill_survive_a_power_cut_anywhere() {
     let log = logged(&with_new, |d| keyslot::kill(d, &mut h2, 1).unwrap());
     for_each_crash_state(&with_new, &log, |what, img| {
         let d = MemoryDevice::from_vec("crashed", img.to_vec());
-        let h = header::read(&d)
+        let h = copies::read(&d)
             .unwrap_or_else(|e| panic!("{what}: header: {e}"))
             .header;
         assert!(

@@ -4,9 +4,11 @@
 //! The AF splitter, PBKDF2 and keyslot area encryption are shared with [`super::luks2`].
 
 use super::luks2::dump::hex_lines;
-use super::luks2::kdf::{benchmark_pbkdf2, pbkdf2, MIN_PBKDF2_ITERATIONS};
-use super::luks2::{af, area, keyslot::wipe, LuksError, VolumeKey, SALT_SIZE, STRIPES};
+use super::luks2::keyslot::wipe;
 use crate::block::BlockDevice;
+use crate::codec::{self, Reader, SliceWriter};
+use crate::crypt::luks::kdf::{benchmark_pbkdf2, pbkdf2, MIN_PBKDF2_ITERATIONS};
+use crate::crypt::luks::{af, area, LuksError, VolumeKey, SALT_SIZE, STRIPES};
 use crate::crypt::secret::SecretBytes;
 use std::fmt::Write;
 use subtle::ConstantTimeEq;
@@ -72,16 +74,70 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(&b[..end]).into_owned()
 }
 
-fn be32(b: &[u8], off: usize) -> u32 {
-    u32::from_be_bytes(b[off..off + 4].try_into().expect("4 bytes"))
-}
-
-fn put(dst: &mut [u8], s: &str, what: &str) -> Result<(), LuksError> {
-    if s.len() >= dst.len() {
+/// Write `s` as a NUL-padded text field of `len` bytes (at least one NUL).
+fn put(w: &mut SliceWriter<'_>, s: &str, len: usize, what: &'static str) -> Result<(), LuksError> {
+    if s.len() >= len {
         return Err(LuksError::Invalid(format!("{what} {s:?} is too long")));
     }
-    dst[..s.len()].copy_from_slice(s.as_bytes());
+    w.bytes(s.as_bytes(), what)
+        .and_then(|w| w.zeros(len - s.len(), what))
+        .map_err(no_room)?;
     Ok(())
+}
+
+/// A field that does not fit the header (the layout is fixed: a bug, reported, not a panic).
+fn no_room(e: codec::Error) -> LuksError {
+    LuksError::Invalid(format!("LUKS1 header: {e}"))
+}
+
+/// The fields of a 592-byte header in their on-disk order, unchecked, with its version.
+fn decode(b: &[u8]) -> Result<(u16, Luks1Header), codec::Error> {
+    let mut r = Reader::new(&b[..HEADER_SIZE.min(b.len())]);
+    r.skip(6, "magic")?;
+    let version = r.u16_be("version")?;
+    let cipher_name = text(r.take(32, "cipher name")?);
+    let cipher_mode = text(r.take(32, "cipher mode")?);
+    let hash_spec = text(r.take(32, "hash")?);
+    let payload_offset = r.u32_be("payload offset")?;
+    let key_bytes = r.u32_be("key bytes")?;
+    let mk_digest = r.array("mk digest")?;
+    let mk_digest_salt = r.array("mk digest salt")?;
+    let mk_digest_iterations = r.u32_be("mk digest iterations")?;
+    let uuid = text(r.take(40, "uuid")?);
+    let mut keyslot = || -> Result<Luks1Keyslot, codec::Error> {
+        Ok(Luks1Keyslot {
+            // Any other state is an invalid keyslot, which no passphrase opens.
+            active: r.u32_be("keyslot state")? == KEY_ENABLED,
+            iterations: r.u32_be("keyslot iterations")?,
+            salt: r.array("keyslot salt")?,
+            key_material_offset: r.u32_be("keyslot key material offset")?,
+            stripes: r.u32_be("keyslot stripes")?,
+        })
+    };
+    let keyslots = [
+        keyslot()?,
+        keyslot()?,
+        keyslot()?,
+        keyslot()?,
+        keyslot()?,
+        keyslot()?,
+        keyslot()?,
+        keyslot()?,
+    ];
+    let h = Luks1Header {
+        cipher_name,
+        cipher_mode,
+        hash_spec,
+        payload_offset,
+        key_bytes,
+        mk_digest,
+        mk_digest_salt,
+        mk_digest_iterations,
+        uuid,
+        keyslots,
+        raw: b[..HEADER_SIZE].to_vec(),
+    };
+    Ok((version, h))
 }
 
 impl Luks1Header {
@@ -92,41 +148,15 @@ impl Luks1Header {
         if b.len() < HEADER_SIZE || &b[..6] != super::luks2::header::MAGIC_PRIMARY {
             return Err("no LUKS header magic".into());
         }
-        let version = u16::from_be_bytes([b[6], b[7]]);
+        let (version, h) = decode(b).map_err(|e| e.to_string())?;
         if version != 1 {
             return Err(format!("LUKS version {version}, not 1"));
         }
-        let hash_spec = text(&b[72..104]);
-        let usable = af::message_digest(&hash_spec).is_ok_and(|md| md.size() >= DIGEST_SIZE);
+        let hash_spec = &h.hash_spec;
+        let usable = af::message_digest(hash_spec).is_ok_and(|md| md.size() >= DIGEST_SIZE);
         if !usable {
             return Err(format!("hash {hash_spec:?} is not supported"));
         }
-        let keyslots: Vec<Luks1Keyslot> = (0..NUM_KEYSLOTS)
-            .map(|i| {
-                let o = 208 + 48 * i;
-                Luks1Keyslot {
-                    // Any other state is an invalid keyslot, which no passphrase opens.
-                    active: be32(b, o) == KEY_ENABLED,
-                    iterations: be32(b, o + 4),
-                    salt: b[o + 8..o + 40].try_into().expect("32 bytes"),
-                    key_material_offset: be32(b, o + 40),
-                    stripes: be32(b, o + 44),
-                }
-            })
-            .collect();
-        let h = Luks1Header {
-            cipher_name: text(&b[8..40]),
-            cipher_mode: text(&b[40..72]),
-            hash_spec,
-            payload_offset: be32(b, 104),
-            key_bytes: be32(b, 108),
-            mk_digest: b[112..132].try_into().expect("20 bytes"),
-            mk_digest_salt: b[132..164].try_into().expect("32 bytes"),
-            mk_digest_iterations: be32(b, 164),
-            uuid: text(&b[168..208]),
-            keyslots: keyslots.try_into().expect("8 keyslots"),
-            raw: b[..HEADER_SIZE].to_vec(),
-        };
         h.check_keyslots()?;
         Ok(h)
     }
@@ -199,25 +229,28 @@ impl Luks1Header {
     /// The 592 header bytes.
     pub fn encode(&self) -> Result<Vec<u8>, LuksError> {
         let mut b = vec![0u8; HEADER_SIZE];
-        b[..6].copy_from_slice(super::luks2::header::MAGIC_PRIMARY);
-        b[6..8].copy_from_slice(&1u16.to_be_bytes());
-        put(&mut b[8..40], &self.cipher_name, "cipher name")?;
-        put(&mut b[40..72], &self.cipher_mode, "cipher mode")?;
-        put(&mut b[72..104], &self.hash_spec, "hash")?;
-        b[104..108].copy_from_slice(&self.payload_offset.to_be_bytes());
-        b[108..112].copy_from_slice(&self.key_bytes.to_be_bytes());
-        b[112..132].copy_from_slice(&self.mk_digest);
-        b[132..164].copy_from_slice(&self.mk_digest_salt);
-        b[164..168].copy_from_slice(&self.mk_digest_iterations.to_be_bytes());
-        put(&mut b[168..208], &self.uuid, "uuid")?;
-        for (i, k) in self.keyslots.iter().enumerate() {
-            let o = 208 + 48 * i;
+        let mut w = SliceWriter::new(&mut b);
+        w.bytes(super::luks2::header::MAGIC_PRIMARY, "magic")
+            .and_then(|w| w.u16_be(1))
+            .map_err(no_room)?;
+        put(&mut w, &self.cipher_name, 32, "cipher name")?;
+        put(&mut w, &self.cipher_mode, 32, "cipher mode")?;
+        put(&mut w, &self.hash_spec, 32, "hash")?;
+        w.u32_be(self.payload_offset)
+            .and_then(|w| w.u32_be(self.key_bytes))
+            .and_then(|w| w.bytes(&self.mk_digest, "mk digest"))
+            .and_then(|w| w.bytes(&self.mk_digest_salt, "mk digest salt"))
+            .and_then(|w| w.u32_be(self.mk_digest_iterations))
+            .map_err(no_room)?;
+        put(&mut w, &self.uuid, 40, "uuid")?;
+        for k in &self.keyslots {
             let state = if k.active { KEY_ENABLED } else { KEY_DISABLED };
-            b[o..o + 4].copy_from_slice(&state.to_be_bytes());
-            b[o + 4..o + 8].copy_from_slice(&k.iterations.to_be_bytes());
-            b[o + 8..o + 40].copy_from_slice(&k.salt);
-            b[o + 40..o + 44].copy_from_slice(&k.key_material_offset.to_be_bytes());
-            b[o + 44..o + 48].copy_from_slice(&k.stripes.to_be_bytes());
+            w.u32_be(state)
+                .and_then(|w| w.u32_be(k.iterations))
+                .and_then(|w| w.bytes(&k.salt, "keyslot salt"))
+                .and_then(|w| w.u32_be(k.key_material_offset))
+                .and_then(|w| w.u32_be(k.stripes))
+                .map_err(no_room)?;
         }
         Ok(b)
     }

@@ -16,11 +16,12 @@ pub mod device;
 mod evp;
 mod iv;
 mod lrw;
+pub mod luks;
 pub mod luks1;
 pub mod luks2;
+pub mod plain;
 pub mod secret;
 #[cfg(test)]
 mod tests;
 mod twofish;
-pub mod volume;
 mod xts;

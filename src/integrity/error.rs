@@ -44,6 +44,9 @@ pub enum IntegrityError {
     /// I/O on a device.
     #[error(transparent)]
     Io(#[from] BlockError),
+    /// A field that does not fit the bytes it is read from (the error names it).
+    #[error(transparent)]
+    Codec(#[from] crate::codec::Error),
 }
 
 impl IntegrityError {

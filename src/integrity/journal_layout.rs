@@ -21,6 +21,7 @@
 
 use super::error::{IntegrityError, Result};
 use super::geometry::{Geometry, JOURNAL_BLOCK_SECTORS};
+use crate::codec::{self, Reader, SliceWriter};
 
 /// The four commit ids of `create_journal()`, indexed by commit sequence number.
 pub const COMMIT_IDS: [u64; N_COMMIT_IDS] = [
@@ -62,15 +63,21 @@ pub fn prev_commit_seq(seq: u8) -> u8 {
 }
 
 /// The commit id stored in a 512-byte journal sector.
-pub fn sector_commit_id(sector: &[u8]) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&sector[JOURNAL_SECTOR_DATA..512]);
-    u64::from_le_bytes(b)
+pub fn sector_commit_id(sector: &[u8]) -> Result<u64> {
+    Ok(
+        Reader::at(sector, JOURNAL_SECTOR_DATA, "journal commit id")?
+            .u64_le("journal commit id")?,
+    )
 }
 
 /// Store a commit id in a 512-byte journal sector.
+///
+/// Panics when `sector` is shorter than 512 bytes (the callers hand whole sectors).
 pub fn set_sector_commit_id(sector: &mut [u8], id: u64) {
-    sector[JOURNAL_SECTOR_DATA..512].copy_from_slice(&id.to_le_bytes());
+    SliceWriter::new(&mut sector[..512])
+        .seek(JOURNAL_SECTOR_DATA, "journal commit id")
+        .and_then(|w| w.u64_le(id))
+        .expect("a journal sector holds its commit id");
 }
 
 /// What an entry's sector field says.
@@ -116,9 +123,8 @@ impl JournalEntry {
                 format!("{} bytes, need {need}", bytes.len()),
             ));
         }
-        let mut s = [0u8; 8];
-        s.copy_from_slice(&bytes[..8]);
-        let raw = u64::from_le_bytes(s);
+        let mut r = Reader::new(&bytes[..need]);
+        let raw = r.u64_le("journal entry sector")?;
         let hi = (raw >> 32) as u32;
         let state = match hi {
             ENTRY_UNUSED => EntryState::Unused,
@@ -126,37 +132,36 @@ impl JournalEntry {
             _ => EntryState::Sector(raw),
         };
         let last_bytes = (0..spb)
-            .map(|i| {
-                let mut b = [0u8; 8];
-                b.copy_from_slice(&bytes[8 + 8 * i..16 + 8 * i]);
-                b
-            })
-            .collect();
+            .map(|_| r.array("journal entry last bytes"))
+            .collect::<std::result::Result<_, _>>()?;
         Ok(JournalEntry {
             state,
             last_bytes,
-            tag: bytes[8 + 8 * spb..need].to_vec(),
+            tag: r.take(tag_size as usize, "journal entry tag")?.to_vec(),
         })
     }
 
     /// Encode into the start of `bytes` (the entry's bytes; the padding after the tag is left
     /// untouched). An unused or in-progress entry stores its marker in the sector's high half
     /// and zero in the low half, as `init_journal()` leaves it.
+    ///
+    /// Panics when `bytes` is shorter than the entry (the geometry sizes every caller's slice).
     pub fn encode(&self, bytes: &mut [u8]) {
-        let spb = self.last_bytes.len();
-        match self.state {
-            EntryState::Unused => {
-                bytes[..8].copy_from_slice(&(u64::from(ENTRY_UNUSED) << 32).to_le_bytes())
-            }
-            EntryState::InProgress => {
-                bytes[..8].copy_from_slice(&(u64::from(ENTRY_IN_PROGRESS) << 32).to_le_bytes())
-            }
-            EntryState::Sector(s) => bytes[..8].copy_from_slice(&s.to_le_bytes()),
+        self.encode_into(&mut SliceWriter::new(bytes))
+            .expect("an entry's bytes hold the entry");
+    }
+
+    fn encode_into(&self, w: &mut SliceWriter<'_>) -> std::result::Result<(), codec::Error> {
+        w.u64_le(match self.state {
+            EntryState::Unused => u64::from(ENTRY_UNUSED) << 32,
+            EntryState::InProgress => u64::from(ENTRY_IN_PROGRESS) << 32,
+            EntryState::Sector(s) => s,
+        })?;
+        for lb in &self.last_bytes {
+            w.bytes(lb, "journal entry last bytes")?;
         }
-        for (i, lb) in self.last_bytes.iter().enumerate() {
-            bytes[8 + 8 * i..16 + 8 * i].copy_from_slice(lb);
-        }
-        bytes[8 + 8 * spb..8 + 8 * spb + self.tag.len()].copy_from_slice(&self.tag);
+        w.bytes(&self.tag, "journal entry tag")?;
+        Ok(())
     }
 }
 
@@ -259,10 +264,9 @@ pub fn init_section(geom: &Geometry, section: &mut [u8], index: u32, seq: u8) {
     for (j, s) in section.chunks_exact_mut(512).enumerate() {
         set_sector_commit_id(s, commit_id(index, j as u32, seq));
     }
-    let marker = (u64::from(ENTRY_UNUSED) << 32).to_le_bytes();
+    let unused = JournalEntry::unused(0, 0);
     for e in 0..geom.journal_section_entries() {
-        let off = entry_offset(geom, e);
-        section[off..off + 8].copy_from_slice(&marker);
+        unused.encode(&mut section[entry_offset(geom, e)..]);
     }
 }
 
@@ -286,7 +290,7 @@ pub fn section_commit_seq(geom: &Geometry, section: &[u8], index: u32) -> Result
     let mut seq = None;
     let mut torn = false;
     for (j, s) in section[..section_bytes(geom)].chunks_exact(512).enumerate() {
-        let id = sector_commit_id(s);
+        let id = sector_commit_id(s)?;
         let k = commit_seq_of(index, j as u32, id).ok_or_else(|| {
             IntegrityError::field(
                 "journal commit id",
@@ -332,7 +336,7 @@ pub fn summarize(geom: &Geometry, journal: &[u8]) -> Result<JournalSummary> {
     for i in 0..geom.journal_sections() {
         let section = &journal[i as usize * sb..(i as usize + 1) * sb];
         for (j, s) in section.chunks_exact(512).enumerate() {
-            let id = sector_commit_id(s);
+            let id = sector_commit_id(s)?;
             let k = commit_seq_of(i, j as u32, id).ok_or_else(|| {
                 IntegrityError::field(
                     "journal commit id",
@@ -343,12 +347,8 @@ pub fn summarize(geom: &Geometry, journal: &[u8]) -> Result<JournalSummary> {
         }
         for e in 0..geom.journal_section_entries() {
             let off = entry_offset(geom, e);
-            let hi = u32::from_le_bytes([
-                section[off + 4],
-                section[off + 5],
-                section[off + 6],
-                section[off + 7],
-            ]);
+            let hi = Reader::at(section, off + 4, "journal entry sector")?
+                .u32_le("journal entry sector")?;
             if hi != ENTRY_UNUSED {
                 used_entries += 1;
             }

@@ -15,6 +15,7 @@
 
 use super::error::{IntegrityError, Result};
 use crate::block::BlockDevice;
+use crate::codec::{self, Reader, SliceWriter};
 
 /// Size of the superblock structure on disk (the area is [`SB_SECTORS`] sectors).
 pub const SUPERBLOCK_SIZE: usize = 512;
@@ -81,20 +82,6 @@ pub struct Superblock {
     pub salt: [u8; SALT_SIZE],
 }
 
-fn le16(b: &[u8], off: usize) -> u16 {
-    u16::from_le_bytes([b[off], b[off + 1]])
-}
-fn le32(b: &[u8], off: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[off..off + 4]);
-    u32::from_le_bytes(a)
-}
-fn le64(b: &[u8], off: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[off..off + 8]);
-    u64::from_le_bytes(a)
-}
-
 /// Byte offsets of the superblock's fields (`struct superblock` in dm-integrity.c), shared by
 /// [`Superblock`] and the device's raw copy ([`super::rw_meta::RawSuperblock`]).
 pub mod offset {
@@ -133,23 +120,40 @@ impl Superblock {
         if &b[0..8] != MAGIC {
             return Err(IntegrityError::Magic);
         }
-        let mut salt = [0u8; SALT_SIZE];
-        salt.copy_from_slice(&b[offset::SALT..offset::SALT + SALT_SIZE]);
-        let sb = Superblock {
-            version: b[offset::VERSION],
-            log2_interleave_sectors: b[offset::LOG2_INTERLEAVE_SECTORS],
-            integrity_tag_size: le16(b, offset::INTEGRITY_TAG_SIZE),
-            journal_sections: le32(b, offset::JOURNAL_SECTIONS),
-            provided_data_sectors: le64(b, offset::PROVIDED_DATA_SECTORS),
-            flags: le32(b, offset::FLAGS),
-            log2_sectors_per_block: b[offset::LOG2_SECTORS_PER_BLOCK],
-            log2_blocks_per_bitmap_bit: b[offset::LOG2_BLOCKS_PER_BITMAP_BIT],
-            recalc_sector: le64(b, offset::RECALC_SECTOR),
-            transaction_id: le64(b, offset::TRANSACTION_ID),
-            salt,
-        };
+        let sb = Self::decode(b)?;
         sb.validate()?;
         Ok(sb)
+    }
+
+    /// The fields at their offsets (`b` holds at least [`SUPERBLOCK_SIZE`] bytes).
+    fn decode(b: &[u8]) -> std::result::Result<Superblock, codec::Error> {
+        let at = |off, what| Reader::at(b, off, what);
+        Ok(Superblock {
+            version: at(offset::VERSION, "version")?.u8("version")?,
+            log2_interleave_sectors: at(
+                offset::LOG2_INTERLEAVE_SECTORS,
+                "log2_interleave_sectors",
+            )?
+            .u8("log2_interleave_sectors")?,
+            integrity_tag_size: at(offset::INTEGRITY_TAG_SIZE, "integrity_tag_size")?
+                .u16_le("integrity_tag_size")?,
+            journal_sections: at(offset::JOURNAL_SECTIONS, "journal_sections")?
+                .u32_le("journal_sections")?,
+            provided_data_sectors: at(offset::PROVIDED_DATA_SECTORS, "provided_data_sectors")?
+                .u64_le("provided_data_sectors")?,
+            flags: at(offset::FLAGS, "flags")?.u32_le("flags")?,
+            log2_sectors_per_block: at(offset::LOG2_SECTORS_PER_BLOCK, "log2_sectors_per_block")?
+                .u8("log2_sectors_per_block")?,
+            log2_blocks_per_bitmap_bit: at(
+                offset::LOG2_BLOCKS_PER_BITMAP_BIT,
+                "log2_blocks_per_bitmap_bit",
+            )?
+            .u8("log2_blocks_per_bitmap_bit")?,
+            recalc_sector: at(offset::RECALC_SECTOR, "recalc_sector")?.u64_le("recalc_sector")?,
+            transaction_id: at(offset::TRANSACTION_ID, "transaction_id")?
+                .u64_le("transaction_id")?,
+            salt: at(offset::SALT, "salt")?.array("salt")?,
+        })
     }
 
     /// The checks of [`parse`](Superblock::parse), for a superblock built in memory.
@@ -255,38 +259,38 @@ impl Superblock {
     /// Encode as the kernel writes it (unused bytes zero).
     pub fn encode(&self) -> [u8; SUPERBLOCK_SIZE] {
         let mut b = [0u8; SUPERBLOCK_SIZE];
-        b[0..8].copy_from_slice(MAGIC);
-        let mut put = |at: usize, v: &[u8]| b[at..at + v.len()].copy_from_slice(v);
-        put(offset::VERSION, &[self.version]);
-        put(
-            offset::LOG2_INTERLEAVE_SECTORS,
-            &[self.log2_interleave_sectors],
-        );
-        put(
-            offset::INTEGRITY_TAG_SIZE,
-            &self.integrity_tag_size.to_le_bytes(),
-        );
-        put(
-            offset::JOURNAL_SECTIONS,
-            &self.journal_sections.to_le_bytes(),
-        );
-        put(
-            offset::PROVIDED_DATA_SECTORS,
-            &self.provided_data_sectors.to_le_bytes(),
-        );
-        put(offset::FLAGS, &self.flags.to_le_bytes());
-        put(
-            offset::LOG2_SECTORS_PER_BLOCK,
-            &[self.log2_sectors_per_block],
-        );
-        put(
-            offset::LOG2_BLOCKS_PER_BITMAP_BIT,
-            &[self.log2_blocks_per_bitmap_bit],
-        );
-        put(offset::RECALC_SECTOR, &self.recalc_sector.to_le_bytes());
-        put(offset::TRANSACTION_ID, &self.transaction_id.to_le_bytes());
-        put(offset::SALT, &self.salt);
+        self.encode_into(&mut b)
+            .expect("every field lies inside the 512-byte superblock");
         b
+    }
+
+    /// Write the magic and every field at its offset into `b`.
+    fn encode_into(&self, b: &mut [u8]) -> std::result::Result<(), codec::Error> {
+        let mut w = SliceWriter::new(b);
+        w.bytes(MAGIC, "magic")?;
+        w.seek(offset::VERSION, "version")?.u8(self.version)?;
+        w.seek(offset::LOG2_INTERLEAVE_SECTORS, "log2_interleave_sectors")?
+            .u8(self.log2_interleave_sectors)?;
+        w.seek(offset::INTEGRITY_TAG_SIZE, "integrity_tag_size")?
+            .u16_le(self.integrity_tag_size)?;
+        w.seek(offset::JOURNAL_SECTIONS, "journal_sections")?
+            .u32_le(self.journal_sections)?;
+        w.seek(offset::PROVIDED_DATA_SECTORS, "provided_data_sectors")?
+            .u64_le(self.provided_data_sectors)?;
+        w.seek(offset::FLAGS, "flags")?.u32_le(self.flags)?;
+        w.seek(offset::LOG2_SECTORS_PER_BLOCK, "log2_sectors_per_block")?
+            .u8(self.log2_sectors_per_block)?;
+        w.seek(
+            offset::LOG2_BLOCKS_PER_BITMAP_BIT,
+            "log2_blocks_per_bitmap_bit",
+        )?
+        .u8(self.log2_blocks_per_bitmap_bit)?;
+        w.seek(offset::RECALC_SECTOR, "recalc_sector")?
+            .u64_le(self.recalc_sector)?;
+        w.seek(offset::TRANSACTION_ID, "transaction_id")?
+            .u64_le(self.transaction_id)?;
+        w.seek(offset::SALT, "salt")?.bytes(&self.salt, "salt")?;
+        Ok(())
     }
 
     /// The version the kernel's `sb_set_version()` gives these flags (bitmap mode and a

@@ -2,10 +2,10 @@
 //! mandatory requirements honoured, and dm-crypt's table parameters as cryptsetup sets them.
 
 use super::header::Luks2Header;
-use super::LuksError;
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::device::{CryptDevice, CryptParams};
+use crate::crypt::luks::LuksError;
 use std::sync::Arc;
 
 /// The data segment as dm-crypt would be given it.

@@ -9,15 +9,15 @@
 //! damaged header may be that other thing's data, and the choice is left to the user.
 
 use super::header::{
-    be64, checksum, checksum_md, LoadedHeader, Luks2Header, RawCopy, BINARY_SIZE, CSUM_ALG_LEN,
-    HEADER_SIZES, LABEL_LEN, MAGIC_PRIMARY, MAGIC_SECONDARY, OFF_CSUM, OFF_CSUM_ALG,
-    OFF_HDR_OFFSET, OFF_HDR_SIZE, OFF_LABEL, OFF_SEQID, OFF_SUBSYSTEM, OFF_UUID, OFF_VERSION,
-    UUID_LEN,
+    checksum, checksum_md, Binary, LoadedHeader, Luks2Header, RawCopy, BINARY_SIZE, HEADER_SIZES,
+    MAGIC_PRIMARY, MAGIC_SECONDARY, OFF_CSUM, OFF_HDR_SIZE,
 };
 use super::json::Metadata;
-use super::jsonc::{self, c_str, Value};
-use super::{signatures, validate, LuksError};
+use super::jsonc::{c_str, Value};
+use super::{signatures, validate};
 use crate::block::BlockDevice;
+use crate::codec::{self, Reader};
+use crate::crypt::luks::LuksError;
 
 /// Largest header copy (and offset of the last place a secondary copy may sit): 4 MiB.
 const MAX_HDR_SIZE: u64 = 4 << 20;
@@ -25,7 +25,8 @@ const MAX_HDR_SIZE: u64 = 4 << 20;
 /// A copy whose checksum matched.
 struct Disk {
     offset: u64,
-    bin: Vec<u8>,
+    /// Boxed: the decoded text fields are large beside the other states.
+    fields: Box<Binary>,
     area: Vec<u8>,
 }
 
@@ -71,24 +72,26 @@ fn read_disk(dev: &dyn BlockDevice, offset: u64, secondary: bool) -> Result<Disk
     } else {
         MAGIC_PRIMARY
     };
-    if &bin[..6] != magic {
+    let bad = |e: codec::Error| (false, format!("header at {offset}: {e}"));
+    let fields = Binary::decode(&bin).map_err(bad)?;
+    if &fields.magic != magic {
         return Err((false, format!("no LUKS2 header magic at offset {offset}")));
     }
-    let version = u16::from_be_bytes([bin[OFF_VERSION], bin[OFF_VERSION + 1]]);
+    let version = fields.version;
     if version != 2 {
         return Err((
             false,
             format!("header at {offset} has version {version}, not 2"),
         ));
     }
-    let hdr_offset = be64(&bin, OFF_HDR_OFFSET);
+    let hdr_offset = fields.hdr_offset;
     if hdr_offset != offset {
         return Err((
             false,
             format!("header at {offset} says it is at offset {hdr_offset}"),
         ));
     }
-    let hdr_size = be64(&bin, OFF_HDR_SIZE);
+    let hdr_size = fields.hdr_size;
     if !(HEADER_SIZES[0]..=MAX_HDR_SIZE).contains(&hdr_size) {
         return Err((
             false,
@@ -111,46 +114,28 @@ fn read_disk(dev: &dyn BlockDevice, offset: u64, secondary: bool) -> Result<Disk
     let mut area = vec![0u8; (hdr_size - BINARY_SIZE as u64) as usize];
     dev.read_at(&mut area, offset + BINARY_SIZE as u64)
         .map_err(|e| (true, e.to_string()))?;
-    let alg = String::from_utf8_lossy(c_str(&bin[OFF_CSUM_ALG..OFF_CSUM_ALG + CSUM_ALG_LEN]))
-        .into_owned();
+    let alg = String::from_utf8_lossy(c_str(&fields.checksum_alg)).into_owned();
     let md = checksum_md(&alg).map_err(|e| (false, format!("header at {offset}: {e}")))?;
     let want = checksum(md, &bin, &area).map_err(|e| (false, e.to_string()))?;
-    let stored = &bin[OFF_CSUM..OFF_CSUM + want.len()];
+    let stored = Reader::at(&bin, OFF_CSUM, "csum")
+        .and_then(|mut r| r.take(want.len(), "csum"))
+        .map_err(bad)?;
     if !bool::from(subtle::ConstantTimeEq::ct_eq(stored, &want[..])) {
         return Err((
             false,
             format!("checksum mismatch in the header at offset {offset}"),
         ));
     }
-    Ok(Disk { offset, bin, area })
-}
-
-/// `parse_and_validate_json`: one JSON object from the start of the area, NULs after it, and
-/// every metadata rule; a failing header gets cryptsetup's one repair and a second chance.
-pub fn parse_and_validate(area: &[u8]) -> Result<Value, String> {
-    let (mut v, end) = jsonc::parse_area(area).map_err(|e| format!("JSON metadata: {e}"))?;
-    if area.first() != Some(&b'{') {
-        return Err("the JSON area does not start with '{'".into());
-    }
-    if end >= area.len() {
-        return Err("the JSON area has no NUL after the metadata".into());
-    }
-    if let Some(i) = area[end..].iter().position(|&c| c != 0) {
-        return Err(format!(
-            "byte {} of the JSON area, after the metadata, is not NUL",
-            end + i
-        ));
-    }
-    if validate::validate(&v, area.len() as u64).is_err() {
-        validate::repair(&mut v);
-    }
-    validate::validate(&v, area.len() as u64)?;
-    Ok(v)
+    Ok(Disk {
+        offset,
+        fields: Box::new(fields),
+        area,
+    })
 }
 
 fn state(r: Result<Disk, (bool, String)>) -> State {
     match r {
-        Ok(d) => match parse_and_validate(&d.area) {
+        Ok(d) => match validate::parse_and_validate(&d.area) {
             Ok(v) => State::Ok(d, v),
             Err(e) => State::Obsolete(format!("header at offset {}: {e}", d.offset)),
         },
@@ -159,23 +144,19 @@ fn state(r: Result<Disk, (bool, String)>) -> State {
     }
 }
 
-/// A text field of the binary header: cryptsetup forces its last byte to NUL.
-fn field(bin: &[u8], off: usize, len: usize) -> Vec<u8> {
-    c_str(&bin[off..off + len - 1]).to_vec()
-}
-
 fn header_from(d: &Disk, json: Value) -> Luks2Header {
     let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    let label = field(&d.bin, OFF_LABEL, LABEL_LEN);
-    let subsystem = field(&d.bin, OFF_SUBSYSTEM, LABEL_LEN);
-    let uuid = field(&d.bin, OFF_UUID, UUID_LEN);
+    let f = &d.fields;
+    let label = Binary::text(&f.label);
+    let subsystem = Binary::text(&f.subsystem);
+    let uuid = Binary::text(&f.uuid);
     Luks2Header {
-        hdr_size: be64(&d.bin, OFF_HDR_SIZE),
-        seqid: be64(&d.bin, OFF_SEQID),
+        hdr_size: f.hdr_size,
+        seqid: f.seqid,
         label: text(&label),
         subsystem: text(&subsystem),
         uuid: text(&uuid),
-        checksum_alg: text(&field(&d.bin, OFF_CSUM_ALG, CSUM_ALG_LEN)),
+        checksum_alg: text(&Binary::text(&f.checksum_alg)),
         metadata: Metadata::from_tree(&json),
         raw: Some(RawCopy {
             json,
@@ -191,7 +172,7 @@ pub fn read(dev: &dyn BlockDevice) -> Result<LoadedHeader, LuksError> {
     let device = dev.name().to_string();
     let mut s1 = state(read_disk(dev, 0, false));
     let mut s2 = match &s1 {
-        State::Ok(d, _) => state(read_disk(dev, be64(&d.bin, OFF_HDR_SIZE), true)),
+        State::Ok(d, _) => state(read_disk(dev, d.fields.hdr_size, true)),
         State::Obsolete(_) => {
             let h = read_disk_size(dev);
             state(read_disk(dev, h, true))
@@ -222,7 +203,7 @@ pub fn read(dev: &dyn BlockDevice) -> Result<LoadedHeader, LuksError> {
         }
     };
     if let (Some((d1, _)), Some((d2, _))) = (s1.ok(), s2.ok()) {
-        let (q1, q2) = (be64(&d1.bin, OFF_SEQID), be64(&d2.bin, OFF_SEQID));
+        let (q1, q2) = (d1.fields.seqid, d2.fields.seqid);
         if q1 > q2 {
             s2 = State::Obsolete(format!("the secondary copy is older (epoch {q2} < {q1})"));
         } else if q1 < q2 {
@@ -292,7 +273,10 @@ fn read_disk_size(dev: &dyn BlockDevice) -> u64 {
     if dev.read_at(&mut bin, 0).is_err() {
         return 0;
     }
-    be64(&bin, OFF_HDR_SIZE)
+    // No usable size either way: 0 is no place a secondary copy sits.
+    Reader::at(&bin, OFF_HDR_SIZE, "hdr_size")
+        .and_then(|mut r| r.u64_be("hdr_size"))
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -310,17 +294,17 @@ mod tests {
 
     #[test]
     fn the_json_area_is_framed_as_cryptsetup_wants() {
-        parse_and_validate(&area(META.as_bytes())).unwrap();
+        validate::parse_and_validate(&area(META.as_bytes())).unwrap();
         // Whitespace after the object is fine; before it, or other bytes after it, are not.
-        parse_and_validate(&area(format!("{META} \n").as_bytes())).unwrap();
-        let e = parse_and_validate(&area(format!(" {META}").as_bytes())).unwrap_err();
+        validate::parse_and_validate(&area(format!("{META} \n").as_bytes())).unwrap();
+        let e = validate::parse_and_validate(&area(format!(" {META}").as_bytes())).unwrap_err();
         assert!(e.contains("does not start with '{'"), "{e}");
         let mut a = area(META.as_bytes());
         a[12000] = b'x';
-        let e = parse_and_validate(&a).unwrap_err();
+        let e = validate::parse_and_validate(&a).unwrap_err();
         assert!(e.contains("byte 12000"), "{e}");
         let full = vec![b' '; 12288];
-        assert!(parse_and_validate(&full).is_err());
+        assert!(validate::parse_and_validate(&full).is_err());
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! keyslot yields the volume key) from a wrong one (it yields noise).
 
 use super::json::Digest;
-use super::kdf::{benchmark_pbkdf2, pbkdf2, MIN_PBKDF2_ITERATIONS};
-use super::{LuksError, SALT_SIZE};
+use crate::crypt::luks::kdf::{benchmark_pbkdf2, pbkdf2, MIN_PBKDF2_ITERATIONS};
+use crate::crypt::luks::{LuksError, SALT_SIZE};
 use subtle::ConstantTimeEq;
 use zeroize::Zeroizing;
 
@@ -22,7 +22,7 @@ pub fn verify(d: &Digest, key: &[u8]) -> Result<bool, LuksError> {
 /// a digest as long as `hash`'s output, and iterations for 125 ms (at least 1000), or exactly
 /// 1000 when `benchmark` is false (cryptsetup does that when iterations are forced).
 pub fn create(key: &[u8], hash: &str, benchmark: bool) -> Result<Digest, LuksError> {
-    let len = super::af::message_digest(hash)?.size();
+    let len = crate::crypt::luks::af::message_digest(hash)?.size();
     let iterations = if benchmark {
         benchmark_pbkdf2(hash, key.len(), 125)?
     } else {

@@ -3,7 +3,8 @@
 
 use super::header::{Luks2Header, RawCopy};
 use super::jsonc::{self, Value};
-use super::{base64, validate, MAX_KEYSLOTS};
+use super::{base64, validate};
+use crate::crypt::luks::MAX_KEYSLOTS;
 use std::fmt::Write;
 
 /// Bytes as cryptsetup's `crypt_log_hex` prints them: "xx " each, `indent` after every 16.

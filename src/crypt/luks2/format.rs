@@ -5,8 +5,8 @@ use super::digest;
 use super::header::{Luks2Header, HEADER_SIZES};
 use super::json::{Config, Metadata, Segment, MAX_KEYSLOTS_SIZE};
 use super::keyslot::{self, PbkdfParams};
-use super::{LuksError, VolumeKey};
 use crate::block::BlockDevice;
+use crate::crypt::luks::{LuksError, VolumeKey};
 use std::collections::BTreeMap;
 
 /// cryptsetup's default data offset (and detached keyslots reach): 16 MiB.
@@ -216,7 +216,7 @@ pub fn prepare(
             crate::crypt::aead::SectorAead::new(kind, &vec![0x5a; p.key_size], 512)
                 .map_err(|e| LuksError::Unsupported(e.to_string()))?;
         }
-        None => crate::crypt::luks2::area::check(&p.cipher, p.key_size).map_err(|_| {
+        None => crate::crypt::luks::area::check(&p.cipher, p.key_size).map_err(|_| {
             LuksError::Unsupported(format!(
                 "cipher {:?} with a {}-bit key",
                 p.cipher,

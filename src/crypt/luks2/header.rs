@@ -3,8 +3,10 @@
 //! covered by a checksum over both with the checksum field zeroed.
 
 use super::json::Metadata;
-use super::LuksError;
+use super::jsonc::c_str;
 use crate::block::BlockDevice;
+use crate::codec::{self, Reader, SliceWriter};
+use crate::crypt::luks::LuksError;
 use openssl::hash::{Hasher, MessageDigest};
 
 /// Magic of the primary header.
@@ -26,14 +28,7 @@ pub const HEADER_SIZES: [u64; 9] = [
     4 << 20,
 ];
 
-pub(super) const OFF_VERSION: usize = 6;
 pub(super) const OFF_HDR_SIZE: usize = 8;
-pub(super) const OFF_SEQID: usize = 16;
-pub(super) const OFF_LABEL: usize = 24;
-pub(super) const OFF_CSUM_ALG: usize = 72;
-pub(super) const OFF_SALT: usize = 104;
-pub(super) const OFF_UUID: usize = 168;
-pub(super) const OFF_SUBSYSTEM: usize = 208;
 pub(super) const OFF_HDR_OFFSET: usize = 256;
 pub(super) const OFF_CSUM: usize = 448;
 pub(super) const LABEL_LEN: usize = 48;
@@ -84,15 +79,77 @@ pub struct LoadedHeader {
     pub warning: Option<String>,
 }
 
-fn put_text(dst: &mut [u8], s: &str, what: &str) -> Result<(), LuksError> {
-    if s.len() >= dst.len() || s.as_bytes().contains(&0) {
+/// Write `s` as a NUL-padded text field of `len` bytes (at least one NUL, none inside).
+fn put_text(
+    w: &mut SliceWriter<'_>,
+    s: &str,
+    len: usize,
+    what: &'static str,
+) -> Result<(), LuksError> {
+    if s.len() >= len || s.as_bytes().contains(&0) {
         return Err(LuksError::Invalid(format!(
             "{what} {s:?} is longer than {} bytes",
-            dst.len() - 1
+            len - 1
         )));
     }
-    dst[..s.len()].copy_from_slice(s.as_bytes());
+    w.bytes(s.as_bytes(), what)
+        .and_then(|w| w.zeros(len - s.len(), what))
+        .map_err(no_room)?;
     Ok(())
+}
+
+/// A field that does not fit the binary header (its layout is fixed: a bug, reported).
+fn no_room(e: codec::Error) -> LuksError {
+    LuksError::Invalid(format!("LUKS2 binary header: {e}"))
+}
+
+/// The fields of one binary header as stored, in on-disk order (text fields raw, NULs and
+/// all: the checksum algorithm is read whole, the others with their last byte forced to NUL,
+/// as cryptsetup reads each).
+#[derive(Debug, Clone)]
+pub(super) struct Binary {
+    pub magic: [u8; 6],
+    pub version: u16,
+    pub hdr_size: u64,
+    pub seqid: u64,
+    pub label: [u8; LABEL_LEN],
+    pub checksum_alg: [u8; CSUM_ALG_LEN],
+    pub uuid: [u8; UUID_LEN],
+    pub subsystem: [u8; LABEL_LEN],
+    pub hdr_offset: u64,
+}
+
+impl Binary {
+    /// Decode the start of a binary header (at least [`OFF_CSUM`] bytes).
+    pub fn decode(bin: &[u8]) -> Result<Binary, codec::Error> {
+        let mut r = Reader::new(bin);
+        let magic = r.array("magic")?;
+        let version = r.u16_be("version")?;
+        let hdr_size = r.u64_be("hdr_size")?;
+        let seqid = r.u64_be("seqid")?;
+        let label = r.array("label")?;
+        let checksum_alg = r.array("checksum_alg")?;
+        r.skip(64, "salt")?;
+        let uuid = r.array("uuid")?;
+        let subsystem = r.array("subsystem")?;
+        let hdr_offset = r.u64_be("hdr_offset")?;
+        Ok(Binary {
+            magic,
+            version,
+            hdr_size,
+            seqid,
+            label,
+            checksum_alg,
+            uuid,
+            subsystem,
+            hdr_offset,
+        })
+    }
+
+    /// A text field as cryptsetup uses it: its last byte forced to NUL, up to the first NUL.
+    pub fn text(field: &[u8]) -> Vec<u8> {
+        c_str(&field[..field.len().saturating_sub(1)]).to_vec()
+    }
 }
 
 /// The digest of a header checksum algorithm, as cryptsetup's OpenSSL backend finds it by
@@ -111,64 +168,61 @@ pub(super) fn checksum(
 ) -> Result<Vec<u8>, LuksError> {
     let e = |e: openssl::error::ErrorStack| LuksError::Crypto(e.to_string());
     let mut zeroed = binary.to_vec();
-    zeroed[OFF_CSUM..OFF_CSUM + CSUM_LEN].fill(0);
+    SliceWriter::new(&mut zeroed)
+        .seek(OFF_CSUM, "csum")
+        .and_then(|w| w.zeros(CSUM_LEN, "csum"))
+        .map_err(no_room)?;
     let mut h = Hasher::new(md).map_err(e)?;
     h.update(&zeroed).map_err(e)?;
     h.update(json_area).map_err(e)?;
     Ok(h.finish().map_err(e)?.to_vec())
 }
 
-pub(super) fn be64(b: &[u8], off: usize) -> u64 {
-    u64::from_be_bytes(b[off..off + 8].try_into().expect("8 bytes"))
-}
-
 /// Whether the first bytes of a device look like a LUKS header of any version, and which.
 pub fn luks_version(first: &[u8]) -> Option<u16> {
-    if first.len() < 8 || &first[..6] != MAGIC_PRIMARY {
+    let mut r = Reader::new(first);
+    if r.take(6, "magic").ok()? != MAGIC_PRIMARY {
         return None;
     }
-    Some(u16::from_be_bytes([first[6], first[7]]))
-}
-
-/// Read the header pair of `dev` with cryptsetup's rules (see [`super::copies`]).
-pub fn read(dev: &dyn BlockDevice) -> Result<LoadedHeader, LuksError> {
-    super::copies::read(dev)
+    r.u16_be("version").ok()
 }
 
 impl Luks2Header {
     /// The binary header of one copy, checksum included.
     fn encode_copy(&self, offset: u64, json_area: &[u8]) -> Result<Vec<u8>, LuksError> {
         let mut b = vec![0u8; BINARY_SIZE];
-        b[..6].copy_from_slice(if offset == 0 {
+        let mut w = SliceWriter::new(&mut b);
+        let magic = if offset == 0 {
             MAGIC_PRIMARY
         } else {
             MAGIC_SECONDARY
-        });
-        b[OFF_VERSION..OFF_VERSION + 2].copy_from_slice(&2u16.to_be_bytes());
-        b[OFF_HDR_SIZE..OFF_HDR_SIZE + 8].copy_from_slice(&self.hdr_size.to_be_bytes());
-        b[OFF_SEQID..OFF_SEQID + 8].copy_from_slice(&self.seqid.to_be_bytes());
+        };
+        w.bytes(magic, "magic")
+            .and_then(|w| w.u16_be(2))
+            .and_then(|w| w.u64_be(self.hdr_size))
+            .and_then(|w| w.u64_be(self.seqid))
+            .map_err(no_room)?;
+        put_text(&mut w, &self.label, LABEL_LEN, "label")?;
         put_text(
-            &mut b[OFF_LABEL..OFF_LABEL + LABEL_LEN],
-            &self.label,
-            "label",
-        )?;
-        put_text(
-            &mut b[OFF_CSUM_ALG..OFF_CSUM_ALG + CSUM_ALG_LEN],
+            &mut w,
             &self.checksum_alg,
+            CSUM_ALG_LEN,
             "checksum algorithm",
         )?;
-        getrandom::getrandom(&mut b[OFF_SALT..OFF_SALT + 64])
+        let mut salt = [0u8; 64];
+        getrandom::getrandom(&mut salt)
             .map_err(|e| LuksError::Crypto(format!("random source: {e}")))?;
-        put_text(&mut b[OFF_UUID..OFF_UUID + UUID_LEN], &self.uuid, "uuid")?;
-        put_text(
-            &mut b[OFF_SUBSYSTEM..OFF_SUBSYSTEM + LABEL_LEN],
-            &self.subsystem,
-            "subsystem",
-        )?;
-        b[OFF_HDR_OFFSET..OFF_HDR_OFFSET + 8].copy_from_slice(&offset.to_be_bytes());
+        w.bytes(&salt, "salt").map_err(no_room)?;
+        put_text(&mut w, &self.uuid, UUID_LEN, "uuid")?;
+        put_text(&mut w, &self.subsystem, LABEL_LEN, "subsystem")?;
+        w.u64_be(offset).map_err(no_room)?;
+        debug_assert_eq!(w.pos(), OFF_HDR_OFFSET + 8);
         let md = checksum_md(&self.checksum_alg).map_err(LuksError::Unsupported)?;
         let sum = checksum(md, &b, json_area)?;
-        b[OFF_CSUM..OFF_CSUM + sum.len()].copy_from_slice(&sum);
+        SliceWriter::new(&mut b)
+            .seek(OFF_CSUM, "csum")
+            .and_then(|w| w.bytes(&sum, "csum"))
+            .map_err(no_room)?;
         Ok(b)
     }
 

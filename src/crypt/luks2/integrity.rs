@@ -13,10 +13,10 @@
 //!   with `--integrity-no-journal`), then [`AeadCryptDevice`].
 
 use super::activate::{ActivateOptions, DataSegment};
-use super::LuksError;
 use crate::block::{BlockDevice, BlockError, TaggedBlockDevice, Window};
 use crate::crypt::aead::{AeadKind, SectorAead};
 use crate::crypt::aead_device::AeadCryptDevice;
+use crate::crypt::luks::LuksError;
 use crate::integrity::device::{IntegrityDevice, IntegrityOptions};
 use crate::integrity::format::{self as iformat, FormatParams as IntegrityFormatParams};
 use crate::integrity::geometry::Geometry;

@@ -6,8 +6,8 @@
 //! number is range-checked while the typed view is built, so a hostile header can neither
 //! exhaust memory nor smuggle in an offset that later overflows.
 
-use super::kdf::{Argon2Variant, Kdf};
-use super::MAX_KEYSLOTS;
+use crate::crypt::luks::kdf::{Argon2Variant, Kdf};
+use crate::crypt::luks::MAX_KEYSLOTS;
 use base64::Engine;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -297,7 +297,7 @@ impl Metadata {
         }
         let mut area = text.to_vec();
         area.resize(json_size, 0);
-        let tree = super::copies::parse_and_validate(&area)?;
+        let tree = super::validate::parse_and_validate(&area)?;
         Ok(Metadata::from_tree(&tree))
     }
 
@@ -389,7 +389,7 @@ impl Metadata {
         }
         let mut area = text.into_bytes();
         area.resize(json_size, 0);
-        super::copies::parse_and_validate(&area).map(|_| ())
+        super::validate::parse_and_validate(&area).map(|_| ())
     }
 
     /// The compact JSON text cryptsetup writes, sections in its order.
@@ -834,11 +834,13 @@ impl Digest {
             super::base64::decode(text.as_bytes())
         };
         let salt = decode("salt").ok_or_else(|| format!("{what}.salt is not base64"))?;
-        if salt.len() != super::SALT_SIZE {
+        if salt.len() != crate::crypt::luks::SALT_SIZE {
             return Err(format!("{what}.salt is {} bytes, not 32", salt.len()));
         }
         let digest = decode("digest").ok_or_else(|| format!("{what}.digest is not base64"))?;
-        let hash_len = super::af::message_digest(&hash).map(|m| m.size()).ok();
+        let hash_len = crate::crypt::luks::af::message_digest(&hash)
+            .map(|m| m.size())
+            .ok();
         if digest.len() < 20
             || digest.len() > 64
             || (digest.len() != 20 && Some(digest.len()) != hash_len)

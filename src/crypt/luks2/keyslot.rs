@@ -1,14 +1,14 @@
 //! LUKS2 keyslots: unlock the volume key with a passphrase (KDF -> decrypt the area -> AF
 //! merge -> digest check), store it under a new passphrase, and destroy a keyslot.
 
-use super::af;
-use super::area;
 use super::digest;
 use super::header::Luks2Header;
 use super::json::{Af, Area, Keyslot};
-use super::kdf::{benchmark_argon2, benchmark_pbkdf2, Argon2Variant, Kdf};
-use super::{LuksError, VolumeKey, MAX_KEYSLOTS, SALT_SIZE, STRIPES};
 use crate::block::BlockDevice;
+use crate::crypt::luks::af;
+use crate::crypt::luks::area;
+use crate::crypt::luks::kdf::{benchmark_argon2, benchmark_pbkdf2, Argon2Variant, Kdf};
+use crate::crypt::luks::{LuksError, VolumeKey, MAX_KEYSLOTS, SALT_SIZE, STRIPES};
 use crate::crypt::secret::SecretBytes;
 
 /// Which KDF a new keyslot gets.
@@ -91,10 +91,12 @@ impl PbkdfParams {
             PbkdfKind::Argon2i => Argon2Variant::I,
             PbkdfKind::Argon2id => Argon2Variant::Id,
         };
-        let cpus = self.parallel.clamp(1, super::kdf::MAX_ARGON2_CPUS);
+        let cpus = self
+            .parallel
+            .clamp(1, crate::crypt::luks::kdf::MAX_ARGON2_CPUS);
         let memory = self
             .memory_kib
-            .clamp(8 * cpus, super::kdf::MAX_ARGON2_MEMORY_KIB);
+            .clamp(8 * cpus, crate::crypt::luks::kdf::MAX_ARGON2_MEMORY_KIB);
         let (time, memory) = match self.force_iterations {
             Some(t) => (t.max(1), memory),
             None => benchmark_argon2(variant, memory, cpus, key_len, self.iter_time_ms)?,

@@ -6,8 +6,8 @@
 //! Only signatures that can coexist with a LUKS2 header are probed: the header's first 4 KiB
 //! leave room only for formats whose magic lies in the first sectors or far beyond it.
 
-use super::LuksError;
 use crate::block::BlockDevice;
+use crate::crypt::luks::LuksError;
 
 /// (name, byte offset, magic) of the probed signatures.
 const MAGICS: &[(&str, u64, &[u8])] = &[

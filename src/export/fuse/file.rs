@@ -3,8 +3,10 @@
 //! device on the serving thread.
 
 use super::proto::*;
-use super::session::{Counters, Filesystem, Reply, Request, State};
+use super::request::Request;
+use super::session::{Call, Counters, Filesystem, Reply, State};
 use crate::block::{BlockDevice, BlockError};
+use crate::codec::Writer;
 use crate::export::bytes::ByteDevice;
 use std::io;
 use std::sync::atomic::Ordering;
@@ -56,42 +58,28 @@ impl Filesystem for FileFs {
         FUSE_ASYNC_READ | FUSE_BIG_WRITES | FUSE_ASYNC_DIO | FUSE_MAX_PAGES | FUSE_ATOMIC_O_TRUNC
     }
 
-    fn handle(&self, req: &Request<'_>, io: &mut AlignedBuf, r: &mut Reply<'_>, st: &State) {
-        let args = req.args;
+    fn handle(&self, req: &Call<'_>, io: &mut AlignedBuf, r: &mut Reply<'_>, st: &State) {
         let ctr = req.counters;
-        match req.opcode {
-            FUSE_WRITE => {
-                let offset = ne_u64(args, 8);
-                match self.write(req.payload, offset, io) {
-                    Ok(done) => {
-                        ctr.bytes_written.fetch_add(done as u64, Ordering::Relaxed);
-                        let mut o = Out::new();
-                        o.u32(done as u32).u32(0);
-                        r.ok(&[&o.0]);
-                    }
-                    Err(e) => r.err(self.fail(ctr, e)),
+        match req.op {
+            Request::Write { offset, data, .. } => match self.write(data, offset, io) {
+                Ok(done) => {
+                    ctr.bytes_written.fetch_add(done as u64, Ordering::Relaxed);
+                    let mut o = Out::with_capacity(128);
+                    o.u32_ne(done as u32).u32_ne(0);
+                    r.ok(&[o.as_slice()]);
                 }
-            }
-            FUSE_READ => {
-                if args.len() < 24 {
-                    return r.err(libc::EINVAL);
-                }
-                let offset = ne_u64(args, 8);
-                let size = ne_u32(args, 16) as usize;
-                match self.read_reply(offset, size, io, r) {
+                Err(e) => r.err(self.fail(ctr, e)),
+            },
+            Request::Read { offset, size, .. } => {
+                match self.read_reply(offset, size as usize, io, r) {
                     Ok(len) => {
                         ctr.bytes_read.fetch_add(len as u64, Ordering::Relaxed);
                     }
                     Err(e) => r.err(self.fail(ctr, e)),
                 }
             }
-            FUSE_GETATTR => r.ok(&[&self.attr_out()]),
-            FUSE_SETATTR => {
-                if args.len() < 24 {
-                    return r.err(libc::EINVAL);
-                }
-                let valid = ne_u32(args, 0);
-                let size = ne_u64(args, 16);
+            Request::Getattr => r.ok(&[&self.attr_out()]),
+            Request::Setattr { valid, size } => {
                 // The file is a device: its size is fixed. Mode, owner and time changes are
                 // accepted and ignored, like on a block device node that is recreated.
                 if valid & FATTR_SIZE != 0 {
@@ -101,8 +89,7 @@ impl Filesystem for FileFs {
                 }
                 r.ok(&[&self.attr_out()]);
             }
-            FUSE_OPEN => {
-                let flags = if args.len() >= 4 { ne_u32(args, 0) } else { 0 };
+            Request::Open { flags } => {
                 let acc = flags as i32 & libc::O_ACCMODE;
                 if self.device().read_only() && acc != libc::O_RDONLY {
                     return r.err(libc::EROFS);
@@ -129,43 +116,35 @@ impl Filesystem for FileFs {
                 if minor >= 36 {
                     open_flags |= FOPEN_PARALLEL_DIRECT_WRITES;
                 }
-                let mut o = Out::new();
-                o.u64(0).u32(open_flags).u32(0);
+                let mut o = Out::with_capacity(128);
+                o.u64_ne(0).u32_ne(open_flags).u32_ne(0);
                 // Counted before the reply: once open(2) returns, `close` sees the user.
                 st.open_handles.fetch_add(1, Ordering::SeqCst);
-                r.ok(&[&o.0]);
+                r.ok(&[o.as_slice()]);
             }
-            FUSE_RELEASE => {
+            Request::Release { .. } => {
                 st.open_handles.fetch_sub(1, Ordering::SeqCst);
                 r.ok(&[]);
             }
-            FUSE_FLUSH => r.ok(&[]),
-            FUSE_FSYNC => match self.device().flush() {
+            Request::Flush => r.ok(&[]),
+            Request::Fsync => match self.device().flush() {
                 Ok(()) => r.ok(&[]),
                 Err(e) => r.err(self.fail(ctr, e)),
             },
-            FUSE_STATFS => {
+            Request::Statfs => {
                 let bsize = self.blksize();
                 r.ok(&[&statfs_out(self.device().size() / bsize as u64, 1, bsize)]);
             }
-            FUSE_FALLOCATE => {
-                if args.len() < 28 {
-                    return r.err(libc::EINVAL);
-                }
-                let offset = ne_u64(args, 8);
-                let length = ne_u64(args, 16);
-                let mode = ne_u32(args, 24) as i32;
-                match self.fallocate(offset, length, mode, ctr, io) {
-                    Ok(()) => r.ok(&[]),
-                    Err(Errno(e)) => r.err(e),
-                }
-            }
-            FUSE_LSEEK => {
-                if args.len() < 20 {
-                    return r.err(libc::EINVAL);
-                }
-                let offset = ne_u64(args, 8);
-                let whence = ne_u32(args, 16) as i32;
+            Request::Fallocate {
+                offset,
+                length,
+                mode,
+            } => match self.fallocate(offset, length, mode as i32, ctr, io) {
+                Ok(()) => r.ok(&[]),
+                Err(Errno(e)) => r.err(e),
+            },
+            Request::Lseek { offset, whence } => {
+                let whence = whence as i32;
                 let size = self.device().size();
                 // No holes in a device: all data up to the end, one hole at the end.
                 let res = match whence {
@@ -175,10 +154,15 @@ impl Filesystem for FileFs {
                     _ => Err(libc::EINVAL),
                 };
                 match res {
-                    Ok(off) => r.ok(&[&off.to_ne_bytes()]),
+                    Ok(off) => r.ok(&[Writer::new().u64_ne(off).as_slice()]),
                     Err(e) => r.err(e),
                 }
             }
+            // Arguments too short for an opcode this filesystem serves.
+            Request::Malformed {
+                opcode: FUSE_READ | FUSE_SETATTR | FUSE_FALLOCATE | FUSE_LSEEK,
+                ..
+            } => r.err(libc::EINVAL),
             _ => r.err(libc::ENOSYS),
         }
     }
@@ -215,27 +199,27 @@ impl FileFs {
             } else {
                 0o600
             };
-        let mut o = Out::new();
-        o.u64(ATTR_VALID_SECS)
-            .u32(0)
-            .u32(0)
-            .u64(1) // ino
-            .u64(size)
-            .u64(size.div_ceil(512))
-            .u64(self.mtime) // atime
-            .u64(self.mtime) // mtime
-            .u64(self.mtime) // ctime
-            .u32(0)
-            .u32(0)
-            .u32(0)
-            .u32(mode)
-            .u32(1) // nlink
-            .u32(self.uid)
-            .u32(self.gid)
-            .u32(0) // rdev
-            .u32(self.blksize())
-            .u32(0); // flags
-        o.0
+        let mut o = Out::with_capacity(128);
+        o.u64_ne(ATTR_VALID_SECS)
+            .u32_ne(0)
+            .u32_ne(0)
+            .u64_ne(1) // ino
+            .u64_ne(size)
+            .u64_ne(size.div_ceil(512))
+            .u64_ne(self.mtime) // atime
+            .u64_ne(self.mtime) // mtime
+            .u64_ne(self.mtime) // ctime
+            .u32_ne(0)
+            .u32_ne(0)
+            .u32_ne(0)
+            .u32_ne(mode)
+            .u32_ne(1) // nlink
+            .u32_ne(self.uid)
+            .u32_ne(self.gid)
+            .u32_ne(0) // rdev
+            .u32_ne(self.blksize())
+            .u32_ne(0); // flags
+        o.into_inner()
     }
 
     /// How many of `size` bytes at `offset` there are: like a regular file, a read across the

@@ -21,6 +21,7 @@
 mod file;
 mod mount;
 mod proto;
+pub mod request;
 mod session;
 mod transport;
 pub mod tree;

@@ -83,67 +83,32 @@ pub(super) const FUSE_DEV_IOC_CLONE: u64 = 0x8004_e500;
 
 pub(super) use crate::export::buf::AlignedBuf;
 
-pub(super) fn ne_u32(b: &[u8], at: usize) -> u32 {
-    let mut a = [0u8; 4];
-    a.copy_from_slice(&b[at..at + 4]);
-    u32::from_ne_bytes(a)
-}
-
-pub(super) fn ne_u64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_ne_bytes(a)
-}
-
-/// Builds small reply payloads in native byte order.
-pub(super) struct Out(pub Vec<u8>);
+/// Builds small reply payloads (native byte order: `_ne` writes).
+pub(super) type Out = crate::codec::Writer;
 
 /// A read-only filesystem's `fuse_statfs_out`: `blocks` of `bsize` bytes and `files` nodes,
 /// none free.
 pub(super) fn statfs_out(blocks: u64, files: u64, bsize: u32) -> Vec<u8> {
-    let mut o = Out::new();
-    o.u64(blocks)
-        .u64(0) // bfree
-        .u64(0) // bavail
-        .u64(files)
-        .u64(0) // ffree
-        .u32(bsize)
-        .u32(255) // namelen
-        .u32(bsize) // frsize
-        .u32(0)
+    let mut o = Out::with_capacity(128);
+    o.u64_ne(blocks)
+        .u64_ne(0) // bfree
+        .u64_ne(0) // bavail
+        .u64_ne(files)
+        .u64_ne(0) // ffree
+        .u32_ne(bsize)
+        .u32_ne(255) // namelen
+        .u32_ne(bsize) // frsize
+        .u32_ne(0)
         .zeros(24);
-    o.0
-}
-
-impl Out {
-    pub(super) fn new() -> Self {
-        Out(Vec::with_capacity(128))
-    }
-    pub(super) fn u16(&mut self, v: u16) -> &mut Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub(super) fn u32(&mut self, v: u32) -> &mut Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub(super) fn u64(&mut self, v: u64) -> &mut Self {
-        self.0.extend_from_slice(&v.to_ne_bytes());
-        self
-    }
-    pub(super) fn zeros(&mut self, n: usize) -> &mut Self {
-        self.0.resize(self.0.len() + n, 0);
-        self
-    }
+    o.into_inner()
 }
 
 /// Write one reply: out-header plus payload pieces, in a single `writev`.
 pub(super) fn reply(fd: RawFd, unique: u64, error: i32, payload: &[&[u8]]) {
     let len = OUT_HEADER + payload.iter().map(|p| p.len()).sum::<usize>();
-    let mut hdr = [0u8; OUT_HEADER];
-    hdr[0..4].copy_from_slice(&(len as u32).to_ne_bytes());
-    hdr[4..8].copy_from_slice(&(-error).to_ne_bytes());
-    hdr[8..16].copy_from_slice(&unique.to_ne_bytes());
+    let mut out = Out::with_capacity(OUT_HEADER);
+    out.u32_ne(len as u32).u32_ne(-error as u32).u64_ne(unique);
+    let mut hdr = out.into_inner();
     let mut iov = [libc::iovec {
         iov_base: std::ptr::null_mut(),
         iov_len: 0,
@@ -181,9 +146,9 @@ const FUSE_NOTIFY_INVAL_INODE: i32 = 2;
 /// page cache. A notification is a reply with no request (unique 0) whose error field carries
 /// the notification code.
 pub(super) fn notify_inval_inode(fd: RawFd, ino: u64, off: u64, len: u64) {
-    let mut o = Out::new();
-    o.u64(ino).u64(off).u64(len);
-    reply(fd, 0, -FUSE_NOTIFY_INVAL_INODE, &[&o.0]);
+    let mut o = Out::with_capacity(128);
+    o.u64_ne(ino).u64_ne(off).u64_ne(len);
+    reply(fd, 0, -FUSE_NOTIFY_INVAL_INODE, &[o.as_slice()]);
 }
 
 /// `FUSE_INIT_EXT`: the INIT structures carry `flags2`.

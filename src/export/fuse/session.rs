@@ -18,6 +18,7 @@
 
 use super::mount::{clone_fuse_fd, ctx};
 use super::proto::*;
+use super::request::{InHeader, InitIn, Request};
 use super::transport::{not_offered, possible_cpus, Transport, TransportChoice, TRANSPORT_ENV};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
@@ -55,16 +56,11 @@ pub struct ExportStats {
 }
 
 /// One request as a filesystem sees it.
-pub(super) struct Request<'a> {
-    /// The opcode (`FUSE_*`).
-    pub opcode: u32,
+pub(super) struct Call<'a> {
     /// The inode the request is about (`FUSE_ROOT_ID` for the root).
     pub nodeid: u64,
-    /// The fixed arguments after the in-header (for WRITE, `fuse_write_in` only), at most
-    /// [`MAX_ARGS`] bytes; handlers check the length they need.
-    pub args: &'a [u8],
-    /// A WRITE's payload, page-aligned; empty for every other opcode.
-    pub payload: &'a [u8],
+    /// The decoded request (a WRITE's payload page-aligned in it).
+    pub op: Request<'a>,
     /// This thread's counters.
     pub counters: &'a Counters,
 }
@@ -219,11 +215,6 @@ impl<'a> Reply<'a> {
     }
 }
 
-/// Whether a WRITE's fixed arguments (`fuse_write_in`) are whole and announce `payload` bytes.
-pub(super) fn write_is_whole(args: &[u8], payload: usize) -> bool {
-    args.len() >= WRITE_IN && ne_u32(args, 16) as usize == payload
-}
-
 /// What a FUSE server serves. Called on the serving threads, concurrently.
 pub(super) trait Filesystem: Send + Sync + 'static {
     /// Per-thread scratch state (I/O buffers), made once per serving thread.
@@ -234,13 +225,7 @@ pub(super) trait Filesystem: Send + Sync + 'static {
     fn init_flags(&self) -> u32;
     /// Answer one request (INIT, DESTROY, INTERRUPT and FORGETs never get here). Every
     /// opcode that expects a reply must get exactly one through `reply`.
-    fn handle(
-        &self,
-        req: &Request<'_>,
-        scratch: &mut Self::Scratch,
-        reply: &mut Reply<'_>,
-        s: &State,
-    );
+    fn handle(&self, req: &Call<'_>, scratch: &mut Self::Scratch, reply: &mut Reply<'_>, s: &State);
 }
 
 /// Session state a filesystem may read or update while handling a request.
@@ -520,15 +505,20 @@ impl<F: Filesystem> Drop for Session<F> {
 /// when the request expects none.
 pub(super) fn dispatch<F: Filesystem>(
     shared: &Arc<Shared<F>>,
-    req: &Request<'_>,
+    req: &Call<'_>,
     scratch: &mut F::Scratch,
     mut r: Reply<'_>,
 ) -> Option<Answer> {
-    match req.opcode {
-        FUSE_INIT => init(shared, &mut r, req.args),
+    match req.op {
+        Request::Init(ref k) => init(shared, &mut r, k),
         // No reply expected: interrupts are ignored (every request finishes quickly).
-        FUSE_INTERRUPT | FUSE_FORGET | FUSE_BATCH_FORGET | FUSE_NOTIFY_REPLY => return None,
-        FUSE_DESTROY => r.ok(&[]),
+        ref op if op.expects_no_answer() => return None,
+        Request::Destroy => r.ok(&[]),
+        // A WRITE that is not whole, or an INIT too short to negotiate with.
+        Request::Malformed {
+            opcode: FUSE_WRITE | FUSE_INIT,
+            ..
+        } => r.err(libc::EINVAL),
         _ => shared.fs.handle(req, scratch, &mut r, &shared.state),
     }
     Some(r.finish())
@@ -572,24 +562,18 @@ fn serve<F: Filesystem>(shared: Arc<Shared<F>>, fd: Arc<OwnedFd>, idx: usize) {
             }
         }
         let n = n as usize;
-        if n < IN_HEADER {
+        let Ok(h) = InHeader::decode(&head[..n.min(HEAD)]) else {
             eprintln!("dmkit: fuse: short request of {n} bytes ignored");
             continue;
-        }
-        let opcode = ne_u32(&head, 4);
-        let unique = ne_u64(&head, 8);
-        let nodeid = ne_u64(&head, 16);
+        };
+        let unique = h.unique;
         ctr.requests.fetch_add(1, Ordering::Relaxed);
-        if opcode == FUSE_WRITE {
-            if n < HEAD || !write_is_whole(&head[IN_HEADER..], n - HEAD) {
-                Reply::dev(raw, unique, None).err(libc::EINVAL);
-                continue;
-            }
-            let req = Request {
-                opcode,
-                nodeid,
-                args: &head[IN_HEADER..HEAD],
-                payload: &data.as_slice()[..n - HEAD],
+        if h.opcode == FUSE_WRITE {
+            // The payload is what follows the head: none when even the head is short.
+            let payload = &data.as_slice()[..n.saturating_sub(HEAD)];
+            let req = Call {
+                nodeid: h.nodeid,
+                op: Request::decode(h.opcode, &head[IN_HEADER..n.min(HEAD)], payload),
                 counters: ctr,
             };
             dispatch(&shared, &req, &mut scratch, Reply::dev(raw, unique, None));
@@ -602,11 +586,9 @@ fn serve<F: Filesystem>(shared: Arc<Shared<F>>, fd: Arc<OwnedFd>, idx: usize) {
                 let rest = (n - HEAD).min(MAX_ARGS);
                 args.extend_from_slice(&data.as_slice()[..rest]);
             }
-            let req = Request {
-                opcode,
-                nodeid,
-                args: &args,
-                payload: &[],
+            let req = Call {
+                nodeid: h.nodeid,
+                op: Request::decode(h.opcode, &args, &[]),
                 counters: ctr,
             };
             let r = Reply::dev(raw, unique, Some(data.all()));
@@ -616,24 +598,20 @@ fn serve<F: Filesystem>(shared: Arc<Shared<F>>, fd: Arc<OwnedFd>, idx: usize) {
     shared.thread_done();
 }
 
-fn init<F: Filesystem>(shared: &Arc<Shared<F>>, r: &mut Reply<'_>, args: &[u8]) {
-    if args.len() < 16 {
-        return r.err(libc::EINVAL);
-    }
-    let major = ne_u32(args, 0);
-    let minor = ne_u32(args, 4);
-    let max_readahead = ne_u32(args, 8);
-    let flags = ne_u32(args, 12);
-    let flags2 = if flags & FUSE_INIT_EXT != 0 && args.len() >= 20 {
-        ne_u32(args, 16)
-    } else {
-        0
-    };
+/// Answer INIT: the protocol version and what this server takes of what the kernel offers.
+fn init<F: Filesystem>(shared: &Arc<Shared<F>>, r: &mut Reply<'_>, k: &InitIn) {
+    let InitIn {
+        major,
+        minor,
+        max_readahead,
+        flags,
+        flags2,
+    } = *k;
     if major > KERNEL_MAJOR {
         // The kernel resends INIT with our major version.
-        let mut o = Out::new();
-        o.u32(KERNEL_MAJOR).u32(KERNEL_MINOR).zeros(56);
-        return r.ok(&[&o.0]);
+        let mut o = Out::with_capacity(128);
+        o.u32_ne(KERNEL_MAJOR).u32_ne(KERNEL_MINOR).zeros(56);
+        return r.ok(&[o.as_slice()]);
     }
     let done = |res: Result<u32, String>| {
         let mut g = shared.init.lock().unwrap_or_else(|e| e.into_inner());
@@ -672,22 +650,22 @@ fn init<F: Filesystem>(shared: &Arc<Shared<F>>, r: &mut Reply<'_>, args: &[u8]) 
             out_flags2 |= FUSE_OVER_IO_URING2;
         }
     }
-    let mut o = Out::new();
-    o.u32(KERNEL_MAJOR)
-        .u32(minor)
-        .u32(max_readahead)
-        .u32(out_flags)
-        .u16(MAX_BACKGROUND)
-        .u16(CONGESTION_THRESHOLD)
-        .u32(MAX_WRITE as u32)
-        .u32(1) // time_gran
-        .u16(MAX_PAGES)
-        .u16(0) // map_alignment
-        .u32(out_flags2)
-        .u32(0) // max_stack_depth
+    let mut o = Out::with_capacity(128);
+    o.u32_ne(KERNEL_MAJOR)
+        .u32_ne(minor)
+        .u32_ne(max_readahead)
+        .u32_ne(out_flags)
+        .u16_ne(MAX_BACKGROUND)
+        .u16_ne(CONGESTION_THRESHOLD)
+        .u32_ne(MAX_WRITE as u32)
+        .u32_ne(1) // time_gran
+        .u16_ne(MAX_PAGES)
+        .u16_ne(0) // map_alignment
+        .u32_ne(out_flags2)
+        .u32_ne(0) // max_stack_depth
         .zeros(24); // request_timeout + unused
     shared.state.minor.store(minor, Ordering::Relaxed);
-    r.ok(&[&o.0]);
+    r.ok(&[o.as_slice()]);
     // The kernel has processed the answer when the write returns: it now takes ring
     // registrations.
     let transport = match rings.map(|p| p.register()) {

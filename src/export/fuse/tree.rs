@@ -9,7 +9,8 @@
 
 use super::mount::{self, Root};
 use super::proto::*;
-use super::session::{Filesystem, Reply, Request, Session, State};
+use super::request::Request;
+use super::session::{Call, Filesystem, Reply, Session, State};
 use super::{Mounted, TransportChoice};
 use std::io;
 use std::path::Path;
@@ -180,43 +181,46 @@ struct TreeFs<S: TreeSource> {
 fn encode_attr(o: &mut Out, ino: u64, a: &NodeAttr) {
     let nlink = if a.kind == NodeKind::Dir { 2 } else { 1 };
     let mtime = a.mtime.max(0) as u64;
-    o.u64(ino)
-        .u64(a.size)
-        .u64(a.size.div_ceil(512))
-        .u64(mtime) // atime
-        .u64(mtime)
-        .u64(mtime) // ctime
-        .u32(0)
-        .u32(0)
-        .u32(0)
-        .u32(a.kind.mode_bits() | (a.perm & 0o7777))
-        .u32(nlink)
-        .u32(a.uid)
-        .u32(a.gid)
-        .u32(a.rdev)
-        .u32(PAGE as u32) // blksize
-        .u32(0); // flags
+    o.u64_ne(ino)
+        .u64_ne(a.size)
+        .u64_ne(a.size.div_ceil(512))
+        .u64_ne(mtime) // atime
+        .u64_ne(mtime)
+        .u64_ne(mtime) // ctime
+        .u32_ne(0)
+        .u32_ne(0)
+        .u32_ne(0)
+        .u32_ne(a.kind.mode_bits() | (a.perm & 0o7777))
+        .u32_ne(nlink)
+        .u32_ne(a.uid)
+        .u32_ne(a.gid)
+        .u32_ne(a.rdev)
+        .u32_ne(PAGE as u32) // blksize
+        .u32_ne(0); // flags
 }
 
 /// `fuse_entry_out`: node id, generation, validities, attributes.
 fn encode_entry(o: &mut Out, ino: u64, a: &NodeAttr) {
-    o.u64(ino)
-        .u64(0) // generation
-        .u64(ATTR_VALID_SECS) // entry_valid
-        .u64(ATTR_VALID_SECS) // attr_valid
-        .u32(0)
-        .u32(0);
+    o.u64_ne(ino)
+        .u64_ne(0) // generation
+        .u64_ne(ATTR_VALID_SECS) // entry_valid
+        .u64_ne(ATTR_VALID_SECS) // attr_valid
+        .u32_ne(0)
+        .u32_ne(0);
     encode_attr(o, ino, a);
 }
 
 /// Appends one `fuse_dirent` (8-byte aligned) if it fits in `max` bytes; returns whether it did.
 fn push_dirent(o: &mut Out, max: usize, ino: u64, next: u64, name: &[u8], kind: u32) -> bool {
     let len = (24 + name.len()).next_multiple_of(8);
-    if o.0.len() + len > max {
+    if o.len() + len > max {
         return false;
     }
-    o.u64(ino).u64(next).u32(name.len() as u32).u32(kind);
-    o.0.extend_from_slice(name);
+    o.u64_ne(ino)
+        .u64_ne(next)
+        .u32_ne(name.len() as u32)
+        .u32_ne(kind);
+    o.bytes(name);
     o.zeros(len - 24 - name.len());
     true
 }
@@ -224,37 +228,33 @@ fn push_dirent(o: &mut Out, max: usize, ino: u64, next: u64, name: &[u8], kind: 
 impl<S: TreeSource> TreeFs<S> {
     fn attr_out(&self, ino: u64) -> Result<Vec<u8>, i32> {
         let a = self.source.attr(ino).ok_or(libc::ENOENT)?;
-        let mut o = Out::new();
-        o.u64(ATTR_VALID_SECS).u32(0).u32(0);
+        let mut o = Out::with_capacity(128);
+        o.u64_ne(ATTR_VALID_SECS).u32_ne(0).u32_ne(0);
         encode_attr(&mut o, ino, &a);
-        Ok(o.0)
+        Ok(o.into_inner())
     }
 
-    fn lookup(&self, parent: u64, args: &[u8]) -> Result<Vec<u8>, i32> {
-        let name = args.split(|&b| b == 0).next().unwrap_or_default();
+    fn lookup(&self, parent: u64, name: &[u8]) -> Result<Vec<u8>, i32> {
         let ino = match name {
             b"." => parent,
             b".." => self.source.parent(parent).ok_or(libc::ENOENT)?,
             _ => self.source.lookup(parent, name)?,
         };
         let a = self.source.attr(ino).ok_or(libc::ENOENT)?;
-        let mut o = Out::new();
+        let mut o = Out::with_capacity(128);
         encode_entry(&mut o, ino, &a);
-        Ok(o.0)
+        Ok(o.into_inner())
     }
 
     /// READDIR and READDIRPLUS: positions 0 and 1 are `.` and `..`, the entries follow.
-    fn readdir(&self, ino: u64, args: &[u8], plus: bool) -> Result<Vec<u8>, i32> {
-        if args.len() < 20 {
-            return Err(libc::EINVAL);
-        }
+    fn readdir(&self, ino: u64, offset: u64, size: u32, plus: bool) -> Result<Vec<u8>, i32> {
         let attr = self.source.attr(ino).ok_or(libc::ENOENT)?;
         if attr.kind != NodeKind::Dir {
             return Err(libc::ENOTDIR);
         }
-        let mut pos = ne_u64(args, 8);
-        let max = (ne_u32(args, 16) as usize).min(MAX_WRITE);
-        let mut o = Out::new();
+        let mut pos = offset;
+        let max = (size as usize).min(MAX_WRITE);
+        let mut o = Out::with_capacity(128);
         loop {
             let (name, child): (&[u8], u64) = match pos {
                 0 => (b".", ino),
@@ -271,22 +271,22 @@ impl<S: TreeSource> TreeFs<S> {
                 break;
             };
             let kind = a.kind.dirent_type();
-            let start = o.0.len();
+            let start = o.len();
             if plus {
                 // `fuse_direntplus`: an entry_out, then the dirent. The kernel skips "." and
                 // ".." for linking, so they carry node id 0 and no lookup is counted.
-                let mut e = Out::new();
+                let mut e = Out::with_capacity(128);
                 if pos < 2 {
                     e.zeros(40 + 88);
                 } else {
                     encode_entry(&mut e, child, &a);
                 }
-                if o.0.len() + e.0.len() > max {
+                if o.len() + e.len() > max {
                     break;
                 }
-                o.0.extend_from_slice(&e.0);
+                o.bytes(e.as_slice());
                 if !push_dirent(&mut o, max, child, pos + 1, name, kind) {
-                    o.0.truncate(start);
+                    o.truncate(start);
                     break;
                 }
             } else if !push_dirent(&mut o, max, child, pos + 1, name, kind) {
@@ -294,7 +294,7 @@ impl<S: TreeSource> TreeFs<S> {
             }
             pos += 1;
         }
-        Ok(o.0)
+        Ok(o.into_inner())
     }
 
     fn statfs(&self) -> Vec<u8> {
@@ -322,15 +322,13 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
             | FUSE_CACHE_SYMLINKS
     }
 
-    fn handle(&self, req: &Request<'_>, scratch: &mut S::Scratch, r: &mut Reply<'_>, st: &State) {
-        let args = req.args;
+    fn handle(&self, req: &Call<'_>, scratch: &mut S::Scratch, r: &mut Reply<'_>, st: &State) {
         let ino = req.nodeid;
-        match req.opcode {
-            FUSE_LOOKUP => r.result(self.lookup(ino, args)),
-            FUSE_GETATTR => r.result(self.attr_out(ino)),
-            FUSE_READLINK => r.result(self.source.read_link(ino)),
-            FUSE_OPEN => {
-                let flags = if args.len() >= 4 { ne_u32(args, 0) } else { 0 };
+        match req.op {
+            Request::Lookup { name } => r.result(self.lookup(ino, name)),
+            Request::Getattr => r.result(self.attr_out(ino)),
+            Request::Readlink => r.result(self.source.read_link(ino)),
+            Request::Open { flags } => {
                 if flags as i32 & libc::O_ACCMODE != libc::O_RDONLY {
                     return r.err(libc::EROFS);
                 }
@@ -343,11 +341,11 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
                 match self.source.open(ino) {
                     Ok(h) => {
                         let fh = self.handles.insert(h);
-                        let mut o = Out::new();
+                        let mut o = Out::with_capacity(128);
                         // Verified contents cannot change under the page cache: keep it.
-                        o.u64(fh).u32(FOPEN_KEEP_CACHE).u32(0);
+                        o.u64_ne(fh).u32_ne(FOPEN_KEEP_CACHE).u32_ne(0);
                         st.open_handles.fetch_add(1, Ordering::SeqCst);
-                        r.ok(&[&o.0]);
+                        r.ok(&[o.as_slice()]);
                     }
                     Err(e) => {
                         req.counters.io_errors.fetch_add(1, Ordering::Relaxed);
@@ -355,15 +353,11 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
                     }
                 }
             }
-            FUSE_READ => {
-                if args.len() < 24 {
-                    return r.err(libc::EINVAL);
-                }
-                let Some(h) = self.handles.get(ne_u64(args, 0)) else {
+            Request::Read { fh, offset, size } => {
+                let Some(h) = self.handles.get(fh) else {
                     return r.err(libc::EBADF);
                 };
-                let offset = ne_u64(args, 8);
-                let size = (ne_u32(args, 16) as usize).min(MAX_WRITE);
+                let size = (size as usize).min(MAX_WRITE);
                 match self.source.read(&h, offset, size, scratch) {
                     Ok(data) => {
                         req.counters
@@ -384,34 +378,49 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
                     }
                 }
             }
-            FUSE_RELEASE => {
-                if args.len() >= 8 && self.handles.remove(ne_u64(args, 0)) {
+            Request::Release { fh } => {
+                if fh.is_some_and(|fh| self.handles.remove(fh)) {
                     st.open_handles.fetch_sub(1, Ordering::SeqCst);
                 }
                 r.ok(&[]);
             }
-            FUSE_OPENDIR => match self.source.attr(ino).map(|a| a.kind) {
+            Request::Opendir => match self.source.attr(ino).map(|a| a.kind) {
                 Some(NodeKind::Dir) => {
-                    let mut o = Out::new();
-                    o.u64(0).u32(FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR).u32(0);
+                    let mut o = Out::with_capacity(128);
+                    o.u64_ne(0)
+                        .u32_ne(FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR)
+                        .u32_ne(0);
                     st.open_handles.fetch_add(1, Ordering::SeqCst);
-                    r.ok(&[&o.0]);
+                    r.ok(&[o.as_slice()]);
                 }
                 Some(_) => r.err(libc::ENOTDIR),
                 None => r.err(libc::ENOENT),
             },
-            FUSE_READDIR => r.result(self.readdir(ino, args, false)),
-            FUSE_READDIRPLUS => r.result(self.readdir(ino, args, true)),
-            FUSE_RELEASEDIR => {
+            Request::Readdir { plus, offset, size } => {
+                r.result(self.readdir(ino, offset, size, plus))
+            }
+            Request::Releasedir => {
                 st.open_handles.fetch_sub(1, Ordering::SeqCst);
                 r.ok(&[]);
             }
-            FUSE_STATFS => r.ok(&[&self.statfs()]),
-            FUSE_FLUSH | FUSE_FSYNC | FUSE_FSYNCDIR => r.ok(&[]),
-            FUSE_ACCESS => r.ok(&[]),
+            Request::Statfs => r.ok(&[&self.statfs()]),
+            Request::Flush | Request::Fsync | Request::Fsyncdir => r.ok(&[]),
+            Request::Access => r.ok(&[]),
             // No extended attributes; ENOSYS makes the kernel stop asking.
-            FUSE_GETXATTR | FUSE_LISTXATTR => r.err(libc::ENOSYS),
-            FUSE_SETATTR | FUSE_WRITE | FUSE_FALLOCATE => r.err(libc::EROFS),
+            Request::Getxattr | Request::Listxattr => r.err(libc::ENOSYS),
+            // Read-only, whatever the arguments say.
+            Request::Setattr { .. }
+            | Request::Write { .. }
+            | Request::Fallocate { .. }
+            | Request::Malformed {
+                opcode: FUSE_SETATTR | FUSE_FALLOCATE,
+                ..
+            } => r.err(libc::EROFS),
+            // Arguments too short for an opcode this filesystem serves.
+            Request::Malformed {
+                opcode: FUSE_READ | FUSE_READDIR | FUSE_READDIRPLUS,
+                ..
+            } => r.err(libc::EINVAL),
             _ => r.err(libc::ENOSYS),
         }
     }

@@ -20,8 +20,10 @@
 //! which unmounting (the connection's abort) or the end of the process brings.
 
 use super::proto::*;
-use super::session::{dispatch, write_is_whole, Answer, Filesystem, Reply, Request, Shared};
+use super::request::{InHeader, Request};
+use super::session::{dispatch, Answer, Call, Filesystem, Reply, Shared};
 use super::transport::{possible_cpus, Transport};
+use crate::codec::{self, Reader, SliceWriter};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
@@ -304,42 +306,31 @@ impl Queue {
                 std::slice::from_raw_parts_mut(e.payload, PAYLOAD),
             )
         };
-        let len = ne_u32(&hdr.in_out, 0) as usize;
-        let opcode = ne_u32(&hdr.in_out, 4);
-        let unique = ne_u64(&hdr.in_out, 8);
-        let nodeid = ne_u64(&hdr.in_out, 16);
-        e.commit_id = ne_u64(&hdr.ent, 8);
-        let size = (ne_u32(&hdr.ent, 16) as usize).min(PAYLOAD);
+        // Both parts are fixed-size arrays longer than what is read from them.
+        let h = InHeader::decode(&hdr.in_out).expect("the in/out part holds an in-header");
+        let (commit_id, size) = ent_in(&hdr.ent).expect("the entry part holds its fields");
+        let unique = h.unique;
+        e.commit_id = commit_id;
+        let size = (size as usize).min(PAYLOAD);
         // The in-header's length counts the fixed arguments and the payload.
-        let op_len = len.saturating_sub(IN_HEADER + size).min(OP_IN);
+        let op_len = (h.len as usize).saturating_sub(IN_HEADER + size).min(OP_IN);
         let counters = &shared.counters[ctr.min(shared.counters.len() - 1)];
         counters.requests.fetch_add(1, Ordering::Relaxed);
-        let answer = if opcode == FUSE_WRITE {
-            let op = &hdr.op_in[..op_len];
-            if write_is_whole(op, size) {
-                let req = Request {
-                    opcode,
-                    nodeid,
-                    args: op,
-                    payload: &payload[..size],
-                    counters,
-                };
-                dispatch(shared, &req, scratch, Reply::ring(unique, None))
-            } else {
-                let mut r = Reply::ring(unique, None);
-                r.err(libc::EINVAL);
-                Some(r.finish())
-            }
+        let answer = if h.opcode == FUSE_WRITE {
+            let req = Call {
+                nodeid: h.nodeid,
+                op: Request::decode(h.opcode, &hdr.op_in[..op_len], &payload[..size]),
+                counters,
+            };
+            dispatch(shared, &req, scratch, Reply::ring(unique, None))
         } else {
             // Names and other variable arguments follow the fixed ones in the payload.
             args.clear();
             args.extend_from_slice(&hdr.op_in[..op_len]);
             args.extend_from_slice(&payload[..size.min(MAX_ARGS)]);
-            let req = Request {
-                opcode,
-                nodeid,
-                args,
-                payload: &[],
+            let req = Call {
+                nodeid: h.nodeid,
+                op: Request::decode(h.opcode, args, &[]),
                 counters,
             };
             dispatch(shared, &req, scratch, Reply::ring(unique, Some(payload)))
@@ -354,11 +345,26 @@ impl Queue {
         if let Some(st) = a.staged {
             payload[..n].copy_from_slice(&st[..n]);
         }
-        hdr.in_out[0..4].copy_from_slice(&((OUT_HEADER + n) as u32).to_ne_bytes());
-        hdr.in_out[4..8].copy_from_slice(&(-a.error).to_ne_bytes());
-        hdr.in_out[8..16].copy_from_slice(&unique.to_ne_bytes());
-        hdr.ent[16..20].copy_from_slice(&(n as u32).to_ne_bytes());
+        // fuse_out_header, and the payload size in the entry part.
+        let out = |hdr: &mut Header| -> Result<(), codec::Error> {
+            SliceWriter::new(&mut hdr.in_out)
+                .u32_ne((OUT_HEADER + n) as u32)?
+                .u32_ne(-a.error as u32)?
+                .u64_ne(unique)?;
+            SliceWriter::new(&mut hdr.ent)
+                .seek(16, "payload_sz")?
+                .u32_ne(n as u32)?;
+            Ok(())
+        };
+        out(hdr).expect("the header parts hold the answer's fields");
     }
+}
+
+/// `fuse_uring_ent_in_out`: flags, commit id, payload size; the commit id and the size.
+fn ent_in(ent: &[u8]) -> Result<(u64, u32), codec::Error> {
+    let mut r = Reader::new(ent);
+    r.skip(8, "flags")?;
+    Ok((r.u64_ne("commit_id")?, r.u32_ne("payload_sz")?))
 }
 
 /// Pin the calling thread to `cpu`.

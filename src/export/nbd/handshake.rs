@@ -11,6 +11,7 @@
 use super::export::ExportInfo;
 use super::proto::*;
 use super::wire::{Stream, Wire};
+use crate::codec::{self, Reader, Writer};
 use std::io;
 
 /// Option data kept in memory: a name (4096 bytes at most) and its framing, with room to spare.
@@ -62,14 +63,14 @@ impl<'a> Handshake<'a> {
     /// Send the greeting and read the client's flags. A client flag we do not know ends the
     /// connection, as the protocol says.
     pub fn greet<S: Stream>(export: &'a ExportInfo, wire: &mut Wire<S>) -> io::Result<Self> {
-        let mut g = [0u8; 18];
-        g[0..8].copy_from_slice(&NBDMAGIC.to_be_bytes());
-        g[8..16].copy_from_slice(&IHAVEOPT.to_be_bytes());
-        g[16..18].copy_from_slice(&(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES).to_be_bytes());
-        wire.send(&[&g])?;
+        let mut g = Writer::with_capacity(18);
+        g.u64_be(NBDMAGIC)
+            .u64_be(IHAVEOPT)
+            .u16_be(FLAG_FIXED_NEWSTYLE | FLAG_NO_ZEROES);
+        wire.send(&[g.as_slice()])?;
         let mut f = [0u8; 4];
         wire.read_exact(&mut f)?;
-        let flags = u32::from_be_bytes(f);
+        let flags = Reader::new(&f).u32_be("client flags").map_err(malformed)?;
         if flags & !(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES) != 0 {
             return Err(violation(format!("unknown client flags {flags:#x}")));
         }
@@ -96,11 +97,12 @@ impl<'a> Handshake<'a> {
         loop {
             let mut h = [0u8; 16];
             wire.read_exact(&mut h)?;
-            if be64(&h, 0) != IHAVEOPT {
+            let mut r = Reader::new(&h);
+            if r.u64_be("option magic").map_err(malformed)? != IHAVEOPT {
                 return Err(violation("an option without the IHAVEOPT magic"));
             }
-            let option = be32(&h, 8);
-            let len = be32(&h, 12);
+            let option = r.u32_be("option").map_err(malformed)?;
+            let len = r.u32_be("option length").map_err(malformed)?;
             if len > MAX_OPTION {
                 if len > MAX_SKIP || option == OPT_EXPORT_NAME {
                     return Err(violation(format!(
@@ -140,13 +142,12 @@ impl<'a> Handshake<'a> {
                 if !self.export.is_named(data) {
                     return Err(violation("NBD_OPT_EXPORT_NAME of an unknown export"));
                 }
-                let mut r = Vec::with_capacity(134);
-                r.extend_from_slice(&self.export.size.to_be_bytes());
-                r.extend_from_slice(&self.export.flags.to_be_bytes());
+                let mut r = Writer::with_capacity(134);
+                r.u64_be(self.export.size).u16_be(self.export.flags);
                 if !self.no_zeroes {
-                    r.resize(r.len() + 124, 0);
+                    r.zeros(124);
                 }
-                wire.send(&[&r])?;
+                wire.send(&[r.as_slice()])?;
                 return Ok(Some(Outcome::Go {
                     structured: self.structured,
                 }));
@@ -160,11 +161,11 @@ impl<'a> Handshake<'a> {
             }
             OPT_LIST => {
                 let name = self.export.name.as_bytes();
-                let mut r = Vec::new();
-                r.extend_from_slice(&(name.len() as u32).to_be_bytes());
-                r.extend_from_slice(name);
-                r.extend_from_slice(self.export.description.as_bytes());
-                self.reply(wire, option, REP_SERVER, &r)?;
+                let mut r = Writer::new();
+                r.u32_be(name.len() as u32)
+                    .bytes(name)
+                    .bytes(self.export.description.as_bytes());
+                self.reply(wire, option, REP_SERVER, r.as_slice())?;
                 self.ack(wire, option)?;
             }
             OPT_STARTTLS => {
@@ -217,7 +218,7 @@ impl<'a> Handshake<'a> {
         option: u32,
         data: &[u8],
     ) -> io::Result<Option<Outcome>> {
-        let Some(requests) = parse_info(data) else {
+        let Some((name, requests)) = parse_info_name(data) else {
             self.error(
                 wire,
                 option,
@@ -226,7 +227,6 @@ impl<'a> Handshake<'a> {
             )?;
             return Ok(None);
         };
-        let name = &data[4..4 + be32(data, 0) as usize];
         if !self.export.is_named(name) {
             let msg = format!(
                 "no export named {:?} (this server has {:?})",
@@ -237,31 +237,27 @@ impl<'a> Handshake<'a> {
             return Ok(None);
         }
         let e = self.export;
-        let mut x = Vec::with_capacity(12);
-        x.extend_from_slice(&INFO_EXPORT.to_be_bytes());
-        x.extend_from_slice(&e.size.to_be_bytes());
-        x.extend_from_slice(&e.flags.to_be_bytes());
-        self.reply(wire, option, REP_INFO, &x)?;
+        let mut x = Writer::with_capacity(12);
+        x.u16_be(INFO_EXPORT).u64_be(e.size).u16_be(e.flags);
+        self.reply(wire, option, REP_INFO, x.as_slice())?;
         if requests.contains(&INFO_NAME) {
-            let r = [&INFO_NAME.to_be_bytes()[..], e.name.as_bytes()].concat();
-            self.reply(wire, option, REP_INFO, &r)?;
+            let mut r = Writer::new();
+            r.u16_be(INFO_NAME).bytes(e.name.as_bytes());
+            self.reply(wire, option, REP_INFO, r.as_slice())?;
         }
         if requests.contains(&INFO_DESCRIPTION) {
-            let r = [
-                &INFO_DESCRIPTION.to_be_bytes()[..],
-                e.description.as_bytes(),
-            ]
-            .concat();
-            self.reply(wire, option, REP_INFO, &r)?;
+            let mut r = Writer::new();
+            r.u16_be(INFO_DESCRIPTION).bytes(e.description.as_bytes());
+            self.reply(wire, option, REP_INFO, r.as_slice())?;
         }
         // Sent whether asked for or not: a client that ignores it gets unaligned requests
         // served all the same (read-modify-write), only slower.
-        let mut b = Vec::with_capacity(14);
-        b.extend_from_slice(&INFO_BLOCK_SIZE.to_be_bytes());
+        let mut b = Writer::with_capacity(14);
+        b.u16_be(INFO_BLOCK_SIZE);
         for v in [e.min_block, e.preferred_block, e.max_payload] {
-            b.extend_from_slice(&v.to_be_bytes());
+            b.u32_be(v);
         }
-        self.reply(wire, option, REP_INFO, &b)?;
+        self.reply(wire, option, REP_INFO, b.as_slice())?;
         self.ack(wire, option)?;
         Ok((option == OPT_GO).then_some(Outcome::Go {
             structured: self.structured,
@@ -298,23 +294,32 @@ impl<'a> Handshake<'a> {
 /// the lengths inside must add up to exactly the option's length, the name at most 4096
 /// bytes.
 pub fn parse_info(data: &[u8]) -> Option<Vec<u16>> {
-    if data.len() < 6 {
-        return None;
-    }
-    let name_len = be32(data, 0) as usize;
+    parse_info_name(data).map(|(_, requests)| requests)
+}
+
+/// [`parse_info`] with the export name the data asks for.
+fn parse_info_name(data: &[u8]) -> Option<(&[u8], Vec<u16>)> {
+    let mut r = Reader::new(data);
+    let name_len = r.u32_be("name length").ok()? as usize;
     if name_len > 4096 {
         return None;
     }
-    let after = 4usize.checked_add(name_len)?;
-    let count_end = after.checked_add(2)?;
-    if count_end > data.len() {
+    let name = r.take(name_len, "name").ok()?;
+    let count = usize::from(r.u16_be("request count").ok()?);
+    if r.left() != 2 * count {
         return None;
     }
-    let count = usize::from(be16(data, after));
-    if data.len() != count_end + 2 * count {
-        return None;
-    }
-    Some((0..count).map(|i| be16(data, count_end + 2 * i)).collect())
+    let requests = (0..count)
+        .map(|_| r.u16_be("request"))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    Some((name, requests))
+}
+
+/// A field the peer's bytes do not hold (the buffers are sized for them: a bug, reported as
+/// a protocol violation rather than a panic).
+fn malformed(e: codec::Error) -> io::Error {
+    violation(e.to_string())
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
 //! The NBD protocol's numbers (doc/proto.md of the NetworkBlockDevice project) and the
 //! encoding of the messages the server sends. Everything on the wire is big-endian.
 
+use crate::codec::{self, Reader, SliceWriter};
+
 /// `NBDMAGIC`, the first 8 bytes the server sends.
 pub const NBDMAGIC: u64 = 0x4e42_444d_4147_4943;
 /// `IHAVEOPT`: after NBDMAGIC in newstyle negotiation, and before every client option.
@@ -155,21 +157,34 @@ pub fn nbd_errno(errno: i32) -> u32 {
 
 /// An option reply header (20 bytes) for a reply of `len` payload bytes.
 pub fn option_reply(option: u32, reply: u32, len: u32) -> [u8; 20] {
-    let mut h = [0u8; 20];
-    h[0..8].copy_from_slice(&REPLY_MAGIC.to_be_bytes());
-    h[8..12].copy_from_slice(&option.to_be_bytes());
-    h[12..16].copy_from_slice(&reply.to_be_bytes());
-    h[16..20].copy_from_slice(&len.to_be_bytes());
+    fixed(|w| {
+        w.u64_be(REPLY_MAGIC)?
+            .u32_be(option)?
+            .u32_be(reply)?
+            .u32_be(len)?;
+        Ok(())
+    })
+}
+
+/// A fixed-size header written field by field; the sizes are constants, so every field fits.
+fn fixed<const N: usize>(
+    put: impl FnOnce(&mut SliceWriter<'_>) -> Result<(), codec::Error>,
+) -> [u8; N] {
+    let mut h = [0u8; N];
+    let mut w = SliceWriter::new(&mut h);
+    put(&mut w).expect("a reply header's fields fit its fixed size");
+    debug_assert_eq!(w.left(), 0);
     h
 }
 
 /// A simple reply header.
 pub fn simple_reply(error: u32, cookie: u64) -> [u8; SIMPLE_REPLY_LEN] {
-    let mut h = [0u8; SIMPLE_REPLY_LEN];
-    h[0..4].copy_from_slice(&SIMPLE_REPLY_MAGIC.to_be_bytes());
-    h[4..8].copy_from_slice(&error.to_be_bytes());
-    h[8..16].copy_from_slice(&cookie.to_be_bytes());
-    h
+    fixed(|w| {
+        w.u32_be(SIMPLE_REPLY_MAGIC)?
+            .u32_be(error)?
+            .u64_be(cookie)?;
+        Ok(())
+    })
 }
 
 /// A structured reply chunk header for `len` payload bytes.
@@ -179,30 +194,37 @@ pub fn structured_header(
     cookie: u64,
     len: u32,
 ) -> [u8; STRUCTURED_HEADER_LEN] {
-    let mut h = [0u8; STRUCTURED_HEADER_LEN];
-    h[0..4].copy_from_slice(&STRUCTURED_REPLY_MAGIC.to_be_bytes());
-    h[4..6].copy_from_slice(&flags.to_be_bytes());
-    h[6..8].copy_from_slice(&kind.to_be_bytes());
-    h[8..16].copy_from_slice(&cookie.to_be_bytes());
-    h[16..20].copy_from_slice(&len.to_be_bytes());
-    h
+    fixed(|w| {
+        w.u32_be(STRUCTURED_REPLY_MAGIC)?
+            .u16_be(flags)?
+            .u16_be(kind)?
+            .u64_be(cookie)?
+            .u32_be(len)?;
+        Ok(())
+    })
 }
 
-/// Big-endian u16 at `at` of `b` (which the caller has checked is long enough).
+/// Big-endian u16 at `at` of `b`, for tests and fuzz targets that look into what the server
+/// sent (the server itself reads through [`crate::codec::Reader`]). Panics when `b` is short.
 pub fn be16(b: &[u8], at: usize) -> u16 {
-    u16::from_be_bytes([b[at], b[at + 1]])
+    peek(b, at, |r| r.u16_be("u16"))
 }
 
-/// Big-endian u32 at `at`.
+/// Big-endian u32 at `at` (as [`be16`]).
 pub fn be32(b: &[u8], at: usize) -> u32 {
-    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+    peek(b, at, |r| r.u32_be("u32"))
 }
 
-/// Big-endian u64 at `at`.
+/// Big-endian u64 at `at` (as [`be16`]).
 pub fn be64(b: &[u8], at: usize) -> u64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    u64::from_be_bytes(a)
+    peek(b, at, |r| r.u64_be("u64"))
+}
+
+fn peek<T>(b: &[u8], at: usize, f: impl FnOnce(&mut Reader<'_>) -> Result<T, codec::Error>) -> T {
+    match Reader::at(b, at, "field").and_then(|mut r| f(&mut r)) {
+        Ok(v) => v,
+        Err(e) => panic!("{e} at byte {at}"),
+    }
 }
 
 #[cfg(test)]

@@ -6,6 +6,7 @@
 
 use super::export::ExportInfo;
 use super::proto::*;
+use crate::codec::{self, Reader};
 
 /// A request header as received.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -26,15 +27,21 @@ impl Header {
     /// Parse a header; `None` when the magic is wrong, after which the stream cannot be
     /// trusted to be at a request boundary (the connection is closed).
     pub fn parse(b: &[u8; REQUEST_LEN]) -> Option<Header> {
-        if be32(b, 0) != REQUEST_MAGIC {
+        let mut r = Reader::new(b);
+        if r.u32_be("magic").ok()? != REQUEST_MAGIC {
             return None;
         }
-        Some(Header {
-            flags: be16(b, 4),
-            kind: be16(b, 6),
-            cookie: be64(b, 8),
-            offset: be64(b, 16),
-            len: be32(b, 24),
+        Self::fields(&mut r).ok()
+    }
+
+    /// The fields after the magic, in wire order.
+    fn fields(r: &mut Reader<'_>) -> Result<Header, codec::Error> {
+        Ok(Header {
+            flags: r.u16_be("flags")?,
+            kind: r.u16_be("type")?,
+            cookie: r.u64_be("cookie")?,
+            offset: r.u64_be("offset")?,
+            len: r.u32_be("length")?,
         })
     }
 

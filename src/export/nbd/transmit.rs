@@ -8,6 +8,7 @@ use super::proto::*;
 use super::request::{check, Command, Header, Refusal};
 use super::wire::{Stream, Wire};
 use crate::block::BlockError;
+use crate::codec::Writer;
 use crate::export::buf::AlignedBuf;
 use crate::export::bytes::ByteDevice;
 use serde::Serialize;
@@ -257,10 +258,9 @@ impl<'a> Transmission<'a> {
             return wire.send(&[&simple_reply(error, req.cookie)]);
         }
         let msg = &message.as_bytes()[..message.len().min(4096)];
-        let mut p = Vec::with_capacity(6 + msg.len());
-        p.extend_from_slice(&error.to_be_bytes());
-        p.extend_from_slice(&(msg.len() as u16).to_be_bytes());
-        p.extend_from_slice(msg);
+        let mut w = Writer::with_capacity(6 + msg.len());
+        w.u32_be(error).u16_be(msg.len() as u16).bytes(msg);
+        let p = w.into_inner();
         let h = structured_header(
             REPLY_FLAG_DONE,
             REPLY_TYPE_ERROR,
@@ -275,10 +275,15 @@ impl<'a> Transmission<'a> {
 /// header and offset, or a simple reply.
 fn read_header(structured: bool, req: &Header, offset: u64, len: u32) -> Vec<u8> {
     if structured {
-        let mut h = structured_header(REPLY_FLAG_DONE, REPLY_TYPE_OFFSET_DATA, req.cookie, len + 8)
-            .to_vec();
-        h.extend_from_slice(&offset.to_be_bytes());
-        h
+        let mut w = Writer::with_capacity(STRUCTURED_HEADER_LEN + 8);
+        w.bytes(&structured_header(
+            REPLY_FLAG_DONE,
+            REPLY_TYPE_OFFSET_DATA,
+            req.cookie,
+            len + 8,
+        ))
+        .u64_be(offset);
+        w.into_inner()
     } else {
         simple_reply(0, req.cookie).to_vec()
     }

@@ -2,9 +2,8 @@
 //! (`hdr_validate_requirements`): header and keyslots-area sizes LUKS2 allows, the keyslots
 //! area ending before the data, flags and mandatory requirements as arrays of strings.
 
-use super::keyslots::metadata_size;
 use super::segments::minimal_offset;
-use super::{contains, contains_string, section, show, str_to_u64, Type, R};
+use super::{contains, contains_string, metadata_size, section, show, str_to_u64, Type, R};
 use crate::crypt::luks2::header::HEADER_SIZES;
 use crate::crypt::luks2::jsonc::Value;
 

@@ -5,8 +5,8 @@
 
 use super::digests::count_for_keyslot;
 use super::{
-    atoi, contains, contains_string, get_u64, is_u32, numbered, reqs, requirements, section, show,
-    str_to_u64, Type, R,
+    atoi, contains, contains_string, get_u64, is_u32, metadata_size, numbered, reqs, requirements,
+    section, show, str_to_u64, Type, R,
 };
 use crate::crypt::luks2::jsonc::Value;
 
@@ -24,11 +24,6 @@ pub(super) fn validate(root: &Value) -> R {
         }
     }
     Ok(())
-}
-
-/// Bytes of one header copy: config.json_size + the 4096-byte binary header.
-pub(super) fn metadata_size(root: &Value) -> u64 {
-    get_u64(root.get("config").and_then(|c| c.get("json_size"))).wrapping_add(4096)
 }
 
 /// Where the keyslots area ends: both header copies and config.keyslots_size.

@@ -169,6 +169,34 @@ pub(crate) fn requirements(root: &Value) -> u32 {
         .fold(0, |a, b| a | b)
 }
 
+/// `parse_and_validate_json`: one JSON object from the start of the area, NULs after it, and
+/// every metadata rule; a failing header gets cryptsetup's one repair and a second chance.
+pub fn parse_and_validate(area: &[u8]) -> Result<Value, String> {
+    let (mut v, end) = super::jsonc::parse_area(area).map_err(|e| format!("JSON metadata: {e}"))?;
+    if area.first() != Some(&b'{') {
+        return Err("the JSON area does not start with '{'".into());
+    }
+    if end >= area.len() {
+        return Err("the JSON area has no NUL after the metadata".into());
+    }
+    if let Some(i) = area[end..].iter().position(|&c| c != 0) {
+        return Err(format!(
+            "byte {} of the JSON area, after the metadata, is not NUL",
+            end + i
+        ));
+    }
+    if validate(&v, area.len() as u64).is_err() {
+        repair(&mut v);
+    }
+    validate(&v, area.len() as u64)?;
+    Ok(v)
+}
+
+/// Bytes of one header copy: config.json_size + the 4096-byte binary header.
+fn metadata_size(root: &Value) -> u64 {
+    get_u64(root.get("config").and_then(|c| c.get("json_size"))).wrapping_add(4096)
+}
+
 /// Every rule of `LUKS2_hdr_validate` for the metadata of a header whose JSON area is
 /// `json_area_size` bytes.
 pub fn validate(root: &Value, json_area_size: u64) -> R {

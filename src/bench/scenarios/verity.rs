@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::harness::{self, Dmkit, Interrupt};
-use super::BenchError;
+use crate::bench::harness::process::{self as harness, Dmkit, Interrupt};
+use crate::bench::BenchError;
 
 /// Parameters of `verity format`, spelt as veritysetup spells them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -23,13 +23,20 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
-use super::cloudflare::{fio_parsed, need, say, tool_version, Daemon, Job, Loop};
-use super::harness::{self, command_line, Dmkit, Export, Interrupt, Workspace};
-use super::model::Stats;
-use super::nbd::{fio_has_nbd, parse_fio, wait_for_socket, NbdJob};
-use super::rw::RwBenchOptions;
-use super::table::{format_size, Align, TextTable};
-use super::BenchError;
+use super::nbd::NbdJob;
+use crate::bench::harness::fio::{fio_parsed, parse_totals, Job};
+use crate::bench::harness::model::median;
+
+use crate::bench::harness::process::say;
+use crate::bench::harness::process::{
+    self as harness, command_line, Dmkit, Export, Interrupt, Workspace,
+};
+use crate::bench::harness::rw::RwBenchOptions;
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::harness::tools::{
+    fio_has_nbd, first_mib, need, tool_version, wait_for_size, wait_for_socket, Daemon, Loop,
+};
+use crate::bench::BenchError;
 use crate::export::fuse::{uring_switch, ENABLE_URING, TRANSPORT_ENV};
 
 /// FUSE over io_uring / kernel loop at 4 KiB.
@@ -205,10 +212,6 @@ pub struct ExportReport {
     pub results: Vec<Vec<Vec<ExportRun>>>,
 }
 
-fn median(v: &[f64]) -> Option<f64> {
-    Stats::of(v).map(|s| s.median)
-}
-
 impl ExportReport {
     fn index(&self, side: Side) -> Option<usize> {
         self.sides.iter().position(|&s| s == side)
@@ -300,7 +303,7 @@ fn start_qsd(
         child,
         what: "qemu-storage-daemon".into(),
     };
-    let ready = super::cloudflare::wait_for_size(mnt, size, &mut d.child, "qemu-storage-daemon")
+    let ready = wait_for_size(mnt, size, &mut d.child, "qemu-storage-daemon")
         .and_then(|()| wait_for_socket(sock, &mut d));
     if let Err(e) = ready {
         drop(d);
@@ -328,11 +331,6 @@ fn direct_loop(file: &Path) -> Result<Loop, BenchError> {
         );
     }
     Ok(Loop(l.path))
-}
-
-/// The first MiB read through `path`.
-fn first_mib(path: &Path) -> Result<Vec<u8>, BenchError> {
-    super::cloudflare::first_mib(path)
 }
 
 /// Open dmkit linear on `file` as `name` with `DMKIT_FUSE_TRANSPORT=transport` (and `extra`
@@ -372,7 +370,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<ExportReport, Be
             "bench export needs root: it attaches loop devices".into(),
         ));
     }
-    let fio_version = super::fio::check_installed()?;
+    let fio_version = crate::bench::harness::fio::check_installed()?;
     let dmkit = Dmkit::from_env()?;
     let mut unavailable = Vec::new();
     let mut skip = |side: Side, why: String| unavailable.push(Unavailable { side, why });
@@ -536,7 +534,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<ExportReport, Be
                     o.runtime_ms,
                     ws.dir(),
                     interrupt,
-                    parse_fio,
+                    parse_totals,
                 )?;
                 let cpu = match (t.pid, before) {
                     (Some(p), Some(b)) => {
@@ -689,6 +687,8 @@ FUSE over io_uring switch ({ENABLE_URING}): {}\n\n",
     }
     out
 }
+
+crate::bench::harness::report::impl_report!(ExportReport => render);
 
 #[cfg(test)]
 mod tests {

@@ -12,16 +12,21 @@
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::cloudflare::{fio_parsed, need, say, tool_version, Daemon};
-use super::harness::{self, command_line, run_ok, Dmkit, Interrupt, Workspace};
-use super::model::Stats;
-use super::rw::RwBenchOptions;
-use super::table::{format_size, Align, TextTable};
-use super::BenchError;
+use crate::bench::harness::fio::{fio_parsed, parse_totals};
+use crate::bench::harness::model::median;
+
+use crate::bench::harness::process::say;
+use crate::bench::harness::process::{
+    self as harness, command_line, run_ok, Dmkit, Interrupt, Workspace,
+};
+use crate::bench::harness::rw::RwBenchOptions;
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::harness::tools::{fio_has_nbd, need, tool_version, wait_for_socket, Daemon};
+use crate::bench::BenchError;
 
 /// dmkit / qemu-storage-daemon on the rows that have a target.
 pub const TARGET: f64 = 1.5;
@@ -94,32 +99,6 @@ pub struct NbdRun {
     pub cpu_us_per_request: f64,
 }
 
-/// Parse fio's JSON (one job): bandwidth and completed requests over both directions.
-pub fn parse_fio(text: &str) -> Result<(f64, u64), BenchError> {
-    let v = super::fio::json_document(text)?;
-    let job = v
-        .get("jobs")
-        .and_then(|j| j.as_array())
-        .and_then(|j| j.first())
-        .ok_or_else(|| BenchError::Fio("fio JSON has no job".into()))?;
-    let err = job.get("error").and_then(|e| e.as_i64()).unwrap_or(0);
-    if err != 0 {
-        return Err(BenchError::Fio(format!(
-            "fio job failed: {}",
-            std::io::Error::from_raw_os_error(err as i32)
-        )));
-    }
-    let (mut bw, mut ios) = (0.0, 0);
-    for dir in ["read", "write"] {
-        bw += job[dir]["bw_bytes"].as_f64().unwrap_or(0.0);
-        ios += job[dir]["total_ios"].as_u64().unwrap_or(0);
-    }
-    if ios == 0 {
-        return Err(BenchError::Fio("fio completed no request".into()));
-    }
-    Ok((bw, ios))
-}
-
 /// The comparison's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NbdReport {
@@ -147,10 +126,6 @@ pub struct NbdReport {
     pub dmkit: Vec<Vec<NbdRun>>,
 }
 
-fn median(v: &[f64]) -> f64 {
-    Stats::of(v).map_or(0.0, |s| s.median)
-}
-
 impl NbdReport {
     /// Median bandwidth and CPU per request of `side` (0 qsd, 1 dmkit) on job `i`.
     pub fn medians(&self, side: usize, i: usize) -> (f64, f64) {
@@ -161,43 +136,8 @@ impl NbdReport {
         };
         let bw: Vec<f64> = runs.iter().map(|r| r.bw).collect();
         let cpu: Vec<f64> = runs.iter().map(|r| r.cpu_us_per_request).collect();
-        (median(&bw), median(&cpu))
+        (median(&bw).unwrap_or(0.0), median(&cpu).unwrap_or(0.0))
     }
-}
-
-/// Wait until the Unix socket at `path` accepts connections.
-pub(super) fn wait_for_socket(path: &Path, d: &mut Daemon) -> Result<(), BenchError> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Ok(());
-        }
-        if let Ok(Some(st)) = d.child.try_wait() {
-            return Err(BenchError::Tool(format!("{} exited early ({st})", d.what)));
-        }
-        if Instant::now() > deadline {
-            return Err(BenchError::Tool(format!(
-                "{}: nothing listens at {} after 30 s",
-                d.what,
-                path.display()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// Whether this fio has the nbd engine (Debian's links libnbd).
-pub(super) fn fio_has_nbd() -> bool {
-    Command::new("fio")
-        .arg("--enghelp")
-        .stdin(Stdio::null())
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .any(|l| l.trim() == "nbd")
-        })
-        .unwrap_or(false)
 }
 
 /// Start qemu-storage-daemon exporting `file` over NBD at `sock`.
@@ -242,7 +182,7 @@ fn start_qsd(file: &Path, sock: &Path, log: &Path) -> Result<(Daemon, String), B
 /// Run the comparison.
 pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<NbdReport, BenchError> {
     o.check()?;
-    let fio_version = super::fio::check_installed()?;
+    let fio_version = crate::bench::harness::fio::check_installed()?;
     if !fio_has_nbd() {
         return Err(BenchError::Missing(
             "this fio has no nbd engine (fio --enghelp): Debian's fio package has it".into(),
@@ -315,7 +255,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<NbdReport, Bench
                     o.runtime_ms,
                     ws.dir(),
                     interrupt,
-                    parse_fio,
+                    parse_totals,
                 )?;
                 let cpu = harness::cpu_seconds(pids[side])? - before;
                 let r = NbdRun {
@@ -418,9 +358,12 @@ same data through both (qemu-img compare): {}\n\n",
     out
 }
 
+crate::bench::harness::report::impl_report!(NbdReport => render);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::harness::fio::parse_totals as parse_fio;
 
     #[test]
     fn fio_output_and_arguments() {

@@ -16,12 +16,12 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::cloudflare::say;
-use super::harness::{run_ok, Dmkit, Interrupt, Workspace};
 use super::image_tree::{self, Tree};
-use super::model::Stats;
-use super::table::{Align, TextTable};
-use super::BenchError;
+use crate::bench::harness::model::{median, Stats};
+use crate::bench::harness::process::say;
+use crate::bench::harness::process::{run_ok, Dmkit, Interrupt, Workspace};
+use crate::bench::harness::table::{Align, TextTable};
+use crate::bench::BenchError;
 use crate::image::build::human;
 use crate::image::tree::TreeStats;
 
@@ -288,10 +288,6 @@ impl ImageBenchReport {
     fn row(&self, n: u32) -> Option<&RowResult> {
         self.rows.iter().find(|r| r.n == n)
     }
-}
-
-fn median(v: &[f64]) -> Option<f64> {
-    Stats::of(v).map(|s| s.median)
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> BenchError {
@@ -792,6 +788,8 @@ doc = the document's figures (Raspberry Pi 4, Linux 6.6: boot time; size against
     }
     out
 }
+
+crate::bench::harness::report::impl_report!(ImageBenchReport => render);
 
 #[cfg(test)]
 mod tests {

@@ -6,11 +6,10 @@ use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::Command;
 
-use super::harness::{self, Dmkit, Interrupt, Workspace};
-use super::model::{FormatReport, ToolTiming};
-use super::table::format_size;
 use super::verity::{run_format, VerityParams};
-use super::BenchError;
+use crate::bench::harness::model::{FormatReport, ToolTiming};
+use crate::bench::harness::process::{self as harness, Dmkit, Interrupt, Workspace};
+use crate::bench::BenchError;
 
 /// The fixed salt (32 bytes, veritysetup's default salt size).
 pub const SALT: &str = "5eed002d1b0f0ca11ed0dbe4c40000000000000000000000000000000000f00d";
@@ -63,7 +62,8 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
     }
     let mut params = opts.params.clone();
     let salt = params.salt.get_or_insert_with(|| SALT.into()).clone();
-    let version = super::harness::required_version("veritysetup", "cryptsetup-bin")?;
+    let version =
+        crate::bench::harness::process::required_version("veritysetup", "cryptsetup-bin")?;
     let dmkit = Dmkit::from_env()?;
     let say = |msg: String| {
         if opts.progress {
@@ -74,12 +74,7 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
     let ws = Workspace::create(&opts.dir)?;
     let data = ws.path("data.img");
     let hash = ws.path("hash.img");
-    say(format!(
-        "writing {} of random data to {}",
-        format_size(opts.size),
-        data.display()
-    ));
-    harness::write_random_file(&data, opts.size, interrupt)?;
+    harness::write_random_data(opts.progress, &data, opts.size, interrupt)?;
     // Same page-cache state for both tools: everything cached.
     harness::read_through(&data)?;
 
@@ -120,15 +115,7 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
         }
     }
 
-    let dmkit_build = if dmkit.replaced() {
-        eprintln!(
-            "dmkit: warning: {} was rebuilt during the benchmark: the runs mix two builds",
-            dmkit.exe.display()
-        );
-        format!("{}, REBUILT DURING THE RUN", dmkit.build)
-    } else {
-        dmkit.build.clone()
-    };
+    let dmkit_build = dmkit.build_label();
     let tools: Vec<ToolTiming> = TOOLS
         .iter()
         .zip(&seconds)
@@ -156,3 +143,5 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
         dmkit_build,
     })
 }
+
+crate::bench::harness::report::impl_report!(crate::bench::harness::model::FormatReport => crate::bench::harness::table::render_format);

@@ -11,18 +11,23 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::cipher::{self as cipher_bench, CipherSpeed};
 use super::config::Config;
-use super::harness::{self, command_line, Dmkit, Export, Interrupt, Workspace};
-use super::model::Stats;
-use super::rw::RwBenchOptions;
-use super::table::{format_size, Align, TextTable};
-use super::BenchError;
+use crate::bench::harness::fio::{fio_rw, Job, RwResult};
+use crate::bench::harness::model::median;
+use crate::bench::harness::process::say;
+use crate::bench::harness::process::{
+    self as harness, command_line, Dmkit, Export, Interrupt, Workspace,
+};
+use crate::bench::harness::rw::RwBenchOptions;
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::harness::tools::{first_mib, need, tool_version, wait_for_size, Daemon, Loop};
+use crate::bench::BenchError;
 
 /// The study's acceptance: crypt bandwidth / bound.
 pub const BOUND_TARGET: f64 = 0.80;
@@ -43,95 +48,6 @@ fn cipher_seconds(o: &CryptBenchOptions) -> f64 {
     }
 }
 
-/// One fio job as both scenarios run it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Job {
-    /// Row name.
-    pub name: String,
-    /// fio `--rw`.
-    pub rw: String,
-    /// Block size, bytes.
-    pub bs: u64,
-    /// `libaio` with this queue depth, or `psync` when 0.
-    pub iodepth: u32,
-}
-
-impl Job {
-    fn new(name: &str, rw: &str, bs: u64, iodepth: u32) -> Job {
-        Job {
-            name: name.into(),
-            rw: rw.into(),
-            bs,
-            iodepth,
-        }
-    }
-
-    /// fio arguments on `file` (direct I/O, time based, JSON).
-    pub fn args(&self, file: &Path, size: u64, runtime_ms: u64) -> Vec<String> {
-        let filename = file.to_string_lossy().replace(':', "\\:");
-        let mut v = vec![
-            format!("--name={}", self.name),
-            format!("--filename={filename}"),
-            format!("--readwrite={}", self.rw),
-            format!("--bs={}", self.bs),
-            "--direct=1".to_string(),
-            format!("--size={size}"),
-            "--time_based".to_string(),
-            format!("--runtime={runtime_ms}ms"),
-            "--numjobs=1".to_string(),
-            "--thread".to_string(),
-            "--output-format=json".to_string(),
-        ];
-        if self.iodepth == 0 {
-            v.push("--ioengine=psync".into());
-        } else {
-            v.push("--ioengine=libaio".into());
-            v.push(format!("--iodepth={}", self.iodepth));
-        }
-        v
-    }
-}
-
-/// Read and write bandwidth of one fio run, bytes/s (0 for a direction not exercised).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-pub struct RwResult {
-    /// Read bandwidth.
-    pub read: f64,
-    /// Write bandwidth.
-    pub write: f64,
-}
-
-/// Parse fio's JSON (one job): both directions' `bw_bytes`.
-pub fn parse_rw(text: &str) -> Result<RwResult, BenchError> {
-    let v = super::fio::json_document(text)?;
-    let job = v
-        .get("jobs")
-        .and_then(|j| j.as_array())
-        .and_then(|j| j.first())
-        .ok_or_else(|| BenchError::Fio("fio JSON has no job".into()))?;
-    let err = job.get("error").and_then(|e| e.as_i64()).unwrap_or(0);
-    if err != 0 {
-        return Err(BenchError::Fio(format!(
-            "fio job failed: {}",
-            std::io::Error::from_raw_os_error(err as i32)
-        )));
-    }
-    let bw = |dir: &str| {
-        job.get(dir)
-            .and_then(|d| d.get("bw_bytes"))
-            .and_then(|b| b.as_f64())
-            .unwrap_or(0.0)
-    };
-    let r = RwResult {
-        read: bw("read"),
-        write: bw("write"),
-    };
-    if r.read == 0.0 && r.write == 0.0 {
-        return Err(BenchError::Fio("fio moved no data".into()));
-    }
-    Ok(r)
-}
-
 fn run_fio(
     job: &Job,
     file: &Path,
@@ -148,57 +64,6 @@ fn run_fio(
         scratch,
         interrupt,
     )
-}
-
-/// Run fio with `args` (one job named `label`, on `file`, for `runtime_ms`) and return both
-/// directions' bandwidth; a failure names the job and the file.
-pub(super) fn fio_rw(
-    label: &str,
-    args: &[String],
-    file: &Path,
-    runtime_ms: u64,
-    scratch: &Path,
-    interrupt: &Interrupt,
-) -> Result<RwResult, BenchError> {
-    fio_parsed(
-        label,
-        args,
-        &file.display().to_string(),
-        runtime_ms,
-        scratch,
-        interrupt,
-        parse_rw,
-    )
-}
-
-/// Run fio with `args` (one job named `label`, on `target`, for `runtime_ms`) and `parse` its
-/// JSON; a failure names the job and the target.
-pub(super) fn fio_parsed<T>(
-    label: &str,
-    args: &[String],
-    target: &str,
-    runtime_ms: u64,
-    scratch: &Path,
-    interrupt: &Interrupt,
-    parse: impl FnOnce(&str) -> Result<T, BenchError>,
-) -> Result<T, BenchError> {
-    let mut cmd = Command::new("fio");
-    cmd.args(args);
-    let limit = Duration::from_millis(runtime_ms) + Duration::from_secs(120);
-    let out = harness::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
-    if !out.status.success() {
-        return Err(BenchError::Fio(format!(
-            "{label} on {target} failed ({}): {}",
-            out.status,
-            out.stderr.trim()
-        )));
-    }
-    parse(&out.stdout)
-        .map_err(|e| BenchError::Fio(format!("{label} on {target}: {e} {}", out.stderr.trim())))
-}
-
-fn median(v: &[f64]) -> f64 {
-    Stats::of(v).map_or(0.0, |s| s.median)
 }
 
 /// The bound of doing I/O at `io` and crypto at `cipher` in series (bytes/s).
@@ -233,8 +98,9 @@ pub struct SeedReport {
 impl SeedReport {
     /// Medians: (plain read, plain write, crypt read, crypt write).
     pub fn medians(&self) -> (f64, f64, f64, f64) {
-        let col =
-            |v: &[RwResult], f: fn(&RwResult) -> f64| median(&v.iter().map(f).collect::<Vec<_>>());
+        let col = |v: &[RwResult], f: fn(&RwResult) -> f64| {
+            median(&v.iter().map(f).collect::<Vec<_>>()).unwrap_or(0.0)
+        };
         (
             col(&self.plain, |r| r.read),
             col(&self.plain, |r| r.write),
@@ -253,13 +119,6 @@ impl SeedReport {
     }
 }
 
-/// Print a progress line when `progress` is on.
-pub(super) fn say(progress: bool, msg: String) {
-    if progress {
-        eprintln!("{msg}");
-    }
-}
-
 fn workspace(dir: &Path) -> Result<Workspace, BenchError> {
     Workspace::create(dir)
 }
@@ -267,22 +126,14 @@ fn workspace(dir: &Path) -> Result<Workspace, BenchError> {
 /// Run the study's scenario.
 pub fn run_seed(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<SeedReport, BenchError> {
     o.check()?;
-    super::fio::check_installed()?;
+    crate::bench::harness::fio::check_installed()?;
     let dmkit = Dmkit::from_env()?;
     let ws = workspace(&o.dir)?;
     let mut exports: Vec<Export> = Vec::new();
     for c in [Config::Plain, Config::Crypt] {
         // One file each: both are open read-write at once, and a file has one writer.
         let data = ws.path(&format!("{}.img", c.name()));
-        say(
-            o.progress,
-            format!(
-                "writing {} of random data to {}",
-                format_size(o.size),
-                data.display()
-            ),
-        );
-        harness::write_random_file(&data, o.size, interrupt)?;
+        harness::write_random_data(o.progress, &data, o.size, interrupt)?;
         let name = format!("bench{}-seed-{}", std::process::id(), c.name());
         let args = c.prepare_with(&dmkit, &data, &name, ws.dir(), interrupt, true)?;
         say(o.progress, format!("opening {} as {name}", c.name()));
@@ -406,84 +257,6 @@ bound = plain x cipher / (plain + cipher)\n\n",
 // ---------------------------------------------------------------------------------------------
 // --peer qemu-storage-daemon
 
-/// A child process killed (SIGTERM, then SIGKILL) and reaped when dropped.
-/// A server process of ours (qemu-storage-daemon), stopped with SIGTERM (then SIGKILL) when
-/// dropped.
-pub(super) struct Daemon {
-    /// The process.
-    pub child: Child,
-    /// Its name, for messages.
-    pub what: String,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of our own, not yet reaped child.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) => return,
-                Ok(None) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50))
-                }
-                _ => {
-                    eprintln!("dmkit: warning: {} did not stop; killing it", self.what);
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// A loop device detached when dropped.
-pub(super) struct Loop(pub(super) PathBuf);
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        if let Err(e) = crate::export::loopdev::detach(&self.0) {
-            eprintln!("dmkit: warning: could not detach {}: {e}", self.0.display());
-        }
-    }
-}
-
-/// The first line of `PROG --version`.
-pub(super) fn tool_version(prog: &str) -> String {
-    Command::new(prog)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .next()
-                .unwrap_or("")
-                .trim()
-                .to_string()
-        })
-        .unwrap_or_default()
-}
-
-/// Fails unless `PROG --version` runs, naming the package to install.
-pub(super) fn need(prog: &str, package: &str) -> Result<(), BenchError> {
-    let ok = Command::new(prog)
-        .arg("--version")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok();
-    if ok {
-        Ok(())
-    } else {
-        Err(BenchError::Missing(format!(
-            "{prog} not found; install it (apt-get install {package})"
-        )))
-    }
-}
-
 /// Result of the peer comparison.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PeerReport {
@@ -528,50 +301,10 @@ fn peer_target(job: &Job) -> f64 {
     }
 }
 
-/// Wait until `path` is a FUSE mount of `size` bytes served by `child`.
-pub(super) fn wait_for_size(
-    path: &Path,
-    size: u64,
-    child: &mut Child,
-    what: &str,
-) -> Result<(), BenchError> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if fs::metadata(path).map(|m| m.len()).unwrap_or(0) == size
-            && crate::export::is_mounted(path)
-        {
-            return Ok(());
-        }
-        if let Ok(Some(st)) = child.try_wait() {
-            return Err(BenchError::Tool(format!("{what} exited early ({st})")));
-        }
-        if Instant::now() > deadline {
-            return Err(BenchError::Tool(format!(
-                "{what}: {} did not appear as a {size}-byte FUSE export within 30 s",
-                path.display()
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
-/// The first MiB read through `dev`.
-pub(super) fn first_mib(dev: &Path) -> Result<Vec<u8>, BenchError> {
-    use std::io::Read;
-    let mut buf = vec![0u8; 1 << 20];
-    fs::File::open(dev)
-        .and_then(|mut f| f.read_exact(&mut buf))
-        .map_err(|source| BenchError::Io {
-            what: format!("read {}", dev.display()),
-            source,
-        })?;
-    Ok(buf)
-}
-
 /// Run the peer comparison.
 pub fn run_peer(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<PeerReport, BenchError> {
     o.check()?;
-    super::fio::check_installed()?;
+    crate::bench::harness::fio::check_installed()?;
     need("qemu-img", "qemu-utils")?;
     need("qemu-storage-daemon", "qemu-system-x86")?;
     need("cryptsetup", "cryptsetup-bin")?;
@@ -787,8 +520,8 @@ pub fn render_peer(r: &PeerReport) -> String {
         ("target".into(), Align::Right),
     ]);
     for (i, j) in r.jobs.iter().enumerate() {
-        let q = median(&r.qsd[i]);
-        let d = median(&r.ours[i]);
+        let q = median(&r.qsd[i]).unwrap_or(0.0);
+        let d = median(&r.ours[i]).unwrap_or(0.0);
         let target = peer_target(j);
         let qd = if j.iodepth == 0 {
             "psync".to_string()
@@ -831,9 +564,13 @@ same plaintext through both (first MiB): {}\n\n",
     out
 }
 
+crate::bench::harness::report::impl_report!(SeedReport => render_seed);
+crate::bench::harness::report::impl_report!(PeerReport => render_peer);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::harness::fio::parse_rw;
 
     #[test]
     fn bound_is_seed_003s() {

@@ -298,8 +298,8 @@ pub fn render_format(r: &FormatReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::fio::{FioResult, Latency, Workload};
-    use crate::bench::model::{Params, ToolTiming};
+    use crate::bench::harness::fio::{FioResult, Latency, Workload};
+    use crate::bench::harness::model::{Params, ToolTiming};
 
     fn fio(mib_s: f64) -> FioResult {
         FioResult {

@@ -5,8 +5,8 @@
 //! debootstrap writes into `NAME.partial-PID` and the directory is renamed to `NAME` only
 //! when it finished, so an interrupted or failed run is never taken for a tree.
 
-use super::harness::{run_ok, Interrupt};
-use super::BenchError;
+use crate::bench::harness::process::{run_ok, Interrupt};
+use crate::bench::BenchError;
 use crate::image::mkfs::find_program;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -16,12 +16,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::cloudflare::{fio_rw, say};
-use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
-use super::model::Stats;
-use super::rw::RwBenchOptions;
-use super::table::{format_size, Align, TextTable};
-use super::BenchError;
+use crate::bench::harness::fio::fio_rw;
+use crate::bench::harness::model::median;
+use crate::bench::harness::process::say;
+use crate::bench::harness::process::{
+    self as harness, run_ok, Dmkit, Export, Interrupt, Workspace,
+};
+use crate::bench::harness::rw::RwBenchOptions;
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::BenchError;
 
 /// The document's rows (Raspberry Pi 4, Linux 5.10): (case, read without, read with,
 /// randread without, randread with), bytes/s.
@@ -76,10 +79,6 @@ pub struct FsVerityReadReport {
     pub commands: Vec<String>,
     /// The 1 MiB file, then the large one.
     pub rows: Vec<FileRow>,
-}
-
-fn median(v: &[f64]) -> f64 {
-    Stats::of(v).map_or(0.0, |s| s.median)
 }
 
 /// fio's arguments: 4 KiB buffered `rw` on `file` of `size` bytes, `bytes` in all, libaio at
@@ -162,7 +161,7 @@ fn prepare(
 /// Run the comparison: `o.size` is the large file's size.
 pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<FsVerityReadReport, BenchError> {
     o.check()?;
-    super::fio::check_installed()?;
+    crate::bench::harness::fio::check_installed()?;
     let dmkit = Dmkit::from_env()?;
     let ws = Workspace::create(&o.dir)?;
     let mut commands = Vec::new();
@@ -247,8 +246,12 @@ pub fn render(r: &FsVerityReadReport) -> String {
     ]);
     let mib = |b: f64| format!("{:.1} MiB/s", b / MIB);
     for row in &r.rows {
-        let read: Vec<f64> = row.read.iter().map(|v| median(v)).collect();
-        let rand: Vec<f64> = row.randread.iter().map(|v| median(v)).collect();
+        let read: Vec<f64> = row.read.iter().map(|v| median(v).unwrap_or(0.0)).collect();
+        let rand: Vec<f64> = row
+            .randread
+            .iter()
+            .map(|v| median(v).unwrap_or(0.0))
+            .collect();
         t.push(vec![
             format!("dmkit fs-verity, {} file", format_size(row.size)),
             mib(read[0]),
@@ -278,7 +281,7 @@ without = the same server with --no-verify, with = every block checked against i
     );
     out.push_str(&t.render());
     for row in &r.rows {
-        let read: Vec<f64> = row.read.iter().map(|v| median(v)).collect();
+        let read: Vec<f64> = row.read.iter().map(|v| median(v).unwrap_or(0.0)).collect();
         if read[0] > 0.0 {
             out.push_str(&format!(
                 "verified sequential read keeps {:.1}% of unverified on the {} file (the kernel kept 40-53%)\n",
@@ -292,6 +295,8 @@ without = the same server with --no-verify, with = every block checked against i
     }
     out
 }
+
+crate::bench::harness::report::impl_report!(FsVerityReadReport => render);
 
 #[cfg(test)]
 mod tests {

@@ -16,10 +16,10 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use super::harness::{self, Dmkit, Interrupt, Workspace, Xoshiro256};
-use super::model::Stats;
-use super::table::{format_size, Align, TextTable};
-use super::BenchError;
+use crate::bench::harness::model::Stats;
+use crate::bench::harness::process::{self as harness, Dmkit, Interrupt, Workspace, Xoshiro256};
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::BenchError;
 
 /// The project's target: dmkit at least this many times as fast as fsverity-utils, in each
 /// case.
@@ -234,7 +234,7 @@ pub fn run(opts: &FsvDigestOptions, interrupt: &Interrupt) -> Result<FsvDigestRe
             opts.hash
         )));
     }
-    let version = super::harness::required_version("fsverity", "fsverity")?;
+    let version = crate::bench::harness::process::required_version("fsverity", "fsverity")?;
     let dmkit = Dmkit::from_env()?;
     let say = |msg: String| {
         if opts.progress {
@@ -306,15 +306,7 @@ pub fn run(opts: &FsvDigestOptions, interrupt: &Interrupt) -> Result<FsvDigestRe
     for case in &cases {
         report_cases.push(run_case(opts, case, &dmkit, ws.dir(), interrupt, &say)?);
     }
-    let dmkit_build = if dmkit.replaced() {
-        eprintln!(
-            "dmkit: warning: {} was rebuilt during the benchmark: the runs mix two builds",
-            dmkit.exe.display()
-        );
-        format!("{}, REBUILT DURING THE RUN", dmkit.build)
-    } else {
-        dmkit.build.clone()
-    };
+    let dmkit_build = dmkit.build_label();
     Ok(FsvDigestReport {
         cases: report_cases,
         runs: opts.runs,
@@ -549,6 +541,8 @@ pub fn render(r: &FsvDigestReport) -> String {
 fn format_mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
+
+crate::bench::harness::report::impl_report!(FsvDigestReport => render);
 
 #[cfg(test)]
 mod tests {

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use super::BenchError;
+use crate::bench::BenchError;
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -356,6 +356,31 @@ impl Xoshiro256 {
     }
 }
 
+/// Print a progress line when `progress` is on.
+pub fn say(progress: bool, msg: String) {
+    if progress {
+        eprintln!("{msg}");
+    }
+}
+
+/// [`write_random_file`], saying so first when `progress` is on (every scenario's first step).
+pub fn write_random_data(
+    progress: bool,
+    path: &Path,
+    size: u64,
+    interrupt: &Interrupt,
+) -> Result<(), BenchError> {
+    say(
+        progress,
+        format!(
+            "writing {} of random data to {}",
+            super::table::format_size(size),
+            path.display()
+        ),
+    );
+    write_random_file(path, size, interrupt)
+}
+
 /// Write `size` bytes of random data to a new file at `path` (size a multiple of 8).
 pub fn write_random_file(path: &Path, size: u64, interrupt: &Interrupt) -> Result<(), BenchError> {
     let io_err = |source| BenchError::Io {
@@ -542,6 +567,20 @@ impl Dmkit {
     /// runs then mix two builds. (A shared cargo target directory makes this easy to hit.)
     pub fn replaced(&self) -> bool {
         file_identity(&self.exe) != self.identity
+    }
+
+    /// The build for the report, marked (and warned about) when the executable was replaced
+    /// while the benchmark ran.
+    pub fn build_label(&self) -> String {
+        if self.replaced() {
+            eprintln!(
+                "dmkit: warning: {} was rebuilt during the benchmark: the runs mix two builds",
+                self.exe.display()
+            );
+            format!("{}, REBUILT DURING THE RUN", self.build)
+        } else {
+            self.build.clone()
+        }
     }
 
     /// A `dmkit ARGS...` command.

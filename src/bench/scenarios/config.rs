@@ -6,9 +6,9 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
-use super::harness::{Dmkit, Interrupt};
 use super::verity::{self, VerityParams};
-use super::BenchError;
+use crate::bench::harness::process::{Dmkit, Interrupt};
+use crate::bench::BenchError;
 
 /// A stack measured by the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

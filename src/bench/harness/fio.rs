@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::harness::{self, Interrupt};
-use super::BenchError;
+use super::process::{self as harness, Interrupt};
+use crate::bench::BenchError;
 
 /// fio I/O engine.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -254,9 +254,168 @@ pub fn parse_output(text: &str) -> Result<FioResult, BenchError> {
     })
 }
 
+/// The first job of fio's JSON output (warning lines before it skipped); an error if fio
+/// reported one for it.
+pub fn first_job(text: &str) -> Result<serde_json::Value, BenchError> {
+    let mut v = json_document(text)?;
+    let job = v
+        .get_mut("jobs")
+        .and_then(|j| j.as_array_mut())
+        .and_then(|j| j.first_mut())
+        .map(serde_json::Value::take)
+        .ok_or_else(|| BenchError::Fio("fio JSON has no job".into()))?;
+    let err = job.get("error").and_then(|e| e.as_i64()).unwrap_or(0);
+    if err != 0 {
+        return Err(BenchError::Fio(format!(
+            "fio job failed: {}",
+            std::io::Error::from_raw_os_error(err as i32)
+        )));
+    }
+    Ok(job)
+}
+
+/// One fio job as both scenarios run it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Job {
+    /// Row name.
+    pub name: String,
+    /// fio `--rw`.
+    pub rw: String,
+    /// Block size, bytes.
+    pub bs: u64,
+    /// `libaio` with this queue depth, or `psync` when 0.
+    pub iodepth: u32,
+}
+
+impl Job {
+    /// A job named `name` doing `rw` in blocks of `bs` at queue depth `iodepth`.
+    pub fn new(name: &str, rw: &str, bs: u64, iodepth: u32) -> Job {
+        Job {
+            name: name.into(),
+            rw: rw.into(),
+            bs,
+            iodepth,
+        }
+    }
+
+    /// fio arguments on `file` (direct I/O, time based, JSON).
+    pub fn args(&self, file: &Path, size: u64, runtime_ms: u64) -> Vec<String> {
+        let filename = file.to_string_lossy().replace(':', "\\:");
+        let mut v = vec![
+            format!("--name={}", self.name),
+            format!("--filename={filename}"),
+            format!("--readwrite={}", self.rw),
+            format!("--bs={}", self.bs),
+            "--direct=1".to_string(),
+            format!("--size={size}"),
+            "--time_based".to_string(),
+            format!("--runtime={runtime_ms}ms"),
+            "--numjobs=1".to_string(),
+            "--thread".to_string(),
+            "--output-format=json".to_string(),
+        ];
+        if self.iodepth == 0 {
+            v.push("--ioengine=psync".into());
+        } else {
+            v.push("--ioengine=libaio".into());
+            v.push(format!("--iodepth={}", self.iodepth));
+        }
+        v
+    }
+}
+
+/// Read and write bandwidth of one fio run, bytes/s (0 for a direction not exercised).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct RwResult {
+    /// Read bandwidth.
+    pub read: f64,
+    /// Write bandwidth.
+    pub write: f64,
+}
+
+/// Parse fio's JSON (one job): both directions' `bw_bytes`.
+pub fn parse_rw(text: &str) -> Result<RwResult, BenchError> {
+    let job = first_job(text)?;
+    let bw = |dir: &str| {
+        job.get(dir)
+            .and_then(|d| d.get("bw_bytes"))
+            .and_then(|b| b.as_f64())
+            .unwrap_or(0.0)
+    };
+    let r = RwResult {
+        read: bw("read"),
+        write: bw("write"),
+    };
+    if r.read == 0.0 && r.write == 0.0 {
+        return Err(BenchError::Fio("fio moved no data".into()));
+    }
+    Ok(r)
+}
+
+/// Parse fio's JSON (one job): total bandwidth and completed requests over both directions.
+pub fn parse_totals(text: &str) -> Result<(f64, u64), BenchError> {
+    let job = first_job(text)?;
+    let (mut bw, mut ios) = (0.0, 0);
+    for dir in ["read", "write"] {
+        bw += job[dir]["bw_bytes"].as_f64().unwrap_or(0.0);
+        ios += job[dir]["total_ios"].as_u64().unwrap_or(0);
+    }
+    if ios == 0 {
+        return Err(BenchError::Fio("fio completed no request".into()));
+    }
+    Ok((bw, ios))
+}
+
+/// Run fio with `args` (one job named `label`, on `file`, for `runtime_ms`) and return both
+/// directions' bandwidth; a failure names the job and the file.
+pub fn fio_rw(
+    label: &str,
+    args: &[String],
+    file: &Path,
+    runtime_ms: u64,
+    scratch: &Path,
+    interrupt: &Interrupt,
+) -> Result<RwResult, BenchError> {
+    fio_parsed(
+        label,
+        args,
+        &file.display().to_string(),
+        runtime_ms,
+        scratch,
+        interrupt,
+        parse_rw,
+    )
+}
+
+/// Run fio with `args` (one job named `label`, on `target`, for `runtime_ms`) and `parse` its
+/// JSON; a failure names the job and the target.
+pub fn fio_parsed<T>(
+    label: &str,
+    args: &[String],
+    target: &str,
+    runtime_ms: u64,
+    scratch: &Path,
+    interrupt: &Interrupt,
+    parse: impl FnOnce(&str) -> Result<T, BenchError>,
+) -> Result<T, BenchError> {
+    let mut cmd = Command::new("fio");
+    cmd.args(args);
+    let limit = Duration::from_millis(runtime_ms) + Duration::from_secs(120);
+    let out = super::process::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
+    if !out.status.success() {
+        return Err(BenchError::Fio(format!(
+            "{label} on {target} failed ({}): {}",
+            out.status,
+            out.stderr.trim()
+        )));
+    }
+    parse(&out.stdout)
+        .map_err(|e| BenchError::Fio(format!("{label} on {target}: {e} {}", out.stderr.trim())))
+}
+
 /// Fail with one clear message if fio cannot be run; its version otherwise.
 pub fn check_installed() -> Result<String, BenchError> {
-    super::harness::required_version("fio", "fio")
+    super::process::required_version("fio", "fio")
 }
 
 /// Run fio once: `w` against `filename`. Honours Ctrl-C through `interrupt` (kills fio).
@@ -296,10 +455,60 @@ pub fn run(
 mod tests {
     use super::*;
 
+    /// The `write` and `trim` sides of a read-only job: fio prints them all zero.
+    macro_rules! idle_direction {
+        () => {
+            r#"{
+        "io_bytes" : 0,
+        "io_kbytes" : 0,
+        "bw_bytes" : 0,
+        "bw" : 0,
+        "iops" : 0.000000,
+        "runtime" : 0,
+        "total_ios" : 0,
+        "short_ios" : 0,
+        "drop_ios" : 0,
+        "slat_ns" : {
+          "min" : 0,
+          "max" : 0,
+          "mean" : 0.000000,
+          "stddev" : 0.000000,
+          "N" : 0
+        },
+        "clat_ns" : {
+          "min" : 0,
+          "max" : 0,
+          "mean" : 0.000000,
+          "stddev" : 0.000000,
+          "N" : 0
+        },
+        "lat_ns" : {
+          "min" : 0,
+          "max" : 0,
+          "mean" : 0.000000,
+          "stddev" : 0.000000,
+          "N" : 0
+        },
+        "bw_min" : 0,
+        "bw_max" : 0,
+        "bw_agg" : 0.000000,
+        "bw_mean" : 0.000000,
+        "bw_dev" : 0.000000,
+        "bw_samples" : 0,
+        "iops_min" : 0,
+        "iops_max" : 0,
+        "iops_mean" : 0.000000,
+        "iops_stddev" : 0.000000,
+        "iops_samples" : 0
+      }"#
+        };
+    }
+
     /// A real fio 3.33 output: `fio --name=randread --filename=d --rw=randread --bs=4k
     /// --direct=1 --ioengine=libaio --iodepth=32 --size=64M --time_based --runtime=1 --readonly
     /// --invalidate=1 --output-format=json` on a 64 MiB file.
-    const SAMPLE: &str = r#"{
+    const SAMPLE: &str = concat!(
+        r#"{
   "fio version" : "fio-3.33",
   "timestamp" : 1795225311,
   "timestamp_ms" : 1795225311179,
@@ -385,92 +594,12 @@ mod tests {
         "iops_stddev" : 0.000000,
         "iops_samples" : 1
       },
-      "write" : {
-        "io_bytes" : 0,
-        "io_kbytes" : 0,
-        "bw_bytes" : 0,
-        "bw" : 0,
-        "iops" : 0.000000,
-        "runtime" : 0,
-        "total_ios" : 0,
-        "short_ios" : 0,
-        "drop_ios" : 0,
-        "slat_ns" : {
-          "min" : 0,
-          "max" : 0,
-          "mean" : 0.000000,
-          "stddev" : 0.000000,
-          "N" : 0
-        },
-        "clat_ns" : {
-          "min" : 0,
-          "max" : 0,
-          "mean" : 0.000000,
-          "stddev" : 0.000000,
-          "N" : 0
-        },
-        "lat_ns" : {
-          "min" : 0,
-          "max" : 0,
-          "mean" : 0.000000,
-          "stddev" : 0.000000,
-          "N" : 0
-        },
-        "bw_min" : 0,
-        "bw_max" : 0,
-        "bw_agg" : 0.000000,
-        "bw_mean" : 0.000000,
-        "bw_dev" : 0.000000,
-        "bw_samples" : 0,
-        "iops_min" : 0,
-        "iops_max" : 0,
-        "iops_mean" : 0.000000,
-        "iops_stddev" : 0.000000,
-        "iops_samples" : 0
-      },
-      "trim" : {
-        "io_bytes" : 0,
-        "io_kbytes" : 0,
-        "bw_bytes" : 0,
-        "bw" : 0,
-        "iops" : 0.000000,
-        "runtime" : 0,
-        "total_ios" : 0,
-        "short_ios" : 0,
-        "drop_ios" : 0,
-        "slat_ns" : {
-          "min" : 0,
-          "max" : 0,
-          "mean" : 0.000000,
-          "stddev" : 0.000000,
-          "N" : 0
-        },
-        "clat_ns" : {
-          "min" : 0,
-          "max" : 0,
-          "mean" : 0.000000,
-          "stddev" : 0.000000,
-          "N" : 0
-        },
-        "lat_ns" : {
-          "min" : 0,
-          "max" : 0,
-          "mean" : 0.000000,
-          "stddev" : 0.000000,
-          "N" : 0
-        },
-        "bw_min" : 0,
-        "bw_max" : 0,
-        "bw_agg" : 0.000000,
-        "bw_mean" : 0.000000,
-        "bw_dev" : 0.000000,
-        "bw_samples" : 0,
-        "iops_min" : 0,
-        "iops_max" : 0,
-        "iops_mean" : 0.000000,
-        "iops_stddev" : 0.000000,
-        "iops_samples" : 0
-      },
+      "write" : "#,
+        idle_direction!(),
+        r#",
+      "trim" : "#,
+        idle_direction!(),
+        r#",
       "sync" : {
         "total_ios" : 0,
         "lat_ns" : {
@@ -572,7 +701,8 @@ mod tests {
     }
   ]
 }
-"#;
+"#
+    );
 
     #[test]
     fn parses_a_real_fio_output() {

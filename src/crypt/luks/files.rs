@@ -9,13 +9,13 @@ use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 /// Mode of a header backup (cryptsetup's `-r--------`).
-pub(super) const BACKUP_MODE: u32 = 0o400;
+pub const BACKUP_MODE: u32 = 0o400;
 /// Mode of a detached header file.
-pub(super) const HEADER_MODE: u32 = 0o600;
+pub const HEADER_MODE: u32 = 0o600;
 
 /// Create `path`, which must not exist, for reading and writing, with exactly `mode`. The
 /// descriptor is writable whatever `mode` says (it was opened before the mode applies).
-pub(super) fn create_new(path: &Path, mode: u32) -> io::Result<File> {
+pub fn create_new(path: &Path, mode: u32) -> io::Result<File> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)

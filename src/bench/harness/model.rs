@@ -65,6 +65,12 @@ impl Stats {
     }
 }
 
+/// The median of `values` (the mean of the two middle values for an even count); `None` when
+/// there are none or one is not finite. The one median of every benchmark.
+pub fn median(values: &[f64]) -> Option<f64> {
+    Stats::of(values).map(|s| s.median)
+}
+
 /// Change of `value` against `baseline` in percent: negative = lower (slower for a
 /// throughput). `-33.0` means a third less.
 pub fn change_pct(baseline: f64, value: f64) -> f64 {
@@ -334,7 +340,7 @@ pub struct FormatReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::fio::Latency;
+    use crate::bench::harness::fio::Latency;
 
     fn fio(bw: f64) -> FioResult {
         FioResult {
@@ -398,7 +404,8 @@ mod tests {
 
     #[test]
     fn report_acceptance() {
-        let w = crate::bench::fio::Workload::select(&["read".into(), "seq-1m".into()]).unwrap();
+        let w = crate::bench::harness::fio::Workload::select(&["read".into(), "seq-1m".into()])
+            .unwrap();
         let configs = vec!["plain".to_string(), "verity".to_string()];
         let runs = vec![
             vec![vec![fio(100.0)], vec![fio(50.0)]],

@@ -1,4 +1,4 @@
-//! Passphrases for `dmkit luks`, read by cryptsetup's rules (`tools_get_key` and
+//! Passphrases and key files for `dmkit luks` and `dmkit plain`, read by cryptsetup's rules (`tools_get_key` and
 //! `crypt_keyfile_device_read` in cryptsetup 2.6):
 //!
 //! - `--key-file FILE`: the file's bytes after `--keyfile-offset`, all of them (at most 8 MiB)

@@ -15,14 +15,17 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use super::cloudflare::{fio_rw, say};
-use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
 use super::integrity::Job;
-use super::model::Stats;
-use super::rw::RwBenchOptions;
-use super::table::{format_size, Align, TextTable};
 use super::verity::{self as vb, VerityParams};
-use super::BenchError;
+use crate::bench::harness::fio::fio_rw;
+use crate::bench::harness::model::median;
+use crate::bench::harness::process::say;
+use crate::bench::harness::process::{
+    self as harness, run_ok, Dmkit, Export, Interrupt, Workspace,
+};
+use crate::bench::harness::rw::RwBenchOptions;
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::BenchError;
 
 /// The paper's integrity / verity ratios: (side, throughput, CPU use, CPU normalised to
 /// equal throughput).
@@ -67,10 +70,6 @@ pub struct Row {
     pub job: Job,
     /// Per side, in [`SIDES`] order.
     pub sides: Vec<SideRuns>,
-}
-
-fn median(v: &[f64]) -> f64 {
-    Stats::of(v).map_or(0.0, |s| s.median)
 }
 
 /// The whole result.
@@ -136,7 +135,7 @@ fn open_integrity(
 /// Run the comparison.
 pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<VerityIntegrityReport, BenchError> {
     o.check()?;
-    super::fio::check_installed()?;
+    crate::bench::harness::fio::check_installed()?;
     let dmkit = Dmkit::from_env()?;
     let ws = Workspace::create(&o.dir)?;
     let mut commands = Vec::new();
@@ -239,8 +238,16 @@ pub fn render(r: &VerityIntegrityReport) -> String {
     }
     let mut t = TextTable::new(header);
     for row in &r.rows {
-        let bw: Vec<f64> = row.sides.iter().map(|s| median(&s.bw)).collect();
-        let cpu: Vec<f64> = row.sides.iter().map(|s| median(&s.cpu_s_per_gb)).collect();
+        let bw: Vec<f64> = row
+            .sides
+            .iter()
+            .map(|s| median(&s.bw).unwrap_or(0.0))
+            .collect();
+        let cpu: Vec<f64> = row
+            .sides
+            .iter()
+            .map(|s| median(&s.cpu_s_per_gb).unwrap_or(0.0))
+            .collect();
         let mut cells = vec![row.job.label()];
         for k in 0..SIDES.len() {
             cells.push(format!("{:.1}", bw[k] / 1e6));
@@ -276,6 +283,8 @@ CPU s/GB = user + system CPU seconds of the serving process per 10^9 bytes read\
     }
     out
 }
+
+crate::bench::harness::report::impl_report!(VerityIntegrityReport => render);
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use super::BenchError;
+use crate::bench::BenchError;
 
 /// What a read-write benchmark runs.
 #[derive(Debug, Clone)]

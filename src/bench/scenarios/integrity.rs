@@ -18,12 +18,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::cloudflare::{fio_rw, say};
-use super::harness::{self, run_ok, Dmkit, Export, Interrupt, Workspace};
-use super::model::Stats;
-use super::rw::RwBenchOptions;
-use super::table::{format_size, Align, TextTable};
-use super::BenchError;
+use crate::bench::harness::fio::fio_rw;
+use crate::bench::harness::model::median;
+use crate::bench::harness::process::say;
+use crate::bench::harness::process::{
+    self as harness, run_ok, Dmkit, Export, Interrupt, Workspace,
+};
+use crate::bench::harness::rw::RwBenchOptions;
+use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::BenchError;
 
 /// The acceptance: a mode's sequential-write bandwidth over plain's.
 pub fn write_target(mode: Mode) -> f64 {
@@ -184,7 +187,7 @@ pub struct Row {
 impl Row {
     /// Median of one side.
     pub fn median(&self, side: usize) -> f64 {
-        Stats::of(&self.runs[side]).map_or(0.0, |s| s.median)
+        median(&self.runs[side]).unwrap_or(0.0)
     }
 }
 
@@ -356,7 +359,7 @@ pub fn run(
     interrupt: &Interrupt,
 ) -> Result<IntegrityReport, BenchError> {
     o.check()?;
-    super::fio::check_installed()?;
+    crate::bench::harness::fio::check_installed()?;
     let dmkit = Dmkit::from_env()?;
     let ws = Workspace::create(&o.dir)?;
     let modes = Mode::ALL.to_vec();
@@ -369,15 +372,7 @@ pub fn run(
     let mut images: Vec<PathBuf> = Vec::new();
 
     let data = ws.path("plain.img");
-    say(
-        o.progress,
-        format!(
-            "writing {} of random data to {}",
-            format_size(o.size),
-            data.display()
-        ),
-    );
-    harness::write_random_file(&data, o.size, interrupt)?;
+    harness::write_random_data(o.progress, &data, o.size, interrupt)?;
     let name = format!("bench{}-integrity-plain", std::process::id());
     let args: Vec<String> = vec![
         "linear".into(),
@@ -616,6 +611,8 @@ fio libaio, queue depth 1, 4 KiB unless named; buffered writes end with an fsync
     out.push_str(&format!("{}\n", r.fio_command));
     out
 }
+
+crate::bench::harness::report::impl_report!(IntegrityReport => render);
 
 #[cfg(test)]
 mod tests {

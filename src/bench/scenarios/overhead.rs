@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::config::Config;
-use super::fio::{self, FioResult, RunSpec, Workload};
-use super::harness::{self, Dmkit, Export, Interrupt, Workspace};
-use super::model::{OverheadReport, Params};
-use super::table::{format_size, BwUnit};
-use super::BenchError;
+use crate::bench::harness::fio::{self, FioResult, RunSpec, Workload};
+use crate::bench::harness::model::{OverheadReport, Params};
+use crate::bench::harness::process::{self as harness, Dmkit, Export, Interrupt, Workspace};
+use crate::bench::harness::table::BwUnit;
+use crate::bench::BenchError;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -89,12 +89,7 @@ pub fn run(opts: &OverheadOptions, interrupt: &Interrupt) -> Result<OverheadRepo
     // Declared first, dropped last: the exports below close before the files go.
     let ws = Workspace::create(&opts.dir)?;
     let data = ws.path("data.img");
-    say(format!(
-        "writing {} of random data to {}",
-        format_size(opts.size),
-        data.display()
-    ));
-    harness::write_random_file(&data, opts.size, interrupt)?;
+    harness::write_random_data(opts.progress, &data, opts.size, interrupt)?;
 
     let mut exports: Vec<Export> = Vec::new();
     for c in &opts.configs {
@@ -144,15 +139,7 @@ pub fn run(opts: &OverheadOptions, interrupt: &Interrupt) -> Result<OverheadRepo
         fio_version,
         kernel: kernel_release(),
         started_unix,
-        build: if dmkit.replaced() {
-            eprintln!(
-                "dmkit: warning: {} was rebuilt during the benchmark: the runs mix two builds",
-                dmkit.exe.display()
-            );
-            format!("{}, REBUILT DURING THE RUN", dmkit.build)
-        } else {
-            dmkit.build.clone()
-        },
+        build: dmkit.build_label(),
     };
     let names: Vec<String> = opts.configs.iter().map(|c| c.name().to_string()).collect();
     Ok(OverheadReport::build(
@@ -167,3 +154,5 @@ pub fn run(opts: &OverheadOptions, interrupt: &Interrupt) -> Result<OverheadRepo
         },
     ))
 }
+
+crate::bench::harness::report::impl_report!(crate::bench::harness::model::OverheadReport => crate::bench::harness::table::render_overhead);

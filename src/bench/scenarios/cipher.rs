@@ -10,8 +10,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::crypt::cipher::{new_sector_cipher_with, random_key, CipherImpl, CipherSpec};
 
-use super::harness::Interrupt;
-use super::BenchError;
+use crate::bench::harness::process::Interrupt;
+use crate::bench::BenchError;
 
 /// The project's target: our aes-xts-plain64 (512-bit key) at least this fraction of
 /// `openssl speed -evp aes-256-xts -bytes 8192`.
@@ -266,6 +266,8 @@ pub fn render(r: &CipherReport) -> String {
     }
     out
 }
+
+crate::bench::harness::report::impl_report!(CipherReport => render);
 
 #[cfg(test)]
 mod tests {

@@ -1,0 +1,77 @@
+//! `luksHeaderRestore` in two steps, so a caller can ask before anything is written:
+//! [`HeaderRestore::new`] reads and checks the backup as a device of its own, opens the target
+//! and claims the bytes to be overwritten; [`HeaderRestore::write`] writes them.
+
+use super::header::Header;
+use super::LuksError;
+use crate::block::{BlockDevice, Claim, FileDevice, MemoryDevice};
+use std::path::Path;
+
+/// A checked header restore, nothing written yet.
+pub struct HeaderRestore {
+    dev: FileDevice,
+    backup: Header,
+    bytes: Vec<u8>,
+    _claim: Claim,
+}
+
+impl HeaderRestore {
+    /// Read the backup `file` and check it (cryptsetup's verdict on its version, and that it
+    /// fits before the data of `device`), open `device` and claim what will be overwritten:
+    /// refused while a device maps any of it.
+    pub fn new(device: &Path, file: &Path) -> Result<HeaderRestore, LuksError> {
+        let meta = std::fs::metadata(file)
+            .map_err(|e| LuksError::NoDevice(format!("{}: {e}", file.display())))?;
+        if meta.len() > 256 << 20 {
+            return Err(LuksError::Invalid(format!(
+                "{}: {} bytes is too large for a LUKS header backup",
+                file.display(),
+                meta.len()
+            )));
+        }
+        let bytes = std::fs::read(file)
+            .map_err(|e| LuksError::Invalid(format!("{}: {e}", file.display())))?;
+        // Check the backup as a device of its own before anything touches the real one.
+        let mem = MemoryDevice::from_vec(&file.display().to_string(), bytes.clone());
+        let Some(backup) = Header::read_backup(&mem)? else {
+            return Err(LuksError::Invalid(format!(
+                "{}: Header backup file does not contain compatible LUKS header.",
+                file.display()
+            )));
+        };
+        let dev = crate::block::open_device(device, false, false)?;
+        let claim = Claim::take(dev.file(), device, 0, bytes.len().max(1) as u64, true)?;
+        let (_, data_offset) = backup.cipher_and_offset();
+        let dev_size = dev.size();
+        if bytes.len() as u64 > dev_size || (data_offset > 0 && bytes.len() as u64 > data_offset) {
+            return Err(LuksError::Invalid(format!(
+                "{}: the backup ({} bytes) does not fit before the data of {} ({} bytes)",
+                file.display(),
+                bytes.len(),
+                device.display(),
+                dev_size
+            )));
+        }
+        Ok(HeaderRestore {
+            dev,
+            backup,
+            bytes,
+            _claim: claim,
+        })
+    }
+
+    /// The backup's header.
+    pub fn backup(&self) -> &Header {
+        &self.backup
+    }
+
+    /// Write the backup over the device's header.
+    pub fn write(self) -> Result<(), LuksError> {
+        self.dev
+            .write_at(&self.bytes, 0)
+            .map_err(|e| LuksError::Invalid(e.to_string()))?;
+        self.dev
+            .flush()
+            .map_err(|e| LuksError::Invalid(e.to_string()))
+    }
+}

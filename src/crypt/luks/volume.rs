@@ -1,0 +1,351 @@
+//! [`LuksVolume`]: one LUKS volume (LUKS1 or LUKS2) with its header device, header, claim and
+//! secrets, and the verbs of `cryptsetup` as methods.
+
+use super::header::Header;
+use super::{LuksError, VolumeKey};
+use crate::block::{Activated, BlockDevice, Claim, FileDevice};
+use crate::crypt::luks2::activate::{ActivateOptions, DataSegment};
+use crate::crypt::luks2::integrity::IntegrityActivation;
+use crate::crypt::luks2::{keyslot, PbkdfParams};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A LUKS volume: the device holding its header (the data device, or a detached header
+/// file), the header, and the claim that keeps other header writers away while it may be
+/// written. Every version-dependent decision is taken here.
+pub struct LuksVolume {
+    /// Header device (DEVICE, or the detached header).
+    dev: FileDevice,
+    /// The header.
+    header: Header,
+    /// The data device's path.
+    device: PathBuf,
+    /// The detached header's path, if any.
+    header_path: Option<PathBuf>,
+    /// Held while the header may be written (see [`LuksVolume::open`]).
+    _claim: Option<Claim>,
+    /// Why a corrupt LUKS2 copy was skipped, if one was.
+    warning: Option<String>,
+}
+
+/// A volume key unlocked from a keyslot, kept inside the library: it can be handed back to
+/// the volume it came from (to add or replace a keyslot) but never read.
+pub struct UnlockedKey {
+    slot: u32,
+    key: VolumeKey,
+}
+
+impl UnlockedKey {
+    /// The keyslot that opened.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+}
+
+/// The data device of a volume about to be activated: opened, its data segment checked and
+/// claimed (the segment only: keyslot changes stay possible while it is open, as with
+/// cryptsetup).
+pub struct DataDevice {
+    dev: FileDevice,
+    segment: DataSegment,
+    claim: Claim,
+}
+
+/// How to activate a volume.
+#[derive(Clone, Debug, Default)]
+pub struct ActivateParams {
+    /// The device name.
+    pub name: String,
+    /// Pass discards down (besides the volume's persistent flag).
+    pub allow_discards: bool,
+    /// Refuse writes.
+    pub read_only: bool,
+    /// LUKS2 with integrity: open the integrity device without its journal (mode D).
+    pub integrity_no_journal: bool,
+}
+
+impl LuksVolume {
+    /// Open the volume on `device` (its header on `header` when detached), LUKS1 or LUKS2 by
+    /// cryptsetup's verdict ([`Header::read_as`]; `want` is 1 or 2 for `--type`). With
+    /// `writable`, the header is opened for writing and its first 4 KiB are claimed: a change
+    /// to the header waits for nobody, it is refused while another command changes it or a
+    /// device maps it.
+    pub fn open(
+        device: &Path,
+        header: Option<&Path>,
+        writable: bool,
+        want: Option<u16>,
+    ) -> Result<LuksVolume, LuksError> {
+        let path = header.unwrap_or(device);
+        if header.is_some() && !device.exists() {
+            return Err(LuksError::NoDevice(format!(
+                "{}: no such device or file",
+                device.display()
+            )));
+        }
+        let dev = crate::block::open_device(path, !writable, false)?;
+        // The data segment of an open LUKS device is not the header, so keyslots change while
+        // it is open, as with cryptsetup. The first 4 KiB hold both copies' start (LUKS2) or
+        // the whole binary header (LUKS1): every header writer claims them.
+        let claim = if writable {
+            Some(Claim::take(dev.file(), path, 0, 4096, true)?)
+        } else {
+            None
+        };
+        let (header_read, warning) = Header::read_as(&dev, want)?;
+        Ok(LuksVolume {
+            dev,
+            header: header_read,
+            device: device.to_path_buf(),
+            header_path: header.map(Path::to_path_buf),
+            _claim: claim,
+            warning,
+        })
+    }
+
+    /// Why a corrupt LUKS2 header copy was skipped, once (the caller says it).
+    pub fn take_warning(&mut self) -> Option<String> {
+        self.warning.take()
+    }
+
+    /// The parsed header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+
+    /// 1 or 2.
+    pub fn version(&self) -> u16 {
+        self.header.version()
+    }
+
+    /// The UUID.
+    pub fn uuid(&self) -> &str {
+        self.header.uuid()
+    }
+
+    /// How many keyslots are in use.
+    pub fn active_keyslots(&self) -> usize {
+        self.header.active_keyslots()
+    }
+
+    /// Whether keyslot `slot` is in use.
+    pub fn has_keyslot(&self, slot: u32) -> bool {
+        self.header.has_keyslot(slot)
+    }
+
+    fn unlock_for(
+        &self,
+        pass: &[u8],
+        slot: Option<u32>,
+        segment: keyslot::Segment,
+    ) -> Result<UnlockedKey, LuksError> {
+        let (slot, key) = self.header.unlock(&self.dev, pass, slot, segment)?;
+        Ok(UnlockedKey { slot, key })
+    }
+
+    /// Unlock the key of the data segment with `pass` (keyslot `slot` only when given).
+    pub fn unlock_key(&self, pass: &[u8], slot: Option<u32>) -> Result<UnlockedKey, LuksError> {
+        self.unlock_for(pass, slot, keyslot::Segment::Default)
+    }
+
+    /// Check a passphrase the way `open --test-passphrase` does and give the keyslot it
+    /// opens: with `slot` (or `unbound`) any key a keyslot holds counts, bound to the data
+    /// segment or not (cryptsetup's unbound keys).
+    pub fn test_passphrase(
+        &self,
+        pass: &[u8],
+        slot: Option<u32>,
+        unbound: bool,
+    ) -> Result<u32, LuksError> {
+        let segment = match (slot, unbound) {
+            (Some(_), _) | (None, true) => keyslot::Segment::Any,
+            (None, false) => keyslot::Segment::Default,
+        };
+        Ok(self.unlock_for(pass, slot, segment)?.slot)
+    }
+
+    /// Add a keyslot for `new` holding the unlocked `key` (in `slot`, or the first free one).
+    pub fn add_keyslot(
+        &mut self,
+        key: &UnlockedKey,
+        new: &[u8],
+        pbkdf: &PbkdfParams,
+        slot: Option<u32>,
+    ) -> Result<u32, LuksError> {
+        self.header
+            .add_keyslot(&self.dev, &key.key, new, pbkdf, slot)
+    }
+
+    /// Replace the keyslot `key` came from by a new one for `new`; the new slot's number.
+    /// The new keyslot is complete on disk before the old one is wiped: a crash in between
+    /// leaves both passphrases working, never neither.
+    pub fn change_keyslot(
+        &mut self,
+        key: &UnlockedKey,
+        new: &[u8],
+        pbkdf: &PbkdfParams,
+    ) -> Result<u32, LuksError> {
+        let added = self.add_keyslot(key, new, pbkdf, None)?;
+        self.kill_keyslot(key.slot)?;
+        Ok(added)
+    }
+
+    /// Wipe keyslot `slot`.
+    pub fn kill_keyslot(&mut self, slot: u32) -> Result<(), LuksError> {
+        self.header.kill_keyslot(&self.dev, slot)
+    }
+
+    /// Set the UUID (written at once).
+    pub fn set_uuid(&mut self, uuid: &str) -> Result<(), LuksError> {
+        if !crate::crypt::luks2::format::valid_uuid(uuid) {
+            return Err(LuksError::Invalid(format!("--uuid {uuid:?} is not a UUID")));
+        }
+        self.header.set_uuid(&self.dev, uuid)
+    }
+
+    /// Set the label (LUKS2; written at once).
+    pub fn set_label(&mut self, label: &str) -> Result<(), LuksError> {
+        self.header.set_label(&self.dev, label)
+    }
+
+    /// The bytes a header backup holds: headers and keyslots (LUKS2), everything before the
+    /// data (LUKS1), as cryptsetup saves them.
+    pub fn header_backup_bytes(&self) -> Result<Vec<u8>, LuksError> {
+        let len = self.header.backup_len().min(self.dev.size());
+        let mut buf = vec![0u8; len as usize];
+        self.dev
+            .read_at(&mut buf, 0)
+            .map_err(|e| LuksError::Invalid(e.to_string()))?;
+        Ok(buf)
+    }
+
+    /// Save the header backup to `file`, a new file readable by its owner only (keyslots are
+    /// all an offline attack on the passphrase needs). A partial backup is removed.
+    pub fn header_backup(&self, file: &Path) -> Result<(), LuksError> {
+        use std::io::Write;
+        let buf = self.header_backup_bytes()?;
+        let mut f = super::files::create_new(file, super::files::BACKUP_MODE).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::AlreadyExists {
+                LuksError::Invalid(format!(
+                    "Requested header backup file {} already exists.",
+                    file.display()
+                ))
+            } else {
+                LuksError::Invalid(format!(
+                    "{}: cannot create backup file: {e}",
+                    file.display()
+                ))
+            }
+        })?;
+        f.write_all(&buf).and_then(|_| f.sync_all()).map_err(|e| {
+            // A partial backup is worse than none: it would restore a broken header.
+            let _ = std::fs::remove_file(file);
+            LuksError::Invalid(format!(
+                "{}: cannot write header backup file: {e}",
+                file.display()
+            ))
+        })
+    }
+
+    /// `luksDump`'s text (bytes: metadata strings are printed as they are).
+    pub fn dump_text(&self) -> Vec<u8> {
+        self.header.dump_text(&self.device.display().to_string())
+    }
+
+    /// The JSON metadata (LUKS2), or the header as JSON (LUKS1).
+    pub fn dump_json(&self) -> serde_json::Value {
+        self.header.dump_json()
+    }
+
+    /// `luksDump --dump-volume-key`: unlock with `pass` and give the text that shows the
+    /// volume key. Sensitive!
+    pub fn dump_volume_key(&self, pass: &[u8], slot: Option<u32>) -> Result<String, LuksError> {
+        let key = self.unlock_key(pass, slot)?;
+        Ok(self
+            .header
+            .volume_key_text(&self.device.display().to_string(), &key.key))
+    }
+
+    /// Open the data device (read-only or not), check the data segment against it and claim
+    /// that segment.
+    pub fn data(&self, read_only: bool) -> Result<DataDevice, LuksError> {
+        let dev = crate::block::open_backing(&self.device, read_only, false)?;
+        let segment =
+            self.header
+                .data_segment(dev.name(), dev.size(), self.header_path.is_some())?;
+        let claim = Claim::take(
+            dev.file(),
+            &self.device,
+            segment.offset,
+            segment.size,
+            !read_only,
+        )?;
+        Ok(DataDevice {
+            dev,
+            segment,
+            claim,
+        })
+    }
+
+    /// Unlock with `pass` (keyslot `slot` only when given) and activate `data`: dm-crypt, or
+    /// dm-crypt in its authenticated mode over dm-integrity. The volume key lives only as long
+    /// as the stack's ciphers.
+    pub fn activate(
+        &self,
+        data: DataDevice,
+        pass: &[u8],
+        slot: Option<u32>,
+        params: &ActivateParams,
+    ) -> Result<Activated, LuksError> {
+        let key = self.unlock_key(pass, slot)?;
+        let seg = data.segment;
+        let opts = ActivateOptions {
+            name: params.name.clone(),
+            allow_discards: params.allow_discards,
+            read_only: params.read_only,
+        };
+        let iopts = IntegrityActivation {
+            no_journal: params.integrity_no_journal,
+        };
+        let active = super::header::stack(&seg, Arc::new(data.dev), &key.key, &opts, &iopts)?;
+        drop(key.key);
+        let size = active.device.size();
+        let details = serde_json::json!({
+            "type": self.header.type_name(),
+            "uuid": self.uuid(),
+            "cipher": seg.cipher,
+            "keysize_bits": self.header.key_bits(),
+            "key_location": "memory",
+            "device": absolute(&self.device),
+            "header": self.header_path.as_deref().map(absolute),
+            "offset_sectors": seg.offset / 512,
+            "size_sectors": size / 512,
+            "sector_size": seg.sector_size,
+            "integrity": seg.integrity,
+            "integrity_mode": seg.integrity.as_ref().map(|_| match (params.read_only, params.integrity_no_journal) {
+                (true, _) => "R",
+                (false, true) => "D",
+                (false, false) => "J",
+            }),
+            "keyslot": key.slot,
+        });
+        Ok(Activated {
+            name: params.name.clone(),
+            device: active.device,
+            kind: "crypt".to_string(),
+            details,
+            stats: Some(active.stats),
+            claims: vec![data.claim],
+            allow_discards: params.allow_discards || seg.allow_discards,
+        })
+    }
+}
+
+/// A path as status shows it: absolute, resolved when it exists.
+fn absolute(p: &Path) -> String {
+    std::fs::canonicalize(p)
+        .or_else(|_| std::path::absolute(p))
+        .unwrap_or_else(|_| p.to_path_buf())
+        .display()
+        .to_string()
+}
