@@ -9,6 +9,7 @@ pub mod activated;
 mod claim;
 mod faulty;
 mod file;
+pub mod linear;
 mod memory;
 pub mod open;
 pub mod signature;

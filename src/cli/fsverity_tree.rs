@@ -1,7 +1,7 @@
 //! `dmkit fsverity seal|mount|close|status`: sealed directory trees, served read-only with
 //! every block read checked against its fs-verity Merkle tree.
 
-use super::fsverity::TreeArgs;
+use super::fsverity_args::TreeArgs;
 use super::{CliError, CliResult};
 use crate::export::{self, TreeSpec};
 use crate::fsverity::sealed::{self, seal::default_manifest, seal::default_store, SealError};

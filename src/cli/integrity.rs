@@ -4,19 +4,14 @@
 //! arms of [`run`]; [`AlgArgs::hasher`] turns the algorithm options into a tagger for a
 //! superblock.
 
+use super::integrity_alg::AlgArgs;
 use super::{CliError, CliResult};
-use crate::block::{BlockDevice, FileDevice};
-use crate::integrity::format::{self, FormatParams};
-use crate::integrity::verify::{self, JournalState};
-use crate::integrity::{
-    dump, Geometry, GeometryOptions, IntegrityError, Superblock, TagAlgorithm, TagHasher,
-};
+use crate::integrity::format::{FormatParams, FormatPlan};
+use crate::integrity::verify::JournalState;
+use crate::integrity::volume::{FormatChecks, IntegrityVolume, VolumeError};
+use crate::integrity::{dump, Geometry, GeometryOptions};
 use std::io::IsTerminal;
-use std::path::{Path, PathBuf};
-use zeroize::Zeroizing;
-
-/// A key read from a key file (wiped on drop).
-pub type Key = Zeroizing<Vec<u8>>;
+use std::path::PathBuf;
 
 /// `dmkit integrity` subcommands.
 #[derive(clap::Subcommand)]
@@ -35,81 +30,6 @@ pub enum IntegrityCommand {
     Close(super::device::CloseArgs),
     /// Show an open dm-integrity device.
     Status(super::device::StatusArgs),
-}
-
-/// The internal hash, as integritysetup spells it.
-#[derive(clap::Args, Clone)]
-pub struct AlgArgs {
-    /// Integrity algorithm: crc32c, crc32, sha1, sha256, sha512, hmac-sha1, hmac-sha256,
-    /// hmac-sha512.
-    #[arg(short = 'I', long = "integrity", default_value = "crc32c")]
-    integrity: String,
-    /// Read the HMAC key from this file.
-    #[arg(long)]
-    integrity_key_file: Option<PathBuf>,
-    /// Key size in bytes (default: the digest size of the HMAC).
-    #[arg(long)]
-    integrity_key_size: Option<usize>,
-}
-
-impl AlgArgs {
-    /// The algorithm and its key, read and checked.
-    pub fn algorithm_and_key(&self) -> Result<(TagAlgorithm, Option<Key>), CliError> {
-        let alg = TagAlgorithm::from_name(&self.integrity)
-            .ok_or_else(|| integrity_err(IntegrityError::Algorithm(self.integrity.clone())))?;
-        match (&self.integrity_key_file, alg.keyed()) {
-            (None, true) => Err(CliError::invalid(format!(
-                "--integrity {alg}: needs --integrity-key-file"
-            ))),
-            (Some(f), false) => Err(CliError::invalid(format!(
-                "--integrity-key-file {}: {alg} takes no key",
-                f.display()
-            ))),
-            (None, false) => {
-                if self.integrity_key_size.is_some() {
-                    return Err(CliError::invalid(format!(
-                        "--integrity-key-size: {alg} takes no key"
-                    )));
-                }
-                Ok((alg, None))
-            }
-            (Some(f), true) => {
-                let size = self.integrity_key_size.unwrap_or(alg.digest_size());
-                if size == 0 || size > 4096 {
-                    return Err(CliError::invalid(format!(
-                        "--integrity-key-size: {size} is not in 1..=4096"
-                    )));
-                }
-                let data = Zeroizing::new(std::fs::read(f).map_err(|e| {
-                    CliError::invalid(format!("--integrity-key-file {}: {e}", f.display()))
-                })?);
-                if data.len() < size {
-                    return Err(CliError::invalid(format!(
-                        "--integrity-key-file {}: {} bytes, --integrity-key-size is {size}",
-                        f.display(),
-                        data.len()
-                    )));
-                }
-                Ok((alg, Some(Zeroizing::new(data[..size].to_vec()))))
-            }
-        }
-    }
-
-    /// The tagger for the volume `sb` describes.
-    pub fn hasher(&self, sb: &Superblock) -> Result<TagHasher, CliError> {
-        let (alg, key) = self.algorithm_and_key()?;
-        let salt = sb
-            .has(crate::integrity::superblock::SB_FLAG_FIXED_HMAC)
-            .then_some(sb.salt);
-        TagHasher::new(
-            alg,
-            key.as_deref().map(|k| &k[..]),
-            salt,
-            usize::from(sb.integrity_tag_size),
-            sb.sector_size() as usize,
-        )
-        .map_err(integrity_err)
-    }
 }
 
 /// Arguments of `integrity format`.
@@ -208,50 +128,26 @@ pub fn run(c: IntegrityCommand) -> CliResult {
     }
 }
 
-/// An integrity error as a one-line CLI error (exit 1).
-pub fn integrity_err(e: IntegrityError) -> CliError {
-    CliError::invalid(e.to_string())
-}
-
-/// An error naming the file (I/O errors name it already).
-fn named(path: &Path, e: IntegrityError) -> CliError {
+/// The command line's words for a volume error: files and claims as every command names
+/// them, the rest with the library's message (exit 1).
+fn volume_err(e: VolumeError) -> CliError {
     match e {
-        IntegrityError::Io(_) => CliError::invalid(e.to_string()),
-        e => CliError::invalid(format!("{}: {e}", path.display())),
+        VolumeError::Open(e) => super::files::open_error(e),
+        VolumeError::Claim(e) => super::files::claim_error(e),
+        e => CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        },
     }
 }
 
-/// Open `path` for a format (claimed exclusively) or a scrub: direct I/O where the file
-/// system takes it and the size is whole 4 KiB blocks (the last chunk must be aligned too),
-/// else through the page cache.
-fn open_direct_or_buffered(path: &Path, write: bool) -> Result<FileDevice, CliError> {
-    let open = |direct| {
-        if write {
-            super::files::open_backing(path, false, direct)
-        } else {
-            super::files::open_device(path, true, direct)
-        }
-    };
-    match open(true) {
-        Ok(d) if d.size() % 4096 == 0 => Ok(d),
-        Ok(d) => {
-            drop(d);
-            open(false)
-        }
-        // tmpfs and a few others refuse O_DIRECT.
-        Err(e) if e.code == 1 => open(false),
-        Err(e) => Err(e),
+impl From<VolumeError> for CliError {
+    fn from(e: VolumeError) -> Self {
+        volume_err(e)
     }
 }
 
-/// Read and parse the superblock of `dev`, with the error naming the file.
-/// The superblock of `path`, refused as `open` refuses it ([`Superblock::check_supported`]).
-fn read_superblock(dev: &FileDevice, path: &Path) -> Result<Superblock, CliError> {
-    let sb = crate::integrity::superblock::read_superblock(dev).map_err(|e| named(path, e))?;
-    sb.check_supported().map_err(|e| named(path, e))?;
-    Ok(sb)
-}
-
+/// A progress line on stderr ("Wiping:  42%"), only on a terminal.
 pub(super) fn progress_printer(what: &'static str) -> impl FnMut(u64, u64) {
     let tty = std::io::stderr().is_terminal();
     let mut last = u64::MAX;
@@ -271,51 +167,17 @@ pub(super) fn progress_printer(what: &'static str) -> impl FnMut(u64, u64) {
 }
 
 fn format_cmd(a: FormatArgs) -> CliResult {
-    if a.integrity_bitmap_mode && a.integrity_no_journal {
-        return Err(CliError::invalid(
-            "-B/--integrity-bitmap-mode and -D/--integrity-no-journal exclude each other",
-        ));
-    }
-    if !a.integrity_bitmap_mode
-        && (a.bitmap_sectors_per_bit.is_some() || a.bitmap_flush_time.is_some())
-    {
-        return Err(CliError::invalid(
-            "--bitmap-sectors-per-bit/--bitmap-flush-time: only with -B/--integrity-bitmap-mode",
-        ));
-    }
-    if (a.integrity_bitmap_mode || a.integrity_no_journal)
-        && (a.journal_watermark.is_some() || a.journal_commit_time.is_some())
-    {
-        return Err(CliError::invalid(
-            "--journal-watermark/--journal-commit-time: not without a journal (-B or -D)",
-        ));
-    }
-    if let Some(w) = a.journal_watermark {
-        if w > 100 {
-            return Err(CliError::invalid(format!(
-                "--journal-watermark: {w} is not a percentage"
-            )));
-        }
-    }
-    if let Some(s) = a.bitmap_sectors_per_bit {
-        if !s.is_power_of_two() {
-            return Err(CliError::invalid(format!(
-                "--bitmap-sectors-per-bit: {s} is not a power of two"
-            )));
-        }
-    }
-    if !a.sector_size.is_power_of_two() || !(512..=4096).contains(&a.sector_size) {
-        return Err(CliError::invalid(format!(
-            "--sector-size: {} is not 512, 1024, 2048 or 4096",
-            a.sector_size
-        )));
-    }
-    // integritysetup passes the size in whole sectors (rounded down; 0: the default).
-    let journal_sectors = match a.journal_size {
-        None => 0,
-        Some(b) => u32::try_from(b / 512)
-            .map_err(|_| CliError::invalid(format!("--journal-size: {b} bytes is too large")))?,
+    let checks = FormatChecks {
+        bitmap_mode: a.integrity_bitmap_mode,
+        no_journal: a.integrity_no_journal,
+        bitmap_sectors_per_bit: a.bitmap_sectors_per_bit,
+        bitmap_flush_time: a.bitmap_flush_time,
+        journal_watermark: a.journal_watermark,
+        journal_commit_time: a.journal_commit_time,
+        sector_size: a.sector_size,
+        journal_size: a.journal_size,
     };
+    let journal_sectors = checks.check()?;
     let (alg, key) = a.alg.algorithm_and_key()?;
     let salt = match &a.salt {
         None => None,
@@ -331,7 +193,7 @@ fn format_cmd(a: FormatArgs) -> CliResult {
             Some(s)
         }
     };
-    let mut params = FormatParams {
+    let params = FormatParams {
         algorithm: alg,
         key,
         tag_size: a.tag_size,
@@ -346,49 +208,40 @@ fn format_cmd(a: FormatArgs) -> CliResult {
         data_device_bytes: None,
         external_tags: false,
     };
-    let dev = open_direct_or_buffered(&a.device, true)?;
-    let _claim = super::files::claim(dev.file(), &a.device, 0, 0, true)?;
-    let data = match &a.data_device {
-        None => None,
-        Some(p) => {
-            if same_file(p, &a.device) {
-                return Err(CliError::invalid(format!(
-                    "--data-device {}: is the device itself",
-                    p.display()
-                )));
-            }
-            let d = open_direct_or_buffered(p, true)?;
-            let claim = super::files::claim(d.file(), p, 0, 0, true)?;
-            params.data_device_bytes = Some(d.size());
-            Some((d, claim))
+    let before_write = |plan: &FormatPlan| -> CliResult {
+        // integritysetup asks before every format; what the devices hold is named first.
+        let mut warnings = super::confirm::signature_warnings(&a.device, 0)?;
+        if let Some(p) = &a.data_device {
+            warnings.extend(super::confirm::signature_warnings(p, 0)?);
         }
+        super::confirm::Confirm {
+            batch: a.batch_mode,
+            warnings,
+            question: super::confirm::overwrite_question(&a.device),
+            action: &format!("format {}", a.device.display()),
+            aborted: "Operation aborted.",
+            code: 1,
+        }
+        .ask()?;
+        let tag_size = plan.superblock.integrity_tag_size;
+        if usize::from(tag_size) != alg.digest_size() && !a.json {
+            eprintln!(
+                "WARNING: Requested tag size {tag_size} bytes differs from {} size output ({} bytes).",
+                alg.kernel_name(),
+                alg.digest_size()
+            );
+        }
+        Ok(())
     };
-    let plan = format::plan(&params, dev.size()).map_err(|e| named(&a.device, e))?;
-    // integritysetup asks before every format; what the devices hold is named first.
-    let mut warnings = super::confirm::signature_warnings(&a.device, 0)?;
-    if let Some(p) = &a.data_device {
-        warnings.extend(super::confirm::signature_warnings(p, 0)?);
-    }
-    super::confirm::Confirm {
-        batch: a.batch_mode,
-        warnings,
-        question: super::confirm::overwrite_question(&a.device),
-        action: &format!("format {}", a.device.display()),
-        aborted: "Operation aborted.",
-        code: 1,
-    }
-    .ask()?;
-    let tag_size = plan.superblock.integrity_tag_size;
-    if usize::from(tag_size) != alg.digest_size() && !a.json {
-        eprintln!(
-            "WARNING: Requested tag size {tag_size} bytes differs from {} size output ({} bytes).",
-            alg.kernel_name(),
-            alg.digest_size()
-        );
-    }
     let mut progress = progress_printer("Wiping");
-    let data_dev = data.as_ref().map(|(d, _)| d as &dyn BlockDevice);
-    format::write(&dev, data_dev, &plan, &mut progress).map_err(|e| named(&a.device, e))?;
+    let plan = IntegrityVolume::format(
+        &a.device,
+        a.data_device.as_deref(),
+        params,
+        before_write,
+        &mut progress,
+    )?;
+    let tag_size = plan.superblock.integrity_tag_size;
     if a.json {
         let mut j = dump::json(
             &plan.superblock,
@@ -408,11 +261,10 @@ fn format_cmd(a: FormatArgs) -> CliResult {
 }
 
 fn dump_cmd(a: DumpArgs) -> CliResult {
-    let dev = super::files::open_device(&a.device, true, false)?;
-    let sb = read_superblock(&dev, &a.device)?;
+    let (sb, size) = IntegrityVolume::superblock(&a.device)?;
     let name = a.device.display().to_string();
     if a.json {
-        let g = Geometry::new(&sb, dev.size() / 512, &GeometryOptions::default()).ok();
+        let g = Geometry::new(&sb, size / 512, &GeometryOptions::default()).ok();
         println!("{:#}", dump::json(&sb, &name, g.as_ref()));
     } else {
         print!("{}", dump::text(&sb, &name));
@@ -421,38 +273,11 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
 }
 
 fn verify_cmd(a: VerifyArgs) -> CliResult {
-    // Direct reads where the filesystem takes them: a scrub reads everything once.
-    let dev = open_direct_or_buffered(&a.device, false)?;
-    let _claim = super::files::claim(dev.file(), &a.device, 0, 0, false)?;
-    let data = match &a.data_device {
-        None => None,
-        Some(p) => {
-            let d = open_direct_or_buffered(p, false)?;
-            let claim = super::files::claim(d.file(), p, 0, 0, false)?;
-            Some((d, claim))
-        }
-    };
-    let sb = read_superblock(&dev, &a.device)?;
-    let (data_sectors, opts) = match &data {
-        None => (dev.size() / 512, GeometryOptions::default()),
-        Some((d, _)) => (
-            d.size() / 512,
-            GeometryOptions {
-                meta_device_sectors: Some(dev.size() / 512),
-                ..GeometryOptions::default()
-            },
-        ),
-    };
-    let g = Geometry::new(&sb, data_sectors, &opts).map_err(|e| named(&a.device, e))?;
-    let h = a.alg.hasher(&sb)?;
+    let volume = IntegrityVolume::open(&a.device, a.data_device.as_deref())?;
+    let g = volume.geometry()?;
+    let h = a.alg.hasher(volume.sb())?;
     let mut progress = progress_printer("Verifying");
-    let threads = crate::integrity::tags::hashing_threads();
-    let data_dev: &dyn BlockDevice = match &data {
-        Some((d, _)) => d,
-        None => &dev,
-    };
-    let r = verify::verify(data_dev, &dev, &sb, &g, &h, threads, &mut progress)
-        .map_err(|e| named(&a.device, e))?;
+    let r = volume.verify(&g, &h, &mut progress)?;
     if a.json {
         let mut j = serde_json::to_value(&r).unwrap_or_default();
         j["device"] = a.device.display().to_string().into();
@@ -514,15 +339,6 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
             a.device.display(),
             r.bad_sectors.len()
         )))
-    }
-}
-
-/// Whether two paths name the same file.
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
     }
 }
 

@@ -7,11 +7,10 @@
 
 use super::device::open_export;
 use super::{CliError, CliResult};
-use crate::export::ExportSpec;
-use crate::integrity::{IntegrityDevice, IntegrityOptions, Mode, OpenError};
-use serde_json::json;
+use crate::export::{ExportSpec, ServeOptions};
+use crate::integrity::volume::{IntegrityVolume, VolumeError};
+use crate::integrity::{IntegrityOptions, Mode};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// Arguments of `dmkit integrity open`.
 #[derive(clap::Args)]
@@ -21,7 +20,7 @@ pub struct OpenArgs {
     /// Name of the device.
     pub name: String,
     #[command(flatten)]
-    pub alg: super::integrity::AlgArgs,
+    pub alg: super::integrity_alg::AlgArgs,
     /// Bitmap mode (B): dirty regions recalculated after an unclean stop.
     #[arg(short = 'B', long, conflicts_with_all = ["integrity_no_journal", "integrity_recovery_mode"])]
     pub integrity_bitmap_mode: bool,
@@ -70,57 +69,26 @@ pub fn open(a: OpenArgs) -> CliResult {
     } else {
         Mode::Journal
     };
-    let read_only = mode == Mode::Recovery;
-    let dev = super::files::open_backing(&a.device, read_only, false)?;
-    let claim = super::files::claim(dev.file(), &a.device, 0, 0, !read_only)?;
     let mut opts = IntegrityOptions::new(&a.name, mode, alg);
     opts.key = key;
     opts.journal_watermark = a.journal_watermark;
     opts.commit_time_ms = a.journal_commit_time;
     opts.bitmap_flush_ms = a.bitmap_flush_time;
     opts.sectors_per_bit = a.bitmap_sectors_per_bit;
-    let integrity = IntegrityDevice::open(Arc::new(dev), opts).map_err(|e| match e {
-        OpenError::Invalid(m) => CliError::invalid(m),
-        OpenError::Io(e) => CliError::invalid(format!("{}: {e}", a.device.display())),
+    let activated = IntegrityVolume::activate(&a.device, opts).map_err(|e| match e {
+        VolumeError::Open(e) => super::files::open_error(e),
+        VolumeError::Claim(e) => super::files::claim_error(e),
+        e => CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        },
     })?;
-    let l = integrity.layout().clone();
-    // What open found: a sentence for the status line, as the kernel's log would say it.
-    let replay = integrity
-        .replay_report()
-        .map(|r| match (r.replayed_sections, r.cleared) {
-            (0, false) => "journal clean, nothing to replay".to_string(),
-            (0, true) => "journal empty, re-initialised".to_string(),
-            (n, _) => format!("{n} journal section(s) replayed at open"),
-        });
-    let stats = integrity.stats();
-    let backing = std::fs::canonicalize(&a.device).unwrap_or_else(|_| a.device.clone());
-    let details = json!({
-        "backing": backing,
-        "integrity_mode": mode.letter().to_string(),
-        "integrity": alg.name(),
-        "tag_size": l.tag_size,
-        "sector_size": l.block_size(),
-        "interleave_sectors": 1u64 << l.log2_interleave,
-        "journal_sections": l.journal_sections,
-        "provided_data_sectors": l.provided_data_sectors,
-        "journal_watermark": a.journal_watermark,
-        "journal_commit_time_ms": a.journal_commit_time,
-        "bitmap_flush_time_ms": a.bitmap_flush_time,
-        "replay": replay,
-    });
-    let spec = ExportSpec {
+    let how = ServeOptions {
         fuse: a.nbd.fuse(),
         nbd,
-        name: a.name,
-        device: Arc::new(integrity),
-        kind: "integrity".to_string(),
         loop_device: a.loop_device,
         direct_io_loop: true,
-        allow_discards: false,
         threads: usize::from(a.threads),
-        details,
-        stats: Some(Arc::new(move || stats.to_json())),
-        claims: vec![claim],
     };
-    open_export(spec, a.foreground)
+    open_export(ExportSpec::new(activated, how), a.foreground)
 }

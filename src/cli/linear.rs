@@ -2,11 +2,9 @@
 //! the baseline the benchmarks compare every layer against.
 use super::device::open_export;
 use super::{CliError, CliResult};
-use crate::block::BlockDevice;
-use crate::export::ExportSpec;
-use serde_json::json;
+use crate::block::linear::{self, LinearError, LinearOptions};
+use crate::export::{ExportSpec, ServeOptions};
 use std::path::PathBuf;
-use std::sync::Arc;
 
 /// `dmkit linear` subcommands.
 #[derive(clap::Subcommand)]
@@ -55,32 +53,26 @@ pub fn run(c: LinearCommand) -> CliResult {
 fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
     let nbd = a.nbd.config(a.loop_device)?;
-    let dev = super::files::open_backing(&a.file, a.read_only, a.direct)?;
-    let claim = super::files::claim(dev.file(), &a.file, 0, 0, !a.read_only)?;
-    let size = dev.size();
-    if size == 0 {
-        return Err(CliError::invalid(format!("{}: is empty", a.file.display())));
-    }
-    if a.direct && size % 512 != 0 {
-        return Err(CliError::invalid(format!(
-            "{}: size {size} is not a multiple of 512 bytes, which --direct needs",
-            a.file.display()
-        )));
-    }
-    let backing = std::fs::canonicalize(&a.file).unwrap_or_else(|_| a.file.clone());
-    let spec = ExportSpec {
+    let opts = LinearOptions {
+        name: a.name,
+        read_only: a.read_only,
+        direct: a.direct,
+        allow_discards: a.allow_discards,
+    };
+    let activated = linear::activate(&a.file, &opts).map_err(|e| match e {
+        LinearError::Open(e) => super::files::open_error(e),
+        LinearError::Claim(e) => super::files::claim_error(e),
+        e => CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        },
+    })?;
+    let how = ServeOptions {
         fuse: a.nbd.fuse(),
         nbd,
-        name: a.name,
-        device: Arc::new(dev),
-        kind: "linear".to_string(),
         loop_device: a.loop_device,
         direct_io_loop: a.direct,
-        allow_discards: a.allow_discards,
         threads: a.threads as usize,
-        details: json!({ "backing": backing, "direct": a.direct }),
-        stats: None,
-        claims: vec![claim],
     };
-    open_export(spec, a.foreground)
+    open_export(ExportSpec::new(activated, how), a.foreground)
 }

@@ -1,14 +1,14 @@
 //! `dmkit verity format|verify|dump|open|sign`, with veritysetup's options and argument order.
 
 use super::{CliError, CliResult};
-use crate::block::Claim;
-use crate::block::{BlockDevice, FileDevice};
-use crate::export::ExportSpec;
-use crate::hash::HashAlgorithm;
+use crate::block::FileDevice;
+use crate::export::{ExportSpec, ServeOptions};
 use crate::verity::superblock::{format_uuid, parse_uuid};
-use crate::verity::{self, TreeLayout, VerityDevice, VerityError, VerityOptions, VerityParams};
+use crate::verity::volume::{
+    self, params_json, Backing, ParamsSource, SignatureSource, VerityVolume, VolumeError,
+};
+use crate::verity::{self, TreeLayout, TreeSpec, VerityError, VerityOptions, VerityParams};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// `dmkit verity` subcommands.
 #[derive(clap::Subcommand)]
@@ -212,29 +212,6 @@ fn open_file(path: &Path, read_only: bool) -> Result<FileDevice, CliError> {
     super::files::open_device(path, read_only, false)
 }
 
-/// Whether two paths name the same file (data and hash area in one image).
-fn same_file(a: &Path, b: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    match (std::fs::metadata(a), std::fs::metadata(b)) {
-        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
-        _ => false,
-    }
-}
-
-fn parse_salt(s: &str) -> Result<Vec<u8>, CliError> {
-    if s == "-" {
-        return Ok(Vec::new());
-    }
-    let salt = hex::decode(s).map_err(|_| invalid(format!("--salt: {s:?} is not a hex string")))?;
-    if salt.len() > 256 {
-        return Err(invalid(format!(
-            "--salt: {} bytes is longer than 256",
-            salt.len()
-        )));
-    }
-    Ok(salt)
-}
-
 fn random_bytes<const N: usize>() -> [u8; N] {
     let mut b = [0u8; N];
     getrandom::getrandom(&mut b).expect("the kernel's random source");
@@ -248,67 +225,67 @@ fn random_uuid() -> [u8; 16] {
     u
 }
 
-/// Parameters from the command line alone (format, and `--no-superblock`).
-fn params_from_args(
-    t: &TreeArgs,
-    data: &dyn BlockDevice,
-    default_salt: Vec<u8>,
-) -> Result<VerityParams, CliError> {
-    let hash = HashAlgorithm::from_name(&t.hash)
-        .ok_or_else(|| invalid(format!("--hash: unsupported hash algorithm {:?}", t.hash)))?;
-    let salt = match &t.salt {
-        Some(s) => parse_salt(s)?,
-        None => default_salt,
-    };
-    let dbs = t.data_block_size as u64;
-    let available = data.size().checked_div(dbs).unwrap_or(0);
-    let data_blocks = match t.data_blocks {
-        Some(n) if n > available => {
-            return Err(invalid(format!(
-                "{}: data device is too small: --data-blocks {n} of {dbs} bytes needs {} bytes, it has {}",
-                data.name(),
-                n.saturating_mul(dbs),
-                data.size()
-            )))
+impl TreeArgs {
+    /// The options as the library's tree specification.
+    fn spec(&self) -> TreeSpec {
+        TreeSpec {
+            hash: self.hash.clone(),
+            data_block_size: self.data_block_size,
+            hash_block_size: self.hash_block_size,
+            data_blocks: self.data_blocks,
+            hash_offset: self.hash_offset,
+            salt: self.salt.clone(),
+            hash_type: self.hash_type,
+            superblock: !self.no_superblock,
         }
-        Some(n) => n,
-        None => available,
-    };
-    if data_blocks == 0 {
-        return Err(invalid(format!(
-            "{}: data device is too small: {} bytes hold no complete {dbs}-byte data block",
-            data.name(),
-            data.size()
-        )));
     }
-    let p = VerityParams {
-        hash,
-        hash_type: t.hash_type,
-        data_block_size: t.data_block_size,
-        hash_block_size: t.hash_block_size,
-        data_blocks,
-        hash_offset: t.hash_offset,
-        salt,
-        uuid: [0; 16],
-        superblock: !t.no_superblock,
-    };
-    p.validate().map_err(invalid)?;
-    Ok(p)
+
+    /// Where verify/open take the parameters from: the superblock, or the command line
+    /// without one.
+    fn source(&self) -> ParamsSource {
+        if self.no_superblock {
+            ParamsSource::Spec(self.spec())
+        } else {
+            ParamsSource::Superblock {
+                hash_offset: self.hash_offset,
+            }
+        }
+    }
 }
 
-/// Parameters for verify/open: from the superblock, or from the command line without one.
-fn resolve_params(
-    t: &TreeArgs,
-    data: &dyn BlockDevice,
-    hash: &dyn BlockDevice,
-) -> Result<VerityParams, CliError> {
-    if t.no_superblock {
-        return params_from_args(t, data, Vec::new());
+/// The command line's words for a volume error: files and claims as every command names
+/// them, the rest with the library's message and exit code.
+fn volume_err(e: VolumeError) -> CliError {
+    match e {
+        VolumeError::Open(e) => super::files::open_error(e),
+        VolumeError::Claim(e) => super::files::claim_error(e),
+        e => CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        },
     }
-    let sb = verity::read_superblock(hash, t.hash_offset).map_err(verity_err)?;
-    let p = VerityParams::from_superblock(&sb, t.hash_offset);
-    p.validate().map_err(invalid)?;
-    Ok(p)
+}
+
+impl From<VolumeError> for CliError {
+    fn from(e: VolumeError) -> Self {
+        volume_err(e)
+    }
+}
+
+/// Open the data and hash files of verify/open (claimed shared for open).
+fn open_volume(
+    data: &Path,
+    hash: &Path,
+    t: &TreeArgs,
+    claim: bool,
+) -> Result<VerityVolume, CliError> {
+    VerityVolume::open(
+        Backing::whole(data),
+        Backing::whole(hash),
+        t.source(),
+        claim,
+    )
+    .map_err(volume_err)
 }
 
 fn root_hash_text(positional: &Option<String>, file: &Option<PathBuf>) -> Result<String, CliError> {
@@ -327,50 +304,18 @@ fn root_hash_text(positional: &Option<String>, file: &Option<PathBuf>) -> Result
 }
 
 fn check_signature(root_hex: &str, root: &RootArgs) -> CliResult {
-    use crate::verity::sig::SignatureError as E;
     let Some(sig) = &root.root_hash_signature else {
         return Ok(());
     };
-    verity::sig::verify_root_hash_signature(root_hex, sig, &root.root_hash_cert).map_err(|e| {
-        let code = match &e {
-            // A signature that does not check out, however garbled, is a failed verification.
-            E::NotVerified { .. } | E::SignatureGarbled { .. } | E::SignatureNotDetached { .. } => {
-                2
-            }
-            E::SignatureUnreadable { .. } | E::CertificateUnreadable { .. } => 4,
-            _ => 1,
-        };
-        CliError {
-            code,
-            message: e.to_string(),
-        }
-    })?;
+    volume::check_signature(root_hex, SignatureSource::File(sig), &root.root_hash_cert)
+        .map_err(volume_err)?;
     Ok(())
 }
 
-/// Make a regular hash file at least `size` bytes long (veritysetup extends it the same way).
-/// Create the hash device if needed, claim its hash area (refused while a device reads it),
-/// ask before overwriting a signature found there (unless `batch`), then grow a regular file
-/// to `size`. The claim lasts as long as the returned value.
-fn prepare_hash_file(
-    path: &Path,
-    size: u64,
-    hash_offset: u64,
-    batch: bool,
-) -> Result<Claim, CliError> {
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .map_err(|e| {
-            CliError::no_device(format!("{}: cannot open hash device: {e}", path.display()))
-        })?;
-    let claim = super::files::claim(&f, path, hash_offset, 0, true)?;
-    // veritysetup overwrites silently; dmkit asks when the hash area already holds something
-    // (an older tree's superblock, or the wrong file: a filesystem), as luksFormat would. After
-    // the claim (a device in use is refused as such), before the first write.
+/// veritysetup overwrites silently; dmkit asks when the hash area already holds something
+/// (an older tree's superblock, or the wrong file: a filesystem), as luksFormat would. Runs
+/// after the claim (a device in use is refused as such), before the first write.
+fn confirm_overwrite(path: &Path, hash_offset: u64, batch: bool) -> CliResult {
     let warnings = super::confirm::signature_warnings(path, hash_offset)?;
     if !warnings.is_empty() {
         super::confirm::Confirm {
@@ -383,18 +328,7 @@ fn prepare_hash_file(
         }
         .ask()?;
     }
-    let meta = f
-        .metadata()
-        .map_err(|e| invalid(format!("{}: {e}", path.display())))?;
-    if meta.is_file() && meta.len() < size {
-        f.set_len(size).map_err(|e| {
-            invalid(format!(
-                "{}: cannot extend hash device: {e}",
-                path.display()
-            ))
-        })?;
-    }
-    Ok(claim)
+    Ok(())
 }
 
 fn describe(p: &VerityParams, layout: &TreeLayout, device: &Path) -> Vec<(&'static str, String)> {
@@ -423,22 +357,6 @@ fn describe(p: &VerityParams, layout: &TreeLayout, device: &Path) -> Vec<(&'stat
     ]
 }
 
-fn params_json(p: &VerityParams, layout: &TreeLayout) -> serde_json::Value {
-    serde_json::json!({
-        "uuid": if p.superblock { Some(format_uuid(&p.uuid)) } else { None },
-        "hash_type": p.hash_type,
-        "data_blocks": p.data_blocks,
-        "data_block_size": p.data_block_size,
-        "hash_blocks": layout.tree_blocks(),
-        "hash_block_size": p.hash_block_size,
-        "hash_algorithm": p.hash.name(),
-        "salt": hex::encode(&p.salt),
-        "hash_offset": p.hash_offset,
-        "superblock": p.superblock,
-        "hash_device_size": layout.hash_device_size(),
-    })
-}
-
 /// Print veritysetup's header block ("VERITY header information for ...").
 fn print_header(p: &VerityParams, layout: &TreeLayout, device: &Path, root: Option<&[u8]>) {
     println!("VERITY header information for {}", device.display());
@@ -455,27 +373,19 @@ fn print_header(p: &VerityParams, layout: &TreeLayout, device: &Path, root: Opti
 
 fn format(a: FormatArgs) -> CliResult {
     let data = open_file(&a.data, true)?;
-    let mut p = params_from_args(&a.tree, &data, random_bytes::<32>().to_vec())?;
+    let mut p = a
+        .tree
+        .spec()
+        .params(&data, random_bytes::<32>().to_vec())
+        .map_err(CliError::invalid)?;
     p.uuid = match &a.uuid {
         Some(u) => parse_uuid(u).ok_or_else(|| invalid(format!("--uuid: {u:?} is not a UUID")))?,
         None => random_uuid(),
     };
     let layout = TreeLayout::new(&p).map_err(invalid)?;
-    let same = same_file(&a.data, &a.hash_device);
-    if same && p.data_size() > p.hash_offset {
-        return Err(verity_err(VerityError::Overlap {
-            hash_offset: p.hash_offset,
-            data_end: p.data_size(),
-        }));
-    }
-    let _claim = prepare_hash_file(
-        &a.hash_device,
-        layout.new_file_size(),
-        p.hash_offset,
-        a.batch_mode,
-    )?;
-    let hash = open_file(&a.hash_device, false)?;
-    let root = verity::format(&data, &hash, &p, same).map_err(verity_err)?;
+    let root = VerityVolume::format_device(&data, &a.data, &a.hash_device, &p, || {
+        confirm_overwrite(&a.hash_device, p.hash_offset, a.batch_mode)
+    })?;
     if let Some(f) = &a.root_hash_file {
         std::fs::write(f, hex::encode(&root))
             .map_err(|e| invalid(format!("{}: cannot write root hash file: {e}", f.display())))?;
@@ -510,16 +420,14 @@ fn ranges(blocks: &[u64]) -> String {
 }
 
 fn verify(a: VerifyArgs) -> CliResult {
-    let data = open_file(&a.data, true)?;
-    let hash = open_file(&a.hash_device, true)?;
-    let p = resolve_params(&a.tree, &data, &hash)?;
+    let volume = open_volume(&a.data, &a.hash_device, &a.tree, false)?;
+    let p = volume.params().clone();
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
     let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
     check_signature(&root_hex, &a.root)?;
-    let same = same_file(&a.data, &a.hash_device);
-    let report = verity::verify(&data, &hash, &p, &root, same).map_err(verity_err)?;
+    let report = volume.verify(&root).map_err(volume_err)?;
     let covered = p.data_size();
-    let data_bytes = data.size();
+    let data_bytes = volume.data_size();
     if a.json {
         let mut j = serde_json::to_value(&report).expect("report serializes");
         j["ok"] = report.ok().into();
@@ -608,20 +516,10 @@ fn dump(a: DumpArgs) -> CliResult {
 fn open(a: OpenArgs) -> CliResult {
     super::device::prepare_open(&a.name, a.loop_device)?;
     let nbd = a.nbd.config(a.loop_device)?;
-    let data = open_file(&a.data, true)?;
-    let hash = open_file(&a.hash_device, true)?;
-    // Read-only: other verity devices may share these files; writers may not.
-    let claims = vec![
-        super::files::claim(data.file(), &a.data, 0, 0, false)?,
-        super::files::claim(hash.file(), &a.hash_device, 0, 0, false)?,
-    ];
-    let p = resolve_params(&a.tree, &data, &hash)?;
+    let volume = open_volume(&a.data, &a.hash_device, &a.tree, true)?;
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
-    let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
+    let root = verity::parse_root_hash(&root_hex, volume.params()).map_err(verity_err)?;
     check_signature(&root_hex, &a.root)?;
-    let layout = TreeLayout::new(&p).map_err(invalid)?;
-    let same = same_file(&a.data, &a.hash_device);
-    verity::check_sizes(&data, &hash, &p, &layout, same).map_err(verity_err)?;
     let opts = VerityOptions {
         name: a.name.clone(),
         check_at_most_once: a.check_at_most_once,
@@ -629,43 +527,23 @@ fn open(a: OpenArgs) -> CliResult {
         cache_blocks: a.cache_blocks,
         data_cache_bytes: a.data_cache,
     };
-    let dev = VerityDevice::new(Arc::new(data), Arc::new(hash), p.clone(), root, opts)
-        .map_err(invalid)?;
-    let matches = dev
-        .check_root()
-        .map_err(|e| CliError::invalid(e.to_string()))?;
-    if !matches && !a.ignore_corruption {
-        return Err(CliError::verification(format!(
+    let mut activated = volume.activate(&root, opts).map_err(|e| match e {
+        VolumeError::RootMismatch { .. } => CliError::verification(format!(
             "{}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data",
             a.hash_device.display()
-        )));
-    }
-    let stats = dev.stats();
-    let mut details = params_json(&p, &layout);
-    // Absolute paths: status is read from anywhere, not from where `open` ran.
-    let absolute = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
-    details["data_device"] = absolute(&a.data).display().to_string().into();
-    details["hash_device"] = absolute(&a.hash_device).display().to_string().into();
-    details["root_hash"] = root_hex.to_lowercase().into();
-    details["check_at_most_once"] = a.check_at_most_once.into();
-    details["ignore_corruption"] = a.ignore_corruption.into();
-    details["data_cache_bytes"] = a.data_cache.into();
-    details["signed"] = a.root.root_hash_signature.is_some().into();
-    let spec = ExportSpec {
+        )),
+        e => volume_err(e),
+    })?;
+    activated.details["root_hash"] = root_hex.to_lowercase().into();
+    activated.details["signed"] = a.root.root_hash_signature.is_some().into();
+    let how = ServeOptions {
         fuse: a.nbd.fuse(),
         nbd,
-        name: a.name.clone(),
-        device: Arc::new(dev),
-        kind: "verity".to_string(),
         loop_device: a.loop_device,
         direct_io_loop: true,
-        allow_discards: false,
         threads: a.threads.max(1),
-        details,
-        stats: Some(Arc::new(move || stats.to_json())),
-        claims,
     };
-    super::device::open_export(spec, a.foreground)
+    super::device::open_export(ExportSpec::new(activated, how), a.foreground)
 }
 
 fn sign(a: SignArgs) -> CliResult {
@@ -684,14 +562,6 @@ fn sign(a: SignArgs) -> CliResult {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn salt_parsing() {
-        assert_eq!(parse_salt("-").unwrap(), Vec::<u8>::new());
-        assert_eq!(parse_salt("0aff").unwrap(), vec![0x0a, 0xff]);
-        assert!(parse_salt("xyz").is_err());
-        assert!(parse_salt(&"00".repeat(257)).is_err());
-    }
 
     #[test]
     fn block_ranges() {

@@ -17,17 +17,18 @@ use super::inspect::{describe_region, read_verity};
 use super::layout::{self, Layout, RootHashSource};
 use super::mkfs::FsKind;
 use super::{ImageError, Result};
-use crate::block::{BlockDevice, Claim, Window};
-use crate::export::{self, CloseMode, ExportError, ExportSpec};
+use crate::export::{self, CloseMode, ExportError, ExportSpec, ServeOptions};
 use crate::verity::sig::{SignatureError, VerifiedSigner};
-use crate::verity::{self, TreeLayout, VerityDevice, VerityOptions};
+use crate::verity::volume::{
+    self, Backing, ParamsSource, SignatureSource, VerityVolume, VolumeError,
+};
+use crate::verity::{self, TreeLayout, VerityOptions};
 use serde_json::{json, Value};
 use std::ffi::CString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 /// What to open.
 #[derive(Debug, Clone, Default)]
@@ -200,42 +201,31 @@ fn check_signature(l: &Layout, root_hex: &str, certs: &[PathBuf]) -> Result<Veri
             l.image.display()
         )));
     };
-    // The signature checker reads a file: hand it one in memory.
-    let name = CString::new("dmkit-root-hash-sig").expect("no NUL");
-    // SAFETY: memfd_create(2) with a NUL-terminated name.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(ImageError::Io(format!(
-            "memfd_create: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    // SAFETY: a fresh descriptor owned only here.
-    let file = unsafe { <fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    std::io::Write::write_all(&mut &file, &sig.der)
-        .map_err(|e| ImageError::Io(format!("memfd: {e}")))?;
-    let path = PathBuf::from(format!("/proc/self/fd/{fd}"));
-    let r = crate::verity::sig::verify_root_hash_signature(root_hex, &path, certs);
-    drop(file);
-    r.map_err(|e| match e {
-        SignatureError::NotVerified { certs, reason, .. } => ImageError::Verification(format!(
-            "{}: the root hash signature in {} does not verify over root hash {root_hex} \
-             against the {certs} given certificate(s): {reason}",
-            l.image.display(),
-            sig.from
-        )),
-        SignatureError::SignatureGarbled { reason, .. } => ImageError::Verification(format!(
-            "{}: the signature in {} is not a DER PKCS#7 signature: {reason}",
-            l.image.display(),
-            sig.from
-        )),
-        SignatureError::SignatureNotDetached { .. } => ImageError::Verification(format!(
-            "{}: the signature in {} embeds its content; dm-verity needs a detached signature",
-            l.image.display(),
-            sig.from
-        )),
+    volume::check_signature(root_hex, SignatureSource::Der(&sig.der), certs).map_err(|e| match e {
+        VolumeError::Signature(e) => signature_error(l, root_hex, &sig.from, e),
+        VolumeError::Invalid(m) => ImageError::Io(m),
         other => ImageError::Invalid(other.to_string()),
     })
+}
+
+/// The image's words for a signature that does not check out.
+fn signature_error(l: &Layout, root_hex: &str, from: &str, e: SignatureError) -> ImageError {
+    match e {
+        SignatureError::NotVerified { certs, reason, .. } => ImageError::Verification(format!(
+            "{}: the root hash signature in {from} does not verify over root hash {root_hex} \
+             against the {certs} given certificate(s): {reason}",
+            l.image.display(),
+        )),
+        SignatureError::SignatureGarbled { reason, .. } => ImageError::Verification(format!(
+            "{}: the signature in {from} is not a DER PKCS#7 signature: {reason}",
+            l.image.display(),
+        )),
+        SignatureError::SignatureNotDetached { .. } => ImageError::Verification(format!(
+            "{}: the signature in {from} embeds its content; dm-verity needs a detached signature",
+            l.image.display(),
+        )),
+        other => ImageError::Invalid(other.to_string()),
+    }
 }
 
 /// What was set up so far, undone in reverse order on drop unless disarmed.
@@ -286,6 +276,14 @@ fn make_dirs(dir: &Path, mode: u32, rb: &mut Rollback) -> Result<()> {
         rb.dirs.push(d);
     }
     Ok(())
+}
+
+/// A partition (or sidecar file) of the image as the verity volume's backing.
+fn backing(r: &layout::Region) -> Backing<'_> {
+    Backing {
+        path: &r.file,
+        region: Some((r.offset, r.size)),
+    }
 }
 
 /// Open `o.image` at `o.mountpoint`. Call before the process has spawned any thread (the
@@ -353,43 +351,32 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     let params = read_verity(&l)?.expect("the hash region exists");
     let root = verity::parse_root_hash(&root_hex, &params)
         .map_err(|e| ImageError::Invalid(format!("{}: {e}", o.image.display())))?;
-    let tree_layout = TreeLayout::new(&params)
+    TreeLayout::new(&params)
         .map_err(|e| ImageError::Invalid(format!("{}: {e}", o.image.display())))?;
-
-    let open_dev = |r: &layout::Region| -> Result<(Arc<dyn BlockDevice>, Claim)> {
-        let dev = layout::open_file(&r.file)?;
-        let claim = Claim::take(dev.file(), &r.file, r.offset, r.size, false)
-            .map_err(|e| ImageError::Busy(e.to_string()))?;
-        let w = Window::new(Arc::new(dev) as Arc<dyn BlockDevice>, r.offset, r.size).ok_or_else(
-            || ImageError::Invalid(format!("{}: region out of range", r.file.display())),
-        )?;
-        Ok((Arc::new(w), claim))
-    };
-    let (data, data_claim) = open_dev(&l.data)?;
-    let (hash, hash_claim) = open_dev(&hash_region)?;
-    verity::check_sizes(&*data, &*hash, &params, &tree_layout, false)
-        .map_err(|e| ImageError::Invalid(format!("{}: {e}", o.image.display())))?;
-    let dev = VerityDevice::new(
-        data,
-        hash,
-        params.clone(),
-        root,
-        VerityOptions {
-            name: name.clone(),
-            ..VerityOptions::default()
-        },
-    )
-    .map_err(|e| ImageError::Invalid(e.to_string()))?;
-    let matches = dev
-        .check_root()
-        .map_err(|e| ImageError::Io(format!("{}: {e}", o.image.display())))?;
-    if !matches {
-        return Err(ImageError::Verification(format!(
+    let image_err = |e: VolumeError| match e {
+        VolumeError::Open(e) => ImageError::Invalid(e.to_string()),
+        VolumeError::Claim(e) => ImageError::Busy(e.to_string()),
+        VolumeError::ReadRoot(e) => ImageError::Io(format!("{}: {e}", o.image.display())),
+        VolumeError::Verity(e) => ImageError::Invalid(format!("{}: {e}", o.image.display())),
+        VolumeError::RootMismatch { .. } => ImageError::Verification(format!(
             "{}: root hash {root_hex} does not match the hash tree in {}",
             o.image.display(),
             describe_region(&hash_region)
-        )));
-    }
+        )),
+        e => ImageError::Invalid(e.to_string()),
+    };
+    let volume = VerityVolume::open(
+        backing(&l.data),
+        backing(&hash_region),
+        ParamsSource::Given(params),
+        true,
+    )
+    .map_err(image_err)?;
+    let opts = VerityOptions {
+        name: name.clone(),
+        ..VerityOptions::default()
+    };
+    let mut activated = volume.activate(&root, opts).map_err(image_err)?;
 
     // Every path of the stack, recorded in the export's state for close and status.
     let private = private_dir(&name);
@@ -401,8 +388,7 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
             (Some(rw.clone()), rw.join("upper"), rw.join("work"))
         }
     };
-    let stats = dev.stats();
-    let details = json!({
+    activated.details = json!({
         "image": image_abs,
         "mountpoint": mp,
         "fs": fs_kind.name(),
@@ -415,20 +401,14 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
         "upper": upper,
         "work": work,
     });
-    let spec = ExportSpec {
-        name: name.clone(),
-        device: Arc::new(dev),
-        kind: "verity".into(),
-        loop_device: true,
-        direct_io_loop: true,
-        allow_discards: false,
-        threads: o.threads,
-        details,
-        stats: Some(Arc::new(move || stats.to_json())),
-        claims: vec![data_claim, hash_claim],
+    let how = ServeOptions {
         fuse: true,
         nbd: None,
+        loop_device: true,
+        direct_io_loop: true,
+        threads: o.threads,
     };
+    let spec = ExportSpec::new(activated, how);
     let mut rb = Rollback {
         name: None,
         mounts: Vec::new(),

@@ -10,6 +10,9 @@
 //! R), [`journal`] (mode J's journal: commit and write-back), [`replay`] (the kernel's journal
 //! replay at activation), [`bitmap`] (mode B's dirty bitmap), over [`rw_meta`] (the
 //! superblock fields, geometry and tags the device uses).
+//!
+//! [`IntegrityVolume`] ([`volume`]) is the handle a program uses: format (with integritysetup's
+//! option checks), activate, verify (see its module for an example).
 
 pub mod bitmap;
 pub mod device;
@@ -27,6 +30,7 @@ pub mod superblock;
 pub mod tag_cache;
 pub mod tags;
 pub mod verify;
+pub mod volume;
 
 pub use device::{IntegrityDevice, IntegrityOptions, IntegrityStats, OpenError};
 pub use error::{IntegrityError, Result};
@@ -34,6 +38,7 @@ pub use geometry::{Area, FormatFields, FormatLayout, Geometry, GeometryOptions};
 pub use rw_meta::{Layout, Mode};
 pub use superblock::Superblock;
 pub use tags::{TagAlgorithm, TagHasher};
+pub use volume::IntegrityVolume;
 
 #[cfg(test)]
 pub(crate) mod tests;

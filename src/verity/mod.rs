@@ -4,19 +4,26 @@
 //! Four faces, as every target: [`format()`] writes the tree (and superblock), [`verify`] checks
 //! a device offline, [`superblock`] parses and dumps the metadata, and [`device::VerityDevice`]
 //! verifies on read. [`sig`] checks and makes root-hash signatures.
+//!
+//! [`VerityVolume`] ([`volume`]) is the handle a program uses: it opens and claims the data and
+//! hash files, formats, verifies and activates (see its module for an example).
 
 pub mod cache;
 pub mod data_cache;
 pub mod device;
 pub mod params;
 pub mod sig;
+pub mod spec;
 pub mod superblock;
 pub mod tree;
+pub mod volume;
 
 pub use device::{VerityDevice, VerityOptions, VerityStats};
 pub use params::{ParamsError, TreeLayout, VerityParams};
+pub use spec::TreeSpec;
 pub use superblock::{Superblock, SuperblockError};
 pub use tree::VerifyReport;
+pub use volume::VerityVolume;
 
 use crate::block::{BlockDevice, BlockError};
 use superblock::SUPERBLOCK_SIZE;
