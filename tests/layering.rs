@@ -220,7 +220,6 @@ fn imports_across(from: impl Fn(&str) -> bool, into: &[&str]) -> Vec<String> {
 }
 
 #[test]
-#[ignore = "enabled by the lead once issue 22's branches merge"]
 fn no_file_in_crypt_or_cli_imports_one_that_imports_it_back() {
     let found = circles(&["crypt", "cli"]);
     assert!(

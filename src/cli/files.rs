@@ -1,9 +1,8 @@
-//! Opening the files and devices every command works on, and claiming what a mapping or a
-//! format writes, with one error convention.
+//! Opening the files and devices every command inspects, and the words for a file that cannot
+//! be opened or a range that cannot be claimed (the library opens and claims, typed).
 
 use super::CliError;
-use crate::block::{Claim, ClaimError, FileDevice, OpenError};
-use std::fs::File;
+use crate::block::{ClaimError, FileDevice, OpenError};
 use std::path::Path;
 
 /// Open `path` as a block device for reading or inspecting it. A missing file is "no such
@@ -15,17 +14,6 @@ pub(super) fn open_device(
     direct: bool,
 ) -> Result<FileDevice, CliError> {
     crate::block::open_device(path, read_only, direct).map_err(open_error)
-}
-
-/// Open `path` as the backing device of a mapping or a format: like [`open_device`], and a
-/// block device opened for writing is claimed exclusively (`O_EXCL`), as device-mapper claims
-/// its devices: refused while mounted or in use (exit 5), and not mountable while we hold it.
-pub(super) fn open_backing(
-    path: &Path,
-    read_only: bool,
-    direct: bool,
-) -> Result<FileDevice, CliError> {
-    crate::block::open_backing(path, read_only, direct).map_err(open_error)
 }
 
 /// The command line's words for a file that could not be opened: a busy device names who
@@ -44,19 +32,6 @@ pub(super) fn open_error(e: OpenError) -> CliError {
             message: e.to_string(),
         },
     }
-}
-
-/// Claim `[start, start + len)` of `file` (opened at `path`; `len` 0: to the end) for as long
-/// as the returned claim lives: exclusively to write it, shared to only read it. A conflict is
-/// exit 5 and names the open device that holds the range, as the kernel's "which is in use".
-pub(super) fn claim(
-    file: &File,
-    path: &Path,
-    start: u64,
-    len: u64,
-    exclusive: bool,
-) -> Result<Claim, CliError> {
-    Claim::take(file, path, start, len, exclusive).map_err(claim_error)
 }
 
 /// The command line's words for a claim that could not be taken: a conflict is exit 5 and
