@@ -22,15 +22,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(p) => p.clone(),
         None => {
             let p = tmp.path().join("data.img");
-            let mut x = 0x2545_f491_4f6c_dd1du64;
-            let bytes: Vec<u8> = (0..1 << 20)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    x as u8
-                })
-                .collect();
+            let mut bytes = vec![0u8; 1 << 20];
+            getrandom::getrandom(&mut bytes).map_err(|e| e.to_string())?;
             std::fs::write(&p, bytes)?;
             p
         }

@@ -52,6 +52,8 @@ pub enum LinearError {
     },
 }
 
+crate::block::open::volume_failure!(LinearError);
+
 impl LinearError {
     /// cryptsetup's exit code: 4 for a missing file, 5 for a busy one, 1 otherwise.
     pub fn exit_code(&self) -> i32 {

@@ -22,7 +22,7 @@ pub use faulty::{
 };
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
-pub use open::{open_backing, open_device, OpenError};
+pub use open::{open_backing, open_device, BackingFailure, OpenError, VolumeFailure};
 pub use window::Window;
 
 use std::io;

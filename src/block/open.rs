@@ -87,3 +87,43 @@ fn open_with(
         }
     })
 }
+
+/// A backing file that could not be opened or claimed: what every volume handle's error can
+/// be besides its format's own failures.
+#[derive(Debug)]
+pub enum BackingFailure {
+    /// The file could not be opened.
+    Open(OpenError),
+    /// A range of it could not be claimed.
+    Claim(super::ClaimError),
+}
+
+/// The errors of the volume handles (`LuksVolume`, `PlainVolume`, `VerityVolume`,
+/// `IntegrityVolume`, linear), seen the same way: a front end words a missing, busy or
+/// unclaimable backing file once, whatever the format, and takes the rest as they are.
+pub trait VolumeFailure: std::fmt::Display + Sized {
+    /// cryptsetup's exit code for this error.
+    fn exit_code(&self) -> i32;
+    /// This error as a backing-file failure, or itself when it is another kind.
+    fn into_backing(self) -> Result<BackingFailure, Self>;
+}
+
+/// Implements [`VolumeFailure`] for an error enum with `Open(OpenError)` and
+/// `Claim(ClaimError)` variants and an inherent `exit_code`.
+macro_rules! volume_failure {
+    ($error:ty) => {
+        impl $crate::block::VolumeFailure for $error {
+            fn exit_code(&self) -> i32 {
+                <$error>::exit_code(self)
+            }
+            fn into_backing(self) -> ::std::result::Result<$crate::block::BackingFailure, Self> {
+                match self {
+                    Self::Open(e) => Ok($crate::block::BackingFailure::Open(e)),
+                    Self::Claim(e) => Ok($crate::block::BackingFailure::Claim(e)),
+                    e => Err(e),
+                }
+            }
+        }
+    };
+}
+pub(crate) use volume_failure;

@@ -2,7 +2,7 @@
 //! be opened or a range that cannot be claimed (the library opens and claims, typed).
 
 use super::CliError;
-use crate::block::{ClaimError, FileDevice, OpenError};
+use crate::block::{BackingFailure, ClaimError, FileDevice, OpenError, VolumeFailure};
 use std::path::Path;
 
 /// Open `path` as a block device for reading or inspecting it. A missing file is "no such
@@ -28,6 +28,19 @@ pub(super) fn open_error(e: OpenError) -> CliError {
             })
         )),
         _ => CliError {
+            code: e.exit_code(),
+            message: e.to_string(),
+        },
+    }
+}
+
+/// The command line's words for a volume handle's error: a backing file that cannot be opened
+/// or claimed as every command words it, the rest with the handle's message and exit code.
+pub(super) fn volume_error<E: VolumeFailure>(e: E) -> CliError {
+    match e.into_backing() {
+        Ok(BackingFailure::Open(e)) => open_error(e),
+        Ok(BackingFailure::Claim(e)) => claim_error(e),
+        Err(e) => CliError {
             code: e.exit_code(),
             message: e.to_string(),
         },

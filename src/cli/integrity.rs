@@ -128,22 +128,9 @@ pub fn run(c: IntegrityCommand) -> CliResult {
     }
 }
 
-/// The command line's words for a volume error: files and claims as every command names
-/// them, the rest with the library's message (exit 1).
-fn volume_err(e: VolumeError) -> CliError {
-    match e {
-        VolumeError::Open(e) => super::files::open_error(e),
-        VolumeError::Claim(e) => super::files::claim_error(e),
-        e => CliError {
-            code: e.exit_code(),
-            message: e.to_string(),
-        },
-    }
-}
-
 impl From<VolumeError> for CliError {
     fn from(e: VolumeError) -> Self {
-        volume_err(e)
+        super::files::volume_error(e)
     }
 }
 

@@ -1,8 +1,8 @@
 //! `dmkit linear`: a pass-through export of a file, like dm-linear over the whole file. It is
 //! the baseline the benchmarks compare every layer against.
 use super::device::open_export;
-use super::{CliError, CliResult};
-use crate::block::linear::{self, LinearError, LinearOptions};
+use super::CliResult;
+use crate::block::linear::{self, LinearOptions};
 use crate::export::{ExportSpec, ServeOptions};
 use std::path::PathBuf;
 
@@ -59,14 +59,7 @@ fn open(a: OpenArgs) -> CliResult {
         direct: a.direct,
         allow_discards: a.allow_discards,
     };
-    let activated = linear::activate(&a.file, &opts).map_err(|e| match e {
-        LinearError::Open(e) => super::files::open_error(e),
-        LinearError::Claim(e) => super::files::claim_error(e),
-        e => CliError {
-            code: e.exit_code(),
-            message: e.to_string(),
-        },
-    })?;
+    let activated = linear::activate(&a.file, &opts).map_err(super::files::volume_error)?;
     let how = ServeOptions {
         fuse: a.nbd.fuse(),
         nbd,

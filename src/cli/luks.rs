@@ -56,49 +56,6 @@ pub enum LuksCommand {
     IsLuks(luks_slots::IsLuksArgs),
 }
 
-/// cryptsetup's top-level command names (`dmkit luksFormat ...`), flattened into `dmkit`.
-// The variants are named after cryptsetup's commands, so they all start with "Luks".
-#[allow(clippy::enum_variant_names)]
-#[derive(clap::Subcommand)]
-pub enum LuksAlias {
-    /// Same as `dmkit luks format`.
-    #[command(name = "luksFormat", hide = true)]
-    LuksFormat(FormatArgs),
-    /// Same as `dmkit luks open`.
-    #[command(name = "luksOpen", hide = true)]
-    LuksOpen(OpenArgs),
-    /// Same as `dmkit luks dump`.
-    #[command(name = "luksDump", hide = true)]
-    LuksDump(DumpArgs),
-    /// Same as `dmkit luks add-key`.
-    #[command(name = "luksAddKey", hide = true)]
-    LuksAddKey(luks_slots::AddKeyArgs),
-    /// Same as `dmkit luks remove-key`.
-    #[command(name = "luksRemoveKey", hide = true)]
-    LuksRemoveKey(luks_slots::RemoveKeyArgs),
-    /// Same as `dmkit luks change-key`.
-    #[command(name = "luksChangeKey", hide = true)]
-    LuksChangeKey(luks_slots::ChangeKeyArgs),
-    /// Same as `dmkit luks kill-slot`.
-    #[command(name = "luksKillSlot", hide = true)]
-    LuksKillSlot(luks_slots::KillSlotArgs),
-    /// Same as `dmkit luks uuid`.
-    #[command(name = "luksUUID", hide = true)]
-    LuksUuid(luks_slots::UuidArgs),
-    /// Same as `dmkit luks header-backup`.
-    #[command(name = "luksHeaderBackup", hide = true)]
-    LuksHeaderBackup(luks_slots::BackupArgs),
-    /// Same as `dmkit luks header-restore`.
-    #[command(name = "luksHeaderRestore", hide = true)]
-    LuksHeaderRestore(luks_slots::BackupArgs),
-    /// Same as `dmkit close`.
-    #[command(name = "luksClose", hide = true)]
-    LuksClose(super::device::CloseArgs),
-    /// Same as `dmkit luks is-luks`.
-    #[command(name = "isLuks", hide = true)]
-    IsLuks(luks_slots::IsLuksArgs),
-}
-
 /// Arguments of `luks format`.
 #[derive(clap::Args)]
 pub struct FormatArgs {
@@ -258,24 +215,6 @@ pub fn run(c: LuksCommand) -> CliResult {
     }
 }
 
-/// Run a cryptsetup-named top-level alias.
-pub fn run_alias(c: LuksAlias) -> CliResult {
-    run(match c {
-        LuksAlias::LuksFormat(a) => LuksCommand::Format(a),
-        LuksAlias::LuksOpen(a) => LuksCommand::Open(a),
-        LuksAlias::LuksDump(a) => LuksCommand::Dump(a),
-        LuksAlias::LuksAddKey(a) => LuksCommand::AddKey(a),
-        LuksAlias::LuksRemoveKey(a) => LuksCommand::RemoveKey(a),
-        LuksAlias::LuksChangeKey(a) => LuksCommand::ChangeKey(a),
-        LuksAlias::LuksKillSlot(a) => LuksCommand::KillSlot(a),
-        LuksAlias::LuksUuid(a) => LuksCommand::Uuid(a),
-        LuksAlias::LuksHeaderBackup(a) => LuksCommand::HeaderBackup(a),
-        LuksAlias::LuksHeaderRestore(a) => LuksCommand::HeaderRestore(a),
-        LuksAlias::LuksClose(a) => LuksCommand::Close(a),
-        LuksAlias::IsLuks(a) => LuksCommand::IsLuks(a),
-    })
-}
-
 /// "16384", "16k", "4m", "1M" -> bytes.
 fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -343,11 +282,7 @@ fn format(a: FormatArgs) -> CliResult {
         })?)),
         None => None,
     };
-    let pass = passphrase(
-        &key,
-        &format!("Enter passphrase for {}: ", a.device.display()),
-        true,
-    )?;
+    let pass = passphrase(&key, &luks_slots::prompt(&a.device), true)?;
     let mut progress = super::integrity::progress_printer("Wiping");
     formatter.format(&pass, volume_key, &mut progress)?;
     Ok(())
@@ -378,11 +313,7 @@ fn open(a: OpenArgs) -> CliResult {
     };
     let v = load(&a.device, a.header.as_deref(), false, want)?;
     let data = v.data(a.read_only || a.test_passphrase)?;
-    let pass = passphrase(
-        &a.key,
-        &format!("Enter passphrase for {}: ", a.device.display()),
-        false,
-    )?;
+    let pass = passphrase(&a.key, &luks_slots::prompt(&a.device), false)?;
     let Some(name) = name else {
         let slot = v.test_passphrase(&pass, a.key_slot, a.unbound)?;
         println!("Key slot {slot} unlocked.");
@@ -410,11 +341,7 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
     use std::io::Write;
     let v = load(&a.device, a.header.as_deref(), false, None)?;
     if a.dump_volume_key {
-        let pass = passphrase(
-            &a.key,
-            &format!("Enter passphrase for {}: ", a.device.display()),
-            false,
-        )?;
+        let pass = passphrase(&a.key, &luks_slots::prompt(&a.device), false)?;
         print!("{}", v.dump_volume_key(&pass, a.key_slot)?);
         return Ok(());
     }

@@ -7,7 +7,7 @@
 use super::passphrase::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
 use crate::crypt::luks::{HeaderRestore, LuksError, LuksVolume};
-use crate::crypt::luks2::{PbkdfKind, PbkdfParams};
+use crate::crypt::luks2::PbkdfParams;
 use std::path::{Path, PathBuf};
 
 /// Arguments of `luks add-key`.
@@ -19,6 +19,21 @@ pub struct AddKeyArgs {
     new_key_file_arg: Option<PathBuf>,
     #[command(flatten)]
     key: KeyArgs,
+    #[command(flatten)]
+    new_key: NewKeyArgs,
+    /// Keyslot for the new passphrase (default: the first free one).
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
+    #[command(flatten)]
+    pbkdf: PbkdfArgs,
+    /// Detached header file.
+    #[arg(long)]
+    header: Option<PathBuf>,
+}
+
+/// Where add-key and change-key read the new passphrase.
+#[derive(clap::Args)]
+pub struct NewKeyArgs {
     /// File with the new passphrase.
     #[arg(long)]
     new_keyfile: Option<PathBuf>,
@@ -28,14 +43,6 @@ pub struct AddKeyArgs {
     /// Read exactly this many bytes of the new key file (0: all of it).
     #[arg(long)]
     new_keyfile_size: Option<u32>,
-    /// Keyslot for the new passphrase (default: the first free one).
-    #[arg(long, short = 'S')]
-    key_slot: Option<u32>,
-    #[command(flatten)]
-    pbkdf: PbkdfArgs,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
 }
 
 /// Arguments of `luks remove-key`.
@@ -65,15 +72,8 @@ pub struct ChangeKeyArgs {
     new_key_file_arg: Option<PathBuf>,
     #[command(flatten)]
     key: KeyArgs,
-    /// File with the new passphrase.
-    #[arg(long)]
-    new_keyfile: Option<PathBuf>,
-    /// Skip this many bytes at the start of the new key file.
-    #[arg(long, default_value_t = 0)]
-    new_keyfile_offset: u64,
-    /// Read exactly this many bytes of the new key file (0: all of it).
-    #[arg(long)]
-    new_keyfile_size: Option<u32>,
+    #[command(flatten)]
+    new_key: NewKeyArgs,
     /// Only try this keyslot for the old passphrase.
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
@@ -184,28 +184,9 @@ pub struct PbkdfArgs {
 }
 
 impl PbkdfArgs {
+    /// The KDF parameters of a new keyslot (LUKS1 if `luks1`).
     pub(super) fn params(&self, luks1: bool) -> Result<PbkdfParams, CliError> {
-        let kind = match self.pbkdf.as_deref() {
-            None if luks1 => PbkdfKind::Pbkdf2,
-            None | Some("argon2id") => PbkdfKind::Argon2id,
-            Some("argon2i") => PbkdfKind::Argon2i,
-            Some("pbkdf2") => PbkdfKind::Pbkdf2,
-            Some(o) => {
-                return Err(CliError::invalid(format!(
-                    "--pbkdf: unknown KDF {o:?} (argon2id, argon2i, pbkdf2)"
-                )))
-            }
-        };
-        let mut p = PbkdfParams {
-            kind,
-            ..PbkdfParams::default()
-        };
-        if luks1 && kind != PbkdfKind::Pbkdf2 {
-            return Err(CliError::invalid("LUKS1 supports only --pbkdf pbkdf2"));
-        }
-        crate::crypt::luks::af::message_digest(&self.hash)
-            .map_err(|_| CliError::invalid(format!("--hash: unknown hash {:?}", self.hash)))?;
-        p.hash = self.hash.clone();
+        let mut p = PbkdfParams::choose(self.pbkdf.as_deref(), &self.hash, luks1)?;
         p.iter_time_ms = self.iter_time.max(1);
         p.force_iterations = self.pbkdf_force_iterations;
         if let Some(m) = self.pbkdf_memory {
@@ -222,14 +203,7 @@ impl PbkdfArgs {
 /// line's words for a file that could not be opened or claimed.
 impl From<LuksError> for CliError {
     fn from(e: LuksError) -> CliError {
-        match e {
-            LuksError::Open(e) => super::files::open_error(e),
-            LuksError::Claim(e) => super::files::claim_error(e),
-            e => CliError {
-                code: e.exit_code(),
-                message: e.to_string(),
-            },
-        }
+        super::files::volume_error(e)
     }
 }
 
@@ -248,24 +222,20 @@ pub(super) fn load(
     Ok(v)
 }
 
-fn prompt(device: &Path) -> String {
+/// The question for the passphrase of `device`.
+pub(super) fn prompt(device: &Path) -> String {
     format!("Enter passphrase for {}: ", device.display())
 }
 
 /// The new passphrase of add-key and change-key: `--new-keyfile` (or the positional file) with
 /// `--new-keyfile-offset`/`--new-keyfile-size`, by the same rules as the old one (a second line
 /// of stdin when both come from it).
-fn new_passphrase(
-    arg: &Option<PathBuf>,
-    flag: &Option<PathBuf>,
-    offset: u64,
-    size: Option<u32>,
-) -> Result<Passphrase, CliError> {
-    let file = flag.as_ref().or(arg.as_ref());
+fn new_passphrase(arg: &Option<PathBuf>, new: &NewKeyArgs) -> Result<Passphrase, CliError> {
+    let file = new.new_keyfile.as_ref().or(arg.as_ref());
     read_passphrase(
         file.map(PathBuf::as_path),
-        offset,
-        size,
+        new.new_keyfile_offset,
+        new.new_keyfile_size,
         "Enter new passphrase for key slot: ",
         true,
     )
@@ -291,12 +261,7 @@ pub fn add_key(a: AddKeyArgs) -> CliResult {
     let old = passphrase(&a.key, &prompt(&a.device), false)?;
     let key = v.unlock_key(&old, None)?;
     drop(old);
-    let new = new_passphrase(
-        &a.new_key_file_arg,
-        &a.new_keyfile,
-        a.new_keyfile_offset,
-        a.new_keyfile_size,
-    )?;
+    let new = new_passphrase(&a.new_key_file_arg, &a.new_key)?;
     let p = a.pbkdf.params(v.version() == 1)?;
     let slot = v.add_keyslot(&key, &new, &p, a.key_slot)?;
     eprintln!("Key slot {slot} created.");
@@ -324,12 +289,7 @@ pub fn change_key(a: ChangeKeyArgs) -> CliResult {
     let old = passphrase(&a.key, &prompt(&a.device), false)?;
     let key = v.unlock_key(&old, a.key_slot)?;
     drop(old);
-    let new = new_passphrase(
-        &a.new_key_file_arg,
-        &a.new_keyfile,
-        a.new_keyfile_offset,
-        a.new_keyfile_size,
-    )?;
+    let new = new_passphrase(&a.new_key_file_arg, &a.new_key)?;
     let p = a.pbkdf.params(v.version() == 1)?;
     let added = v.change_keyslot(&key, &new, &p)?;
     eprintln!("Key slot {} replaced by key slot {added}.", key.slot());

@@ -101,8 +101,6 @@ enum Command {
     /// LUKS2/LUKS1: format, open, dump and manage keyslots (like cryptsetup).
     #[command(subcommand)]
     Luks(luks::LuksCommand),
-    #[command(flatten)]
-    LuksAlias(luks::LuksAlias),
     /// dm-crypt plain mode: open a device with a raw key (like `cryptsetup open --type plain`).
     #[command(subcommand)]
     Plain(plain::PlainCommand),
@@ -139,7 +137,13 @@ pub fn main() -> i32 {
 }
 
 /// Parse `argv` (program name first) and run the command.
-fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
+fn run_argv(mut argv: Vec<std::ffi::OsString>) -> CliResult {
+    if let Some(words) = argv
+        .get(1)
+        .and_then(|c| cryptsetup_name(&c.to_string_lossy()))
+    {
+        argv.splice(1..2, words.iter().map(std::ffi::OsString::from));
+    }
     let cli = match Cli::try_parse_from(argv) {
         Ok(cli) => cli,
         Err(e) => {
@@ -156,7 +160,6 @@ fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
         Command::Linear(c) => linear::run(c),
         Command::Fsverity(c) => fsverity::run(c),
         Command::Luks(c) => luks::run(c),
-        Command::LuksAlias(c) => luks::run_alias(c),
         Command::Plain(c) => plain::run(c),
         Command::Open(a) => open::run(a),
         Command::Close(a) => device::close(a),
@@ -164,6 +167,26 @@ fn run_argv(argv: Vec<std::ffi::OsString>) -> CliResult {
         Command::Bench(a) => bench::run(a),
         Command::Generate(c) => generate::run(c),
     }
+}
+
+/// cryptsetup's top-level command names (`dmkit luksFormat ...`, hidden from the help): the
+/// dmkit command each stands for. (Inside `dmkit luks` they are clap aliases.)
+fn cryptsetup_name(command: &str) -> Option<&'static [&'static str]> {
+    const NAMES: &[(&str, &[&str])] = &[
+        ("luksFormat", &["luks", "format"]),
+        ("luksOpen", &["luks", "open"]),
+        ("luksDump", &["luks", "dump"]),
+        ("luksAddKey", &["luks", "add-key"]),
+        ("luksRemoveKey", &["luks", "remove-key"]),
+        ("luksChangeKey", &["luks", "change-key"]),
+        ("luksKillSlot", &["luks", "kill-slot"]),
+        ("luksUUID", &["luks", "uuid"]),
+        ("luksHeaderBackup", &["luks", "header-backup"]),
+        ("luksHeaderRestore", &["luks", "header-restore"]),
+        ("luksClose", &["close"]),
+        ("isLuks", &["luks", "is-luks"]),
+    ];
+    NAMES.iter().find(|(n, _)| *n == command).map(|(_, w)| *w)
 }
 
 /// `--help` and `--version` print as usual; a usage error becomes one line and exit 1, like

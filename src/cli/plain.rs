@@ -7,7 +7,7 @@
 
 use super::device::open_export;
 use super::{CliError, CliResult};
-use crate::crypt::plain::{PlainError, PlainParams, PlainVolume};
+use crate::crypt::plain::{PlainParams, PlainVolume};
 use crate::export::{ExportSpec, ServeOptions};
 use std::path::PathBuf;
 
@@ -96,7 +96,7 @@ fn open(a: OpenArgs) -> CliResult {
         allow_discards: a.allow_discards,
         read_only: a.read_only,
     })
-    .map_err(plain_err)?;
+    .map_err(super::files::volume_error)?;
     let Some(key_file) = &a.key_file else {
         return Err(CliError::invalid(
             "plain open needs --key-file (interactive passphrases are not supported)",
@@ -119,7 +119,7 @@ fn open(a: OpenArgs) -> CliResult {
     )?;
     let active = volume
         .activate(&a.name, &a.device, &key)
-        .map_err(plain_err)?;
+        .map_err(super::files::volume_error)?;
     drop(key);
     let how = ServeOptions {
         fuse: a.nbd.fuse(),
@@ -129,13 +129,4 @@ fn open(a: OpenArgs) -> CliResult {
         threads: usize::from(a.threads),
     };
     open_export(ExportSpec::new(active, how), a.foreground)
-}
-
-/// The command line's words for a plain-mode failure.
-fn plain_err(e: PlainError) -> CliError {
-    match e {
-        PlainError::Open(e) => super::files::open_error(e),
-        PlainError::Claim(e) => super::files::claim_error(e),
-        PlainError::Invalid(m) => CliError::invalid(m),
-    }
 }

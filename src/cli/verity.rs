@@ -253,22 +253,9 @@ impl TreeArgs {
     }
 }
 
-/// The command line's words for a volume error: files and claims as every command names
-/// them, the rest with the library's message and exit code.
-fn volume_err(e: VolumeError) -> CliError {
-    match e {
-        VolumeError::Open(e) => super::files::open_error(e),
-        VolumeError::Claim(e) => super::files::claim_error(e),
-        e => CliError {
-            code: e.exit_code(),
-            message: e.to_string(),
-        },
-    }
-}
-
 impl From<VolumeError> for CliError {
     fn from(e: VolumeError) -> Self {
-        volume_err(e)
+        super::files::volume_error(e)
     }
 }
 
@@ -285,7 +272,7 @@ fn open_volume(
         t.source(),
         claim,
     )
-    .map_err(volume_err)
+    .map_err(super::files::volume_error)
 }
 
 fn root_hash_text(positional: &Option<String>, file: &Option<PathBuf>) -> Result<String, CliError> {
@@ -308,7 +295,7 @@ fn check_signature(root_hex: &str, root: &RootArgs) -> CliResult {
         return Ok(());
     };
     volume::check_signature(root_hex, SignatureSource::File(sig), &root.root_hash_cert)
-        .map_err(volume_err)?;
+        .map_err(super::files::volume_error)?;
     Ok(())
 }
 
@@ -425,7 +412,7 @@ fn verify(a: VerifyArgs) -> CliResult {
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
     let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
     check_signature(&root_hex, &a.root)?;
-    let report = volume.verify(&root).map_err(volume_err)?;
+    let report = volume.verify(&root).map_err(super::files::volume_error)?;
     let covered = p.data_size();
     let data_bytes = volume.data_size();
     if a.json {
@@ -532,7 +519,7 @@ fn open(a: OpenArgs) -> CliResult {
             "{}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data",
             a.hash_device.display()
         )),
-        e => volume_err(e),
+        e => super::files::volume_error(e),
     })?;
     activated.details["root_hash"] = root_hex.to_lowercase().into();
     activated.details["signed"] = a.root.root_hash_signature.is_some().into();

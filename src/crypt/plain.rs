@@ -40,6 +40,8 @@ pub enum PlainError {
     Claim(#[from] ClaimError),
 }
 
+crate::block::open::volume_failure!(PlainError);
+
 impl PlainError {
     /// cryptsetup's exit code: 4 for a missing device, 5 for a busy one, 1 otherwise.
     pub fn exit_code(&self) -> i32 {

@@ -58,6 +58,8 @@ fn named_text(path: &Path, e: &IntegrityError) -> String {
     }
 }
 
+crate::block::open::volume_failure!(VolumeError);
+
 impl VolumeError {
     /// integritysetup's exit code: 4 for a missing device, 5 for a busy one, 1 otherwise.
     pub fn exit_code(&self) -> i32 {

@@ -73,6 +73,8 @@ pub enum VolumeError {
     Signature(#[from] SignatureError),
 }
 
+crate::block::open::volume_failure!(VolumeError);
+
 impl VolumeError {
     /// veritysetup's exit code: 2 for a failed verification (root mismatch, a signature that
     /// does not verify), 4 for a missing file or an unreadable signature or certificate, 5 for

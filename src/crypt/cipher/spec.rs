@@ -71,7 +71,7 @@ impl CipherSpec {
     /// Parse dm-crypt's name of a cipher: `aes-xts-plain64`, `aes-cbc-essiv:sha256`, ...
     ///
     /// Only the syntax and the supported combinations are checked here; key sizes are checked
-    /// by [`new_sector_cipher`].
+    /// by [`new_sector_cipher`](super::new_sector_cipher).
     pub fn parse(s: &str) -> Result<CipherSpec, CipherError> {
         let bad = |reason: &str| CipherError::BadSpec {
             spec: s.to_string(),

@@ -114,6 +114,8 @@ pub enum LuksError {
     Io(#[from] BlockError),
 }
 
+crate::block::open::volume_failure!(LuksError);
+
 impl LuksError {
     /// cryptsetup's exit code for this error: 2 for a wrong passphrase, 3 when a keyslot's
     /// KDF cannot have its memory, 4 for a missing device, 5 for a busy one, 1 otherwise.

@@ -39,6 +39,37 @@ pub struct PbkdfParams {
     pub parallel: u32,
 }
 
+impl PbkdfParams {
+    /// The defaults of a new keyslot for `--pbkdf KDF` (`None`: argon2id, or pbkdf2 on LUKS1,
+    /// whose only KDF it is) and `--hash HASH`, as cryptsetup chooses them; an unknown KDF or
+    /// hash, or a KDF LUKS1 cannot store, is refused.
+    pub fn choose(kdf: Option<&str>, hash: &str, luks1: bool) -> Result<PbkdfParams, LuksError> {
+        let kind = match kdf {
+            None if luks1 => PbkdfKind::Pbkdf2,
+            None | Some("argon2id") => PbkdfKind::Argon2id,
+            Some("argon2i") => PbkdfKind::Argon2i,
+            Some("pbkdf2") => PbkdfKind::Pbkdf2,
+            Some(o) => {
+                return Err(LuksError::Invalid(format!(
+                    "--pbkdf: unknown KDF {o:?} (argon2id, argon2i, pbkdf2)"
+                )))
+            }
+        };
+        if luks1 && kind != PbkdfKind::Pbkdf2 {
+            return Err(LuksError::Invalid(
+                "LUKS1 supports only --pbkdf pbkdf2".into(),
+            ));
+        }
+        crate::crypt::luks::af::message_digest(hash)
+            .map_err(|_| LuksError::Invalid(format!("--hash: unknown hash {hash:?}")))?;
+        Ok(PbkdfParams {
+            kind,
+            hash: hash.to_string(),
+            ..PbkdfParams::default()
+        })
+    }
+}
+
 impl Default for PbkdfParams {
     fn default() -> Self {
         let cpus = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
