@@ -289,15 +289,7 @@ fn format(a: FormatArgs) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    if let Some(t) = a
-        .luks_type
-        .as_deref()
-        .filter(|t| !matches!(*t, "luks" | "luks1" | "luks2"))
-    {
-        return Err(CliError::invalid(format!(
-            "--type: {t:?} is not luks, luks1 or luks2"
-        )));
-    }
+    let want = luks_slots::wanted_version(a.luks_type.as_deref())?;
     let (name, nbd) = match (&a.name, a.test_passphrase) {
         (_, true) => (None, None),
         (Some(n), false) => {
@@ -305,11 +297,6 @@ fn open(a: OpenArgs) -> CliResult {
             (Some(n.clone()), a.nbd.config(a.loop_device)?)
         }
         (None, false) => return Err(CliError::invalid("missing NAME (or use --test-passphrase)")),
-    };
-    let want = match a.luks_type.as_deref() {
-        Some("luks1") => Some(1),
-        Some("luks2") => Some(2),
-        _ => None,
     };
     let v = load(&a.device, a.header.as_deref(), false, want)?;
     let data = v.data(a.read_only || a.test_passphrase)?;

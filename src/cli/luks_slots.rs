@@ -6,7 +6,7 @@
 
 use super::passphrase::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
-use crate::crypt::luks::{HeaderRestore, LuksError, LuksVolume};
+use crate::crypt::luks::{HeaderRestore, LuksError, LuksVolume, UuidDiffers};
 use crate::crypt::luks2::PbkdfParams;
 use std::path::{Path, PathBuf};
 
@@ -363,11 +363,9 @@ fn restore_question(a: &BackupArgs, restore: &HeaderRestore) -> CliResult {
     } else {
         "LUKS2"
     };
-    let current = LuksVolume::open(&a.device, None, false, None)
-        .ok()
-        .filter(|v| v.version() == backup.version());
+    let replaces = restore.replaces(&a.device);
     let dev = a.device.display();
-    let (mut question, warnings) = match &current {
+    let (mut question, warnings) = match replaces {
         Some(_) => (
             format!("Device {dev} already contains {version} header. Replacing header will destroy existing keyslots."),
             Vec::new(),
@@ -377,7 +375,7 @@ fn restore_question(a: &BackupArgs, restore: &HeaderRestore) -> CliResult {
             super::confirm::signature_warnings(&a.device, 0)?,
         ),
     };
-    if current.is_some_and(|c| c.uuid() != backup.uuid()) {
+    if replaces == Some(UuidDiffers(true)) {
         question.push_str("\nWARNING: real device header has different UUID than backup!");
     }
     super::confirm::Confirm {
@@ -391,19 +389,22 @@ fn restore_question(a: &BackupArgs, restore: &HeaderRestore) -> CliResult {
     .ask()
 }
 
+/// The LUKS version `--type` asks for: `None` for `luks` (either) or no `--type`.
+pub(super) fn wanted_version(luks_type: Option<&str>) -> Result<Option<u16>, CliError> {
+    match luks_type {
+        None | Some("luks") => Ok(None),
+        Some("luks1") => Ok(Some(1)),
+        Some("luks2") => Ok(Some(2)),
+        Some(o) => Err(CliError::invalid(format!(
+            "--type: {o:?} is not luks, luks1 or luks2"
+        ))),
+    }
+}
+
 /// Run `luks is-luks`: quiet like cryptsetup, exit 0 for a LUKS header (of `--type`), 1 when
 /// there is none or it is corrupt, 4 when DEVICE is missing. `-v` prints cryptsetup's lines.
 pub fn is_luks(a: IsLuksArgs) -> CliResult {
-    let want = match a.luks_type.as_deref() {
-        None | Some("luks") => None,
-        Some("luks1") => Some(1),
-        Some("luks2") => Some(2),
-        Some(o) => {
-            return Err(CliError::invalid(format!(
-                "--type: {o:?} is not luks, luks1 or luks2"
-            )))
-        }
-    };
+    let want = wanted_version(a.luks_type.as_deref())?;
     let result = match LuksVolume::open(&a.device, None, false, want) {
         Ok(v) if want.is_some_and(|w| w != v.version()) => Err(1),
         Ok(_) => Ok(()),

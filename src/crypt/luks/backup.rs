@@ -7,6 +7,10 @@ use super::LuksError;
 use crate::block::{BlockDevice, Claim, FileDevice, MemoryDevice};
 use std::path::Path;
 
+/// Whether the header a restore replaces has another UUID than the backup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UuidDiffers(pub bool);
+
 /// A checked header restore, nothing written yet.
 pub struct HeaderRestore {
     dev: FileDevice,
@@ -63,6 +67,15 @@ impl HeaderRestore {
     /// The backup's header.
     pub fn backup(&self) -> &Header {
         &self.backup
+    }
+
+    /// What the restore replaces: `None` when the device holds no header of the backup's
+    /// version (data may be lost), else whether that header's UUID differs from the backup's
+    /// (keyslots are lost) — the facts of luksHeaderRestore's question.
+    pub fn replaces(&self, device: &Path) -> Option<UuidDiffers> {
+        let current = super::LuksVolume::open(device, None, false, None).ok()?;
+        (current.version() == self.backup.version())
+            .then(|| UuidDiffers(current.uuid() != self.backup.uuid()))
     }
 
     /// Write the backup over the device's header.

@@ -36,7 +36,7 @@ pub mod header;
 pub mod kdf;
 mod volume;
 
-pub use backup::HeaderRestore;
+pub use backup::{HeaderRestore, UuidDiffers};
 pub use format::{FormatSpec, Formatter, IntegritySpec};
 pub use header::Header;
 pub use volume::{ActivateParams, DataDevice, LuksVolume, UnlockedKey};
