@@ -127,15 +127,12 @@ pub struct FormatArgs {
 /// Arguments of `luks open`.
 #[derive(clap::Args)]
 pub struct OpenArgs {
-    /// Device or image.
-    device: PathBuf,
+    #[command(flatten)]
+    volume: luks_slots::VolumeArgs,
     /// Name: the device is served at /run/dmkit/NAME (not needed with --test-passphrase).
     name: Option<String>,
     #[command(flatten)]
     key: KeyArgs,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
     /// Only this keyslot.
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
@@ -298,9 +295,9 @@ fn open(a: OpenArgs) -> CliResult {
         }
         (None, false) => return Err(CliError::invalid("missing NAME (or use --test-passphrase)")),
     };
-    let v = load(&a.device, a.header.as_deref(), false, want)?;
+    let v = a.volume.load(false, want)?;
     let data = v.data(a.read_only || a.test_passphrase)?;
-    let pass = passphrase(&a.key, &luks_slots::prompt(&a.device), false)?;
+    let pass = passphrase(&a.key, &luks_slots::prompt(&a.volume.device), false)?;
     let Some(name) = name else {
         let slot = v.test_passphrase(&pass, a.key_slot, a.unbound)?;
         println!("Key slot {slot} unlocked.");

@@ -13,8 +13,8 @@ use std::path::{Path, PathBuf};
 /// Arguments of `luks add-key`.
 #[derive(clap::Args)]
 pub struct AddKeyArgs {
-    /// Device or image.
-    device: PathBuf,
+    #[command(flatten)]
+    volume: VolumeArgs,
     /// File with the new passphrase (same as --new-keyfile).
     new_key_file_arg: Option<PathBuf>,
     #[command(flatten)]
@@ -26,9 +26,23 @@ pub struct AddKeyArgs {
     key_slot: Option<u32>,
     #[command(flatten)]
     pbkdf: PbkdfArgs,
+}
+
+/// The LUKS device, and its detached header if any.
+#[derive(clap::Args)]
+pub struct VolumeArgs {
+    /// Device or image.
+    pub device: PathBuf,
     /// Detached header file.
     #[arg(long)]
-    header: Option<PathBuf>,
+    pub header: Option<PathBuf>,
+}
+
+impl VolumeArgs {
+    /// Read the volume (see [`load`]).
+    pub(super) fn load(&self, writable: bool, want: Option<u16>) -> Result<LuksVolume, CliError> {
+        load(&self.device, self.header.as_deref(), writable, want)
+    }
 }
 
 /// Where add-key and change-key read the new passphrase.
@@ -48,15 +62,12 @@ pub struct NewKeyArgs {
 /// Arguments of `luks remove-key`.
 #[derive(clap::Args)]
 pub struct RemoveKeyArgs {
-    /// Device or image.
-    device: PathBuf,
+    #[command(flatten)]
+    volume: VolumeArgs,
     /// File with the passphrase to remove (same as --key-file).
     key_file_arg: Option<PathBuf>,
     #[command(flatten)]
     key: KeyArgs,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
     /// Do not ask before removing the last keyslot (without it: YES on a terminal, refused
     /// without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
@@ -66,8 +77,8 @@ pub struct RemoveKeyArgs {
 /// Arguments of `luks change-key`.
 #[derive(clap::Args)]
 pub struct ChangeKeyArgs {
-    /// Device or image.
-    device: PathBuf,
+    #[command(flatten)]
+    volume: VolumeArgs,
     /// File with the new passphrase (same as --new-keyfile).
     new_key_file_arg: Option<PathBuf>,
     #[command(flatten)]
@@ -79,23 +90,17 @@ pub struct ChangeKeyArgs {
     key_slot: Option<u32>,
     #[command(flatten)]
     pbkdf: PbkdfArgs,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
 }
 
 /// Arguments of `luks kill-slot`.
 #[derive(clap::Args)]
 pub struct KillSlotArgs {
-    /// Device or image.
-    device: PathBuf,
+    #[command(flatten)]
+    volume: VolumeArgs,
     /// The keyslot to wipe.
     slot: u32,
     #[command(flatten)]
     key: KeyArgs,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
     /// Do not ask for a passphrase, nor before wiping the last keyslot (without it: YES on a
     /// terminal, refused without one).
     #[arg(long, short = 'q', alias = "batch-mode")]
@@ -105,8 +110,8 @@ pub struct KillSlotArgs {
 /// Arguments of `luks test-passphrase`.
 #[derive(clap::Args)]
 pub struct TestArgs {
-    /// Device or image.
-    device: PathBuf,
+    #[command(flatten)]
+    volume: VolumeArgs,
     #[command(flatten)]
     key: KeyArgs,
     /// Only this keyslot.
@@ -115,22 +120,16 @@ pub struct TestArgs {
     /// Keys of keyslots bound to no data segment count too.
     #[arg(long, conflicts_with = "key_slot")]
     unbound: bool,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
 }
 
 /// Arguments of `luks uuid`.
 #[derive(clap::Args)]
 pub struct UuidArgs {
-    /// Device or image.
-    device: PathBuf,
+    #[command(flatten)]
+    volume: VolumeArgs,
     /// Set this UUID instead of printing it.
     #[arg(long)]
     uuid: Option<String>,
-    /// Detached header file.
-    #[arg(long)]
-    header: Option<PathBuf>,
 }
 
 /// Arguments of `luks is-luks`.
@@ -257,8 +256,8 @@ fn last_slot(batch: bool, slot: u32, verb: &str) -> CliResult {
 
 /// Run `luks add-key`.
 pub fn add_key(a: AddKeyArgs) -> CliResult {
-    let mut v = load(&a.device, a.header.as_deref(), true, None)?;
-    let old = passphrase(&a.key, &prompt(&a.device), false)?;
+    let mut v = a.volume.load(true, None)?;
+    let old = passphrase(&a.key, &prompt(&a.volume.device), false)?;
     let key = v.unlock_key(&old, None)?;
     drop(old);
     let new = new_passphrase(&a.new_key_file_arg, &a.new_key)?;
@@ -270,12 +269,12 @@ pub fn add_key(a: AddKeyArgs) -> CliResult {
 
 /// Run `luks remove-key`.
 pub fn remove_key(a: RemoveKeyArgs) -> CliResult {
-    let mut v = load(&a.device, a.header.as_deref(), true, None)?;
+    let mut v = a.volume.load(true, None)?;
     let mut key = a.key.clone();
     if key.key_file.is_none() {
         key.key_file = a.key_file_arg.clone();
     }
-    let pass = passphrase(&key, &prompt(&a.device), false)?;
+    let pass = passphrase(&key, &prompt(&a.volume.device), false)?;
     let slot = v.unlock_key(&pass, None)?.slot();
     if v.active_keyslots() == 1 {
         last_slot(a.batch_mode, slot, "remove")?;
@@ -285,8 +284,8 @@ pub fn remove_key(a: RemoveKeyArgs) -> CliResult {
 
 /// Run `luks change-key`.
 pub fn change_key(a: ChangeKeyArgs) -> CliResult {
-    let mut v = load(&a.device, a.header.as_deref(), true, None)?;
-    let old = passphrase(&a.key, &prompt(&a.device), false)?;
+    let mut v = a.volume.load(true, None)?;
+    let old = passphrase(&a.key, &prompt(&a.volume.device), false)?;
     let key = v.unlock_key(&old, a.key_slot)?;
     drop(old);
     let new = new_passphrase(&a.new_key_file_arg, &a.new_key)?;
@@ -298,7 +297,7 @@ pub fn change_key(a: ChangeKeyArgs) -> CliResult {
 
 /// Run `luks kill-slot`.
 pub fn kill_slot(a: KillSlotArgs) -> CliResult {
-    let mut v = load(&a.device, a.header.as_deref(), true, None)?;
+    let mut v = a.volume.load(true, None)?;
     if !v.has_keyslot(a.slot) {
         return Err(CliError::invalid(format!(
             "keyslot {} is not active",
@@ -311,7 +310,7 @@ pub fn kill_slot(a: KillSlotArgs) -> CliResult {
             last_slot(false, a.slot, "wipe")?;
         }
         // Like cryptsetup: prove you hold a key before destroying one.
-        let pass = passphrase(&a.key, &prompt(&a.device), false)?;
+        let pass = passphrase(&a.key, &prompt(&a.volume.device), false)?;
         v.unlock_key(&pass, None)?;
     }
     Ok(v.kill_keyslot(a.slot)?)
@@ -319,8 +318,8 @@ pub fn kill_slot(a: KillSlotArgs) -> CliResult {
 
 /// Run `luks test-passphrase`.
 pub fn test_passphrase(a: TestArgs) -> CliResult {
-    let v = load(&a.device, a.header.as_deref(), false, None)?;
-    let pass = passphrase(&a.key, &prompt(&a.device), false)?;
+    let v = a.volume.load(false, None)?;
+    let pass = passphrase(&a.key, &prompt(&a.volume.device), false)?;
     let slot = v.test_passphrase(&pass, a.key_slot, a.unbound)?;
     println!("Key slot {slot} unlocked.");
     Ok(())
@@ -328,7 +327,7 @@ pub fn test_passphrase(a: TestArgs) -> CliResult {
 
 /// Run `luks uuid`.
 pub fn uuid(a: UuidArgs) -> CliResult {
-    let mut v = load(&a.device, a.header.as_deref(), a.uuid.is_some(), None)?;
+    let mut v = a.volume.load(a.uuid.is_some(), None)?;
     match &a.uuid {
         Some(new) => Ok(v.set_uuid(new)?),
         None => {
