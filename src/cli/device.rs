@@ -1,7 +1,8 @@
 //! `dmkit close` and `dmkit status`, and the plumbing every `... open` command shares to
 //! serve a device ([`open_export`]).
 use super::{CliError, CliResult};
-use crate::export::{self, CloseMode, Closed, ExportError, ExportSpec};
+use crate::block::Activated;
+use crate::export::{self, CloseMode, Closed, ExportError, ExportSpec, ServeOptions};
 use serde_json::Value;
 
 impl From<ExportError> for CliError {
@@ -35,6 +36,42 @@ pub struct StatusArgs {
     /// Print JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// How every `... open` serves its device: the FUSE file, and on request a loop device and NBD.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Also attach a loop device (/dev/loopN) to the exported file and print it.
+    #[arg(long = "loop")]
+    pub loop_device: bool,
+    #[command(flatten)]
+    pub nbd: super::nbd::NbdArgs,
+    /// Serving threads.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
+    /// Serve in this process until closed or interrupted, instead of in the background.
+    #[arg(long)]
+    pub foreground: bool,
+}
+
+impl ServeArgs {
+    /// Check `name` and the serving options before anything is read or claimed (see
+    /// [`prepare_open`]); the loop device uses direct I/O unless the caller says otherwise.
+    pub fn prepare(&self, name: &str) -> Result<ServeOptions, CliError> {
+        prepare_open(name, self.loop_device)?;
+        Ok(ServeOptions {
+            fuse: self.nbd.fuse(),
+            nbd: self.nbd.config(self.loop_device)?,
+            loop_device: self.loop_device,
+            direct_io_loop: true,
+            threads: usize::from(self.threads),
+        })
+    }
+
+    /// Serve `activated` as `how` says (see [`open_export`]).
+    pub fn serve(&self, activated: Activated, how: ServeOptions) -> CliResult {
+        open_export(ExportSpec::new(activated, how), self.foreground)
+    }
 }
 
 /// What every `open` checks before it reads a key or claims a device: the name is valid and

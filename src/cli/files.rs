@@ -36,14 +36,16 @@ pub(super) fn open_error(e: OpenError) -> CliError {
 
 /// The command line's words for a volume handle's error: a backing file that cannot be opened
 /// or claimed as every command words it, the rest with the handle's message and exit code.
-pub(super) fn volume_error<E: VolumeFailure>(e: E) -> CliError {
-    match e.into_backing() {
-        Ok(BackingFailure::Open(e)) => open_error(e),
-        Ok(BackingFailure::Claim(e)) => claim_error(e),
-        Err(e) => CliError {
-            code: e.exit_code(),
-            message: e.to_string(),
-        },
+impl<E: VolumeFailure> From<E> for CliError {
+    fn from(e: E) -> CliError {
+        match e.into_backing() {
+            Ok(BackingFailure::Open(e)) => open_error(e),
+            Ok(BackingFailure::Claim(e)) => claim_error(e),
+            Err(e) => CliError {
+                code: e.exit_code(),
+                message: e.to_string(),
+            },
+        }
     }
 }
 

@@ -8,7 +8,7 @@ use super::integrity_alg::AlgArgs;
 use super::{CliError, CliResult};
 use crate::integrity::format::{FormatParams, FormatPlan};
 use crate::integrity::verify::JournalState;
-use crate::integrity::volume::{FormatChecks, IntegrityVolume, VolumeError};
+use crate::integrity::volume::{FormatChecks, IntegrityVolume};
 use crate::integrity::{dump, Geometry, GeometryOptions};
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -125,12 +125,6 @@ pub fn run(c: IntegrityCommand) -> CliResult {
         IntegrityCommand::Open(a) => super::integrity_open::open(a),
         IntegrityCommand::Close(a) => super::device::close(a),
         IntegrityCommand::Status(a) => super::device::status(a),
-    }
-}
-
-impl From<VolumeError> for CliError {
-    fn from(e: VolumeError) -> Self {
-        super::files::volume_error(e)
     }
 }
 

@@ -5,10 +5,8 @@
 //! A read whose tag does not match fails with EIO through the export (the kernel's EILSEQ),
 //! is logged with the block number, and counted in `status` as a corruption.
 
-use super::device::open_export;
-use super::{CliError, CliResult};
-use crate::export::{ExportSpec, ServeOptions};
-use crate::integrity::volume::{IntegrityVolume, VolumeError};
+use super::CliResult;
+use crate::integrity::volume::IntegrityVolume;
 use crate::integrity::{IntegrityOptions, Mode};
 use std::path::PathBuf;
 
@@ -42,23 +40,13 @@ pub struct OpenArgs {
     /// Mode B: sectors per bitmap bit (the kernel's default 32768).
     #[arg(long)]
     pub bitmap_sectors_per_bit: Option<u64>,
-    /// Also attach a loop device (/dev/loopN, direct I/O) to the exported file.
-    #[arg(long = "loop")]
-    pub loop_device: bool,
     #[command(flatten)]
-    pub nbd: super::nbd::NbdArgs,
-    /// Serving threads.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub threads: u16,
-    /// Serve in this process until closed or interrupted, instead of in the background.
-    #[arg(long)]
-    pub foreground: bool,
+    pub serve: super::device::ServeArgs,
 }
 
 /// Run `dmkit integrity open`.
 pub fn open(a: OpenArgs) -> CliResult {
-    super::device::prepare_open(&a.name, a.loop_device)?;
-    let nbd = a.nbd.config(a.loop_device)?;
+    let how = a.serve.prepare(&a.name)?;
     let (alg, key) = a.alg.algorithm_and_key()?;
     let mode = if a.integrity_recovery_mode {
         Mode::Recovery
@@ -75,20 +63,6 @@ pub fn open(a: OpenArgs) -> CliResult {
     opts.commit_time_ms = a.journal_commit_time;
     opts.bitmap_flush_ms = a.bitmap_flush_time;
     opts.sectors_per_bit = a.bitmap_sectors_per_bit;
-    let activated = IntegrityVolume::activate(&a.device, opts).map_err(|e| match e {
-        VolumeError::Open(e) => super::files::open_error(e),
-        VolumeError::Claim(e) => super::files::claim_error(e),
-        e => CliError {
-            code: e.exit_code(),
-            message: e.to_string(),
-        },
-    })?;
-    let how = ServeOptions {
-        fuse: a.nbd.fuse(),
-        nbd,
-        loop_device: a.loop_device,
-        direct_io_loop: true,
-        threads: usize::from(a.threads),
-    };
-    open_export(ExportSpec::new(activated, how), a.foreground)
+    let activated = IntegrityVolume::activate(&a.device, opts)?;
+    a.serve.serve(activated, how)
 }

@@ -7,8 +7,9 @@
 use super::luks_slots::{self, load, PbkdfArgs};
 use super::passphrase::{passphrase, KeyArgs};
 use super::{CliError, CliResult};
-use crate::crypt::luks::{ActivateParams, FormatSpec, Formatter, IntegritySpec, VolumeKey};
-use crate::export::{ExportSpec, ServeOptions};
+use crate::crypt::luks::{
+    version_named, ActivateParams, FormatSpec, Formatter, IntegritySpec, VolumeKey,
+};
 use std::path::PathBuf;
 
 /// `dmkit luks` subcommands.
@@ -92,10 +93,10 @@ pub struct FormatArgs {
     #[arg(long)]
     header: Option<PathBuf>,
     /// Size of one LUKS2 header copy: 16k, 32k, ..., 4m.
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = crate::bench::parse_size)]
     luks2_metadata_size: Option<u64>,
     /// Size of the LUKS2 keyslots area (multiple of 4096).
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_parser = crate::bench::parse_size)]
     luks2_keyslots_size: Option<u64>,
     /// Data offset in 512-byte sectors.
     #[arg(long, short = 'o')]
@@ -151,17 +152,8 @@ pub struct OpenArgs {
     /// luks, luks1 or luks2 (checked against the header).
     #[arg(long = "type", short = 'M')]
     luks_type: Option<String>,
-    /// Also attach a loop device and print it.
-    #[arg(long = "loop")]
-    loop_device: bool,
     #[command(flatten)]
-    nbd: super::nbd::NbdArgs,
-    /// Threads serving requests.
-    #[arg(long, default_value_t = 4)]
-    threads: usize,
-    /// Serve in the foreground until interrupted.
-    #[arg(long)]
-    foreground: bool,
+    serve: super::device::ServeArgs,
     /// LUKS2 with integrity: open the integrity device without its journal (mode D: no
     /// crash consistency between data and tags).
     #[arg(long)]
@@ -212,35 +204,9 @@ pub fn run(c: LuksCommand) -> CliResult {
     }
 }
 
-/// "16384", "16k", "4m", "1M" -> bytes.
-fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1u64 << 10),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1 << 20),
-        Some('g' | 'G') => (&t[..t.len() - 1], 1 << 30),
-        _ => (t, 1),
-    };
-    num.parse::<u64>()
-        .ok()
-        .and_then(|n| n.checked_mul(mul))
-        .ok_or_else(|| format!("{s:?} is not a size (bytes, or with k/m/g)"))
-}
-
 fn format(a: FormatArgs) -> CliResult {
-    let luks1 = match a.luks_type.as_str() {
-        "luks2" | "luks" => false,
-        "luks1" => true,
-        o => {
-            return Err(CliError::invalid(format!(
-                "--type: {o:?} is not luks2 or luks1"
-            )))
-        }
-    };
-    let mut key = a.key.clone();
-    if key.key_file.is_none() {
-        key.key_file = a.key_file_arg.clone();
-    }
+    let luks1 = version_named(&a.luks_type)? == Some(1);
+    let key = a.key.or_positional(&a.key_file_arg);
     let spec = FormatSpec {
         device: a.device.clone(),
         header: a.header.clone(),
@@ -286,19 +252,16 @@ fn format(a: FormatArgs) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    let want = luks_slots::wanted_version(a.luks_type.as_deref())?;
-    let (name, nbd) = match (&a.name, a.test_passphrase) {
-        (_, true) => (None, None),
-        (Some(n), false) => {
-            super::device::prepare_open(n, a.loop_device)?;
-            (Some(n.clone()), a.nbd.config(a.loop_device)?)
-        }
+    let want = luks_slots::wanted_version(&a.luks_type)?;
+    let serving = match (&a.name, a.test_passphrase) {
+        (_, true) => None,
+        (Some(n), false) => Some((n.clone(), a.serve.prepare(n)?)),
         (None, false) => return Err(CliError::invalid("missing NAME (or use --test-passphrase)")),
     };
     let v = a.volume.load(false, want)?;
     let data = v.data(a.read_only || a.test_passphrase)?;
     let pass = passphrase(&a.key, &luks_slots::prompt(&a.volume.device), false)?;
-    let Some(name) = name else {
+    let Some((name, how)) = serving else {
         let slot = v.test_passphrase(&pass, a.key_slot, a.unbound)?;
         println!("Key slot {slot} unlocked.");
         return Ok(());
@@ -311,14 +274,7 @@ fn open(a: OpenArgs) -> CliResult {
     };
     let active = v.activate(data, &pass, a.key_slot, &params)?;
     drop(pass);
-    let how = ServeOptions {
-        fuse: a.nbd.fuse(),
-        nbd,
-        loop_device: a.loop_device,
-        direct_io_loop: true,
-        threads: a.threads.max(1),
-    };
-    super::device::open_export(ExportSpec::new(active, how), a.foreground)
+    a.serve.serve(active, how)
 }
 
 fn dump_cmd(a: DumpArgs) -> CliResult {

@@ -6,7 +6,7 @@
 
 use super::passphrase::{passphrase, read_passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
-use crate::crypt::luks::{HeaderRestore, LuksError, LuksVolume, UuidDiffers};
+use crate::crypt::luks::{version_named, HeaderRestore, LuksError, LuksVolume};
 use crate::crypt::luks2::PbkdfParams;
 use std::path::{Path, PathBuf};
 
@@ -198,14 +198,6 @@ impl PbkdfArgs {
     }
 }
 
-/// LUKS errors as cryptsetup's exit codes (2 for a wrong passphrase, ...), with the command
-/// line's words for a file that could not be opened or claimed.
-impl From<LuksError> for CliError {
-    fn from(e: LuksError) -> CliError {
-        super::files::volume_error(e)
-    }
-}
-
 /// Read the volume of `device` (or of `header`, when detached), of version `want` (1 or 2)
 /// when given. One line on stderr when a corrupt copy was skipped.
 pub(super) fn load(
@@ -219,6 +211,15 @@ pub(super) fn load(
         eprintln!("dmkit: {w}");
     }
     Ok(v)
+}
+
+/// The LUKS version `--type` asks for: `None` for `luks` (either) or no `--type`.
+pub(super) fn wanted_version(luks_type: &Option<String>) -> Result<Option<u16>, LuksError> {
+    Ok(luks_type
+        .as_deref()
+        .map(version_named)
+        .transpose()?
+        .flatten())
 }
 
 /// The question for the passphrase of `device`.
@@ -270,10 +271,7 @@ pub fn add_key(a: AddKeyArgs) -> CliResult {
 /// Run `luks remove-key`.
 pub fn remove_key(a: RemoveKeyArgs) -> CliResult {
     let mut v = a.volume.load(true, None)?;
-    let mut key = a.key.clone();
-    if key.key_file.is_none() {
-        key.key_file = a.key_file_arg.clone();
-    }
+    let key = a.key.or_positional(&a.key_file_arg);
     let pass = passphrase(&key, &prompt(&a.volume.device), false)?;
     let slot = v.unlock_key(&pass, None)?.slot();
     if v.active_keyslots() == 1 {
@@ -343,67 +341,32 @@ pub fn header_backup(a: BackupArgs) -> CliResult {
     Ok(v.header_backup(&a.header_backup_file)?)
 }
 
-/// Run `luks header-restore`.
+/// Run `luks header-restore`: the library words the question, this shell names what else
+/// DEVICE seems to hold when data may be lost.
 pub fn header_restore(a: BackupArgs) -> CliResult {
     let restore = HeaderRestore::new(&a.device, &a.header_backup_file)?;
     if !a.batch_mode {
-        restore_question(&a, &restore)?;
+        let q = restore.question();
+        super::confirm::Confirm {
+            batch: false,
+            warnings: match q.data_at_risk {
+                true => super::confirm::signature_warnings(&a.device, 0)?,
+                false => Vec::new(),
+            },
+            question: q.text,
+            action: &format!("restore the header of {}", a.device.display()),
+            aborted: "",
+            code: 1,
+        }
+        .ask()?;
     }
     Ok(restore.write()?)
-}
-
-/// luksHeaderRestore's question, in its words: whether DEVICE holds a header of the backup's
-/// version (keyslots are lost) or not (data may be), and whether the UUIDs differ. Where there
-/// is no header, the signatures found on DEVICE are named too.
-fn restore_question(a: &BackupArgs, restore: &HeaderRestore) -> CliResult {
-    let backup = restore.backup();
-    let version = if backup.version() == 1 {
-        "LUKS"
-    } else {
-        "LUKS2"
-    };
-    let replaces = restore.replaces(&a.device);
-    let dev = a.device.display();
-    let (mut question, warnings) = match replaces {
-        Some(_) => (
-            format!("Device {dev} already contains {version} header. Replacing header will destroy existing keyslots."),
-            Vec::new(),
-        ),
-        None => (
-            format!("Device {dev} does not contain {version} header. Replacing header can destroy data on that device."),
-            super::confirm::signature_warnings(&a.device, 0)?,
-        ),
-    };
-    if replaces == Some(UuidDiffers(true)) {
-        question.push_str("\nWARNING: real device header has different UUID than backup!");
-    }
-    super::confirm::Confirm {
-        batch: false,
-        warnings,
-        question,
-        action: &format!("restore the header of {dev}"),
-        aborted: "",
-        code: 1,
-    }
-    .ask()
-}
-
-/// The LUKS version `--type` asks for: `None` for `luks` (either) or no `--type`.
-pub(super) fn wanted_version(luks_type: Option<&str>) -> Result<Option<u16>, CliError> {
-    match luks_type {
-        None | Some("luks") => Ok(None),
-        Some("luks1") => Ok(Some(1)),
-        Some("luks2") => Ok(Some(2)),
-        Some(o) => Err(CliError::invalid(format!(
-            "--type: {o:?} is not luks, luks1 or luks2"
-        ))),
-    }
 }
 
 /// Run `luks is-luks`: quiet like cryptsetup, exit 0 for a LUKS header (of `--type`), 1 when
 /// there is none or it is corrupt, 4 when DEVICE is missing. `-v` prints cryptsetup's lines.
 pub fn is_luks(a: IsLuksArgs) -> CliResult {
-    let want = wanted_version(a.luks_type.as_deref())?;
+    let want = wanted_version(&a.luks_type)?;
     let result = match LuksVolume::open(&a.device, None, false, want) {
         Ok(v) if want.is_some_and(|w| w != v.version()) => Err(1),
         Ok(_) => Ok(()),

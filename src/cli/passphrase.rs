@@ -45,6 +45,17 @@ pub struct KeyArgs {
     pub keyfile_offset: u64,
 }
 
+impl KeyArgs {
+    /// These options, with `positional` as the key file when `--key-file` is not given
+    /// (cryptsetup's `luksFormat DEVICE [KEYFILE]`, `luksRemoveKey DEVICE [KEYFILE]`).
+    pub(super) fn or_positional(&self, positional: &Option<PathBuf>) -> KeyArgs {
+        KeyArgs {
+            key_file: self.key_file.clone().or_else(|| positional.clone()),
+            ..self.clone()
+        }
+    }
+}
+
 /// Whether `fd` is a terminal.
 pub(super) fn is_tty(fd: RawFd) -> bool {
     // SAFETY: isatty only inspects the descriptor.

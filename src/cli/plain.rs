@@ -5,10 +5,8 @@
 //! applied). `--offset` (data start) and `--skip` (IV offset) count 512-byte sectors.
 //! Interactive passphrases (hashed with `--hash`) are not supported.
 
-use super::device::open_export;
 use super::{CliError, CliResult};
 use crate::crypt::plain::{PlainParams, PlainVolume};
-use crate::export::{ExportSpec, ServeOptions};
 use std::path::PathBuf;
 
 /// `dmkit plain` subcommands.
@@ -62,17 +60,8 @@ pub struct OpenArgs {
     /// Refuse writes.
     #[arg(short = 'r', long)]
     pub read_only: bool,
-    /// Also attach a loop device (/dev/loopN, direct I/O) to the exported file.
-    #[arg(long = "loop")]
-    pub loop_device: bool,
     #[command(flatten)]
-    pub nbd: super::nbd::NbdArgs,
-    /// Serving threads.
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=256))]
-    pub threads: u16,
-    /// Serve in this process until closed or interrupted, instead of in the background.
-    #[arg(long)]
-    pub foreground: bool,
+    pub serve: super::device::ServeArgs,
 }
 
 /// Run a `dmkit plain` subcommand.
@@ -83,8 +72,7 @@ pub fn run(c: PlainCommand) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    super::device::prepare_open(&a.name, a.loop_device)?;
-    let nbd = a.nbd.config(a.loop_device)?;
+    let how = a.serve.prepare(&a.name)?;
     let volume = PlainVolume::new(PlainParams {
         cipher: a.cipher.clone(),
         key_bits: a.key_size,
@@ -95,8 +83,7 @@ fn open(a: OpenArgs) -> CliResult {
         iv_large_sectors: a.iv_large_sectors,
         allow_discards: a.allow_discards,
         read_only: a.read_only,
-    })
-    .map_err(super::files::volume_error)?;
+    })?;
     let Some(key_file) = &a.key_file else {
         return Err(CliError::invalid(
             "plain open needs --key-file (interactive passphrases are not supported)",
@@ -117,16 +104,7 @@ fn open(a: OpenArgs) -> CliResult {
         "",
         false,
     )?;
-    let active = volume
-        .activate(&a.name, &a.device, &key)
-        .map_err(super::files::volume_error)?;
+    let active = volume.activate(&a.name, &a.device, &key)?;
     drop(key);
-    let how = ServeOptions {
-        fuse: a.nbd.fuse(),
-        nbd,
-        loop_device: a.loop_device,
-        direct_io_loop: true,
-        threads: usize::from(a.threads),
-    };
-    open_export(ExportSpec::new(active, how), a.foreground)
+    a.serve.serve(active, how)
 }

@@ -2,7 +2,6 @@
 
 use super::{CliError, CliResult};
 use crate::block::FileDevice;
-use crate::export::{ExportSpec, ServeOptions};
 use crate::verity::superblock::{format_uuid, parse_uuid};
 use crate::verity::volume::{
     self, params_json, Backing, ParamsSource, SignatureSource, VerityVolume, VolumeError,
@@ -142,11 +141,8 @@ pub struct OpenArgs {
     tree: TreeArgs,
     #[command(flatten)]
     root: RootArgs,
-    /// Also attach a loop device and print it.
-    #[arg(long = "loop")]
-    loop_device: bool,
     #[command(flatten)]
-    nbd: super::nbd::NbdArgs,
+    serve: super::device::ServeArgs,
     /// Verify each data block only on its first read.
     #[arg(long)]
     check_at_most_once: bool,
@@ -160,12 +156,6 @@ pub struct OpenArgs {
     /// cache above the kernel's dm-verity (0 hashes every read).
     #[arg(long, default_value_t = crate::verity::device::DEFAULT_DATA_CACHE_BYTES)]
     data_cache: u64,
-    /// Threads serving requests.
-    #[arg(long, default_value_t = 4)]
-    threads: usize,
-    /// Serve in the foreground until interrupted instead of returning.
-    #[arg(long)]
-    foreground: bool,
 }
 
 /// Arguments of `verity sign`.
@@ -253,12 +243,6 @@ impl TreeArgs {
     }
 }
 
-impl From<VolumeError> for CliError {
-    fn from(e: VolumeError) -> Self {
-        super::files::volume_error(e)
-    }
-}
-
 /// Open the data and hash files of verify/open (claimed shared for open).
 fn open_volume(
     data: &Path,
@@ -272,7 +256,7 @@ fn open_volume(
         t.source(),
         claim,
     )
-    .map_err(super::files::volume_error)
+    .map_err(CliError::from)
 }
 
 fn root_hash_text(positional: &Option<String>, file: &Option<PathBuf>) -> Result<String, CliError> {
@@ -294,8 +278,7 @@ fn check_signature(root_hex: &str, root: &RootArgs) -> CliResult {
     let Some(sig) = &root.root_hash_signature else {
         return Ok(());
     };
-    volume::check_signature(root_hex, SignatureSource::File(sig), &root.root_hash_cert)
-        .map_err(super::files::volume_error)?;
+    volume::check_signature(root_hex, SignatureSource::File(sig), &root.root_hash_cert)?;
     Ok(())
 }
 
@@ -412,7 +395,7 @@ fn verify(a: VerifyArgs) -> CliResult {
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
     let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
     check_signature(&root_hex, &a.root)?;
-    let report = volume.verify(&root).map_err(super::files::volume_error)?;
+    let report = volume.verify(&root)?;
     let covered = p.data_size();
     let data_bytes = volume.data_size();
     if a.json {
@@ -501,8 +484,7 @@ fn dump(a: DumpArgs) -> CliResult {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    super::device::prepare_open(&a.name, a.loop_device)?;
-    let nbd = a.nbd.config(a.loop_device)?;
+    let how = a.serve.prepare(&a.name)?;
     let volume = open_volume(&a.data, &a.hash_device, &a.tree, true)?;
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
     let root = verity::parse_root_hash(&root_hex, volume.params()).map_err(verity_err)?;
@@ -519,18 +501,11 @@ fn open(a: OpenArgs) -> CliResult {
             "{}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data",
             a.hash_device.display()
         )),
-        e => super::files::volume_error(e),
+        e => e.into(),
     })?;
     activated.details["root_hash"] = root_hex.to_lowercase().into();
     activated.details["signed"] = a.root.root_hash_signature.is_some().into();
-    let how = ServeOptions {
-        fuse: a.nbd.fuse(),
-        nbd,
-        loop_device: a.loop_device,
-        direct_io_loop: true,
-        threads: a.threads.max(1),
-    };
-    super::device::open_export(ExportSpec::new(activated, how), a.foreground)
+    a.serve.serve(activated, how)
 }
 
 fn sign(a: SignArgs) -> CliResult {

@@ -1,18 +1,26 @@
 //! `luksHeaderRestore` in two steps, so a caller can ask before anything is written:
 //! [`HeaderRestore::new`] reads and checks the backup as a device of its own, opens the target
-//! and claims the bytes to be overwritten; [`HeaderRestore::write`] writes them.
+//! and claims the bytes to be overwritten; [`HeaderRestore::question`] words what would be lost,
+//! as libcryptsetup does before it asks; [`HeaderRestore::write`] writes them.
 
 use super::header::Header;
 use super::LuksError;
 use crate::block::{BlockDevice, Claim, FileDevice, MemoryDevice};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-/// Whether the header a restore replaces has another UUID than the backup.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct UuidDiffers(pub bool);
+/// What a restore would destroy, in luksHeaderRestore's words.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RestoreQuestion {
+    /// The question to ask before writing (one or two lines).
+    pub text: String,
+    /// The device holds no header of the backup's version, so data (not only keyslots) may be
+    /// lost: a caller names what else the device seems to hold.
+    pub data_at_risk: bool,
+}
 
 /// A checked header restore, nothing written yet.
 pub struct HeaderRestore {
+    path: PathBuf,
     dev: FileDevice,
     backup: Header,
     bytes: Vec<u8>,
@@ -57,6 +65,7 @@ impl HeaderRestore {
             )));
         }
         Ok(HeaderRestore {
+            path: device.to_path_buf(),
             dev,
             backup,
             bytes,
@@ -69,13 +78,32 @@ impl HeaderRestore {
         &self.backup
     }
 
-    /// What the restore replaces: `None` when the device holds no header of the backup's
-    /// version (data may be lost), else whether that header's UUID differs from the backup's
-    /// (keyslots are lost) — the facts of luksHeaderRestore's question.
-    pub fn replaces(&self, device: &Path) -> Option<UuidDiffers> {
-        let current = super::LuksVolume::open(device, None, false, None).ok()?;
-        (current.version() == self.backup.version())
-            .then(|| UuidDiffers(current.uuid() != self.backup.uuid()))
+    /// luksHeaderRestore's question: whether the device holds a header of the backup's
+    /// version (its keyslots are lost) or not (data may be), and whether the UUIDs differ.
+    pub fn question(&self) -> RestoreQuestion {
+        let version = if self.backup.version() == 1 {
+            "LUKS"
+        } else {
+            "LUKS2"
+        };
+        let dev = self.path.display();
+        let current = super::LuksVolume::open(&self.path, None, false, None)
+            .ok()
+            .filter(|c| c.version() == self.backup.version());
+        let mut text = match &current {
+            Some(_) => format!("Device {dev} already contains {version} header. Replacing header will destroy existing keyslots."),
+            None => format!("Device {dev} does not contain {version} header. Replacing header can destroy data on that device."),
+        };
+        if current
+            .as_ref()
+            .is_some_and(|c| c.uuid() != self.backup.uuid())
+        {
+            text.push_str("\nWARNING: real device header has different UUID than backup!");
+        }
+        RestoreQuestion {
+            text,
+            data_at_risk: current.is_none(),
+        }
     }
 
     /// Write the backup over the device's header.

@@ -36,7 +36,7 @@ pub mod header;
 pub mod kdf;
 mod volume;
 
-pub use backup::{HeaderRestore, UuidDiffers};
+pub use backup::{HeaderRestore, RestoreQuestion};
 pub use format::{FormatSpec, Formatter, IntegritySpec};
 pub use header::Header;
 pub use volume::{ActivateParams, DataDevice, LuksVolume, UnlockedKey};
@@ -149,3 +149,31 @@ pub const MAX_KEYSLOTS: u32 = 32;
 pub const STRIPES: u32 = 4000;
 /// Salt length of keyslots and digests.
 pub const SALT_SIZE: usize = 32;
+
+/// The LUKS version a cryptsetup `--type` word names: `None` for `luks` (either version),
+/// 1 for `luks1`, 2 for `luks2`.
+pub fn version_named(word: &str) -> Result<Option<u16>, LuksError> {
+    match word {
+        "luks" => Ok(None),
+        "luks1" => Ok(Some(1)),
+        "luks2" => Ok(Some(2)),
+        o => Err(LuksError::Invalid(format!(
+            "--type: {o:?} is not luks, luks1 or luks2"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_named;
+
+    #[test]
+    fn words() {
+        assert_eq!(version_named("luks").unwrap(), None);
+        assert_eq!(version_named("luks1").unwrap(), Some(1));
+        assert_eq!(version_named("luks2").unwrap(), Some(2));
+        for bad in ["", "LUKS2", "plain", "luks3"] {
+            assert_eq!(version_named(bad).unwrap_err().exit_code(), 1, "{bad}");
+        }
+    }
+}
