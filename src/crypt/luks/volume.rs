@@ -6,7 +6,7 @@ use super::{LuksError, VolumeKey};
 use crate::block::{Activated, BlockDevice, Claim, FileDevice};
 use crate::crypt::luks2::activate::{ActivateOptions, DataSegment};
 use crate::crypt::luks2::integrity::IntegrityActivation;
-use crate::crypt::luks2::{keyslot, PbkdfParams};
+use crate::crypt::luks2::{keyslot, reencrypt_open, reencrypt_state, Luks2Header, PbkdfParams};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -297,13 +297,18 @@ impl LuksVolume {
         slot: Option<u32>,
         params: &ActivateParams,
     ) -> Result<Activated, LuksError> {
-        let key = self.unlock_key(pass, slot)?;
         let seg = data.segment;
         let opts = ActivateOptions {
             name: params.name.clone(),
             allow_discards: params.allow_discards,
             read_only: params.read_only,
         };
+        if let Header::V2(h) = &self.header {
+            if reencrypt_state::status(&h.metadata) != reencrypt_state::Status::None {
+                return self.activate_reencrypt(h, data.dev, data.claim, pass, slot, &opts, &seg);
+            }
+        }
+        let key = self.unlock_key(pass, slot)?;
         let iopts = IntegrityActivation {
             no_journal: params.integrity_no_journal,
         };
@@ -337,6 +342,53 @@ impl LuksVolume {
             stats: Some(active.stats),
             claims: vec![data.claim],
             allow_discards: params.allow_discards || seg.allow_discards,
+        })
+    }
+}
+
+impl LuksVolume {
+    /// [`LuksVolume::activate`] of a LUKS2 volume in the middle of a reencryption: every
+    /// segment with its own key (see [`reencrypt_open`]).
+    #[allow(clippy::too_many_arguments)]
+    fn activate_reencrypt(
+        &self,
+        h: &Luks2Header,
+        dev: FileDevice,
+        claim: Claim,
+        pass: &[u8],
+        slot: Option<u32>,
+        opts: &ActivateOptions,
+        area: &DataSegment,
+    ) -> Result<Activated, LuksError> {
+        let hdr_path = self.header_path.as_deref().unwrap_or(&self.device);
+        let hdr_dev: Arc<dyn BlockDevice> =
+            Arc::new(crate::block::open_device(hdr_path, true, false)?);
+        let active = reencrypt_open::activate(hdr_dev, h, Arc::new(dev), pass, slot, opts)?;
+        let size = active.device.size();
+        let mut details = serde_json::json!({
+            "type": self.header.type_name(),
+            "uuid": self.uuid(),
+            "cipher": area.cipher,
+            "keysize_bits": self.header.key_bits(),
+            "key_location": "memory",
+            "device": absolute(&self.device),
+            "header": self.header_path.as_deref().map(absolute),
+            "offset_sectors": area.offset / 512,
+            "size_sectors": size / 512,
+            "sector_size": area.sector_size,
+            "keyslot": active.keyslot,
+        });
+        if let (Some(d), Some(r)) = (details.as_object_mut(), active.details.as_object()) {
+            d.extend(r.clone());
+        }
+        Ok(Activated {
+            name: opts.name.clone(),
+            device: active.device,
+            kind: "crypt".to_string(),
+            details,
+            stats: None,
+            claims: vec![claim],
+            allow_discards: opts.allow_discards || area.allow_discards,
         })
     }
 }

@@ -28,16 +28,51 @@ pub struct DataSegment {
     pub integrity: Option<String>,
 }
 
-/// Refuse headers whose mandatory requirements we do not implement (online reencryption and
-/// anything newer): activating them could corrupt data.
+/// Refuse headers whose mandatory requirements we do not implement (anything but the online
+/// reencryption cryptsetup 2.6 writes): activating them could corrupt data.
 pub fn check_requirements(h: &Luks2Header, device: &str) -> Result<(), LuksError> {
-    match h.metadata.config.requirements.first() {
+    let m = &h.metadata;
+    let known = super::reencrypt_state::requirement_version(m);
+    match m
+        .config
+        .requirements
+        .iter()
+        .find(|r| known.is_none() || !r.starts_with("online-reencrypt"))
+    {
         Some(r) => Err(LuksError::Requirement {
             device: device.to_string(),
             requirement: r.clone(),
         }),
         None => Ok(()),
     }
+}
+
+/// The data area of a header in reencryption, for the claim and `status`: from the lowest
+/// offset any segment (backups included) uses to the end of the device, with the new
+/// segment's cipher. The segments themselves are mapped by `reencrypt_open`.
+fn reencrypt_area(
+    h: &Luks2Header,
+    data_name: &str,
+    data_size: u64,
+) -> Result<DataSegment, LuksError> {
+    let m = &h.metadata;
+    let st = super::reencrypt_state::ReencryptState::read(m)?
+        .ok_or_else(|| LuksError::Invalid("not in reencryption".into()))?;
+    let offset = m.segments.values().map(|s| s.offset).min().unwrap_or(0);
+    if offset >= data_size {
+        return Err(LuksError::Invalid(format!(
+            "Device {data_name} is too small."
+        )));
+    }
+    Ok(DataSegment {
+        cipher: st.fin.encryption.clone(),
+        offset,
+        size: (data_size - offset) / 512 * 512,
+        sector_size: st.fin.sector_size.max(st.previous.sector_size),
+        iv_tweak: 0,
+        allow_discards: m.config.flags.iter().any(|f| f == "allow-discards"),
+        integrity: None,
+    })
 }
 
 /// Segment 0 of `h`, checked against a data device of `data_size` bytes. `detached` says the
@@ -54,6 +89,9 @@ pub fn data_segment(
     };
     check_requirements(h, data_name)?;
     let m = &h.metadata;
+    if super::reencrypt_state::status(m) != super::reencrypt_state::Status::None {
+        return reencrypt_area(h, data_name, data_size);
+    }
     if m.segments.len() != 1 {
         return Err(LuksError::Unsupported(format!(
             "{} data segments (only one is supported)",

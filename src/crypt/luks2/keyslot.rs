@@ -202,6 +202,8 @@ pub enum Segment {
     /// Any key a keyslot holds, bound or not (`test-passphrase -S N`, like cryptsetup's
     /// `CRYPT_ACTIVATE_ALLOW_UNBOUND_KEY`).
     Any,
+    /// Only the key digest `id` checks (a reencryption's old or new key).
+    Digest(u32),
 }
 
 /// Why one keyslot did not open (cryptsetup's -EPERM and -ENOENT).
@@ -228,7 +230,12 @@ fn open_one(
     let Some((kd, _)) = m.keyslot_digest(id) else {
         return Ok(Err(Miss::Unusable));
     };
-    if segment == Segment::Default && m.segment_digest(0).map(|(i, _)| i) != Some(kd) {
+    let wanted = match segment {
+        Segment::Default => m.segment_digest(0).map(|(i, _)| i),
+        Segment::Digest(d) => Some(d),
+        Segment::Any => Some(kd),
+    };
+    if wanted != Some(kd) {
         return Ok(Err(Miss::Unusable));
     }
     Ok(try_slot(dev, h, id, k, passphrase)?.ok_or(Miss::Wrong))

@@ -5,6 +5,8 @@
 
 mod aead_device;
 mod device;
+mod segment_map;
 
 pub use aead_device::{AeadCryptDevice, AeadStats};
 pub use device::{CryptDevice, CryptError, CryptParams, CryptStats};
+pub use segment_map::SegmentMap;
