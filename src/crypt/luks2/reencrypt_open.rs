@@ -306,7 +306,7 @@ pub fn activate(
     }
     let (keyslot, keys) = unlock_all(&*hdr_dev, h, &st, pass, slot)?;
     reencrypt_state::verify_digest(m, &st, &keys)?;
-    let data_offset = st.data_offset();
+    let data_offset = st.served_offset();
     let real = data.size();
     if real <= data_offset {
         return Err(LuksError::Invalid(format!(

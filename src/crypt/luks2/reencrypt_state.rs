@@ -314,11 +314,20 @@ impl ReencryptState {
     /// The data offset the device size is measured from (`LUKS2_reencrypt_data_offset`):
     /// the new segment's offset, plus the shift while a forward datashift is clean.
     pub fn data_offset(&self) -> u64 {
-        let base = self.fin.offset;
-        if self.status == Status::Clean && self.keyslot.direction == Direction::Forward {
-            base + self.keyslot.shift
+        if self.status == Status::Clean {
+            self.served_offset()
         } else {
-            base
+            self.fin.offset
+        }
+    }
+
+    /// Where the served device's size is measured from once any interrupted hotzone is
+    /// recovered (cryptsetup activates after recovery, in the clean state): the new segment's
+    /// offset, plus the shift of a forward datashift (the data still sits that far on).
+    pub fn served_offset(&self) -> u64 {
+        match self.keyslot.direction {
+            Direction::Forward => self.fin.offset + self.keyslot.shift,
+            Direction::Backward => self.fin.offset,
         }
     }
 
