@@ -7,9 +7,7 @@
 use super::luks_slots::{self, load, PbkdfArgs};
 use super::passphrase::{passphrase, KeyArgs};
 use super::{CliError, CliResult};
-use crate::crypt::luks::{
-    version_named, ActivateParams, FormatSpec, Formatter, IntegritySpec, VolumeKey,
-};
+use crate::crypt::luks::{version_named, ActivateParams, FormatSpec, Formatter, IntegritySpec};
 use std::path::PathBuf;
 
 /// `dmkit luks` subcommands.
@@ -240,9 +238,10 @@ fn format(a: FormatArgs) -> CliResult {
     }
     .ask()?;
     let volume_key = match &a.volume_key_file {
-        Some(f) => Some(VolumeKey::new(std::fs::read(f).map_err(|e| {
-            CliError::invalid(format!("{}: cannot read volume key: {e}", f.display()))
-        })?)),
+        Some(f) => Some(super::luks_compat::read_volume_key(
+            f,
+            formatter.key_bytes(),
+        )?),
         None => None,
     };
     let pass = passphrase(&key, &luks_slots::prompt(&a.device), true)?;

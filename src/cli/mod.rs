@@ -17,6 +17,7 @@ mod integrity_alg;
 mod integrity_open;
 mod linear;
 mod luks;
+mod luks_compat;
 mod luks_slots;
 mod nbd;
 mod open;

@@ -456,6 +456,34 @@ pub fn format(
     payload_sectors: Option<u32>,
     passphrase: &[u8],
 ) -> Result<(Luks1Header, VolumeKey), LuksError> {
+    format_with_key(
+        dev,
+        cipher,
+        key_bytes,
+        hash,
+        uuid,
+        iterations,
+        iter_time_ms,
+        payload_sectors,
+        passphrase,
+        None,
+    )
+}
+
+/// [`format`] with the volume key `given` instead of a random one (`--volume-key-file`).
+#[allow(clippy::too_many_arguments)]
+pub fn format_with_key(
+    dev: &dyn BlockDevice,
+    cipher: &str,
+    key_bytes: u32,
+    hash: &str,
+    uuid: &str,
+    iterations: Option<u32>,
+    iter_time_ms: u32,
+    payload_sectors: Option<u32>,
+    passphrase: &[u8],
+    given: Option<VolumeKey>,
+) -> Result<(Luks1Header, VolumeKey), LuksError> {
     let (name, mode) = cipher
         .split_once('-')
         .ok_or_else(|| LuksError::Unsupported(format!("cipher {cipher:?}")))?;
@@ -476,8 +504,21 @@ pub fn format(
             dev.name()
         )));
     }
-    let mut vk = VolumeKey::new(vec![0u8; key_bytes as usize]);
-    getrandom::getrandom(&mut vk).map_err(|e| LuksError::Crypto(format!("random source: {e}")))?;
+    let vk = match given {
+        Some(k) if k.len() == key_bytes as usize => k,
+        Some(k) => {
+            return Err(LuksError::Invalid(format!(
+                "volume key of {} bytes for a {key_bytes}-byte key",
+                k.len()
+            )))
+        }
+        None => {
+            let mut vk = VolumeKey::new(vec![0u8; key_bytes as usize]);
+            getrandom::getrandom(&mut vk)
+                .map_err(|e| LuksError::Crypto(format!("random source: {e}")))?;
+            vk
+        }
+    };
     let mut mk_digest_salt = [0u8; 32];
     getrandom::getrandom(&mut mk_digest_salt)
         .map_err(|e| LuksError::Crypto(format!("random source: {e}")))?;

@@ -68,12 +68,10 @@ impl Formatter {
     /// Check `spec`, open its device and claim all of it (a device in use is not formatted,
     /// as cryptsetup's "Cannot format device ... in use").
     pub fn new(spec: FormatSpec) -> Result<Formatter, LuksError> {
+        if spec.luks1 {
+            luks1_refusals(&spec)?;
+        }
         let integrity = match &spec.integrity {
-            Some(_) if spec.luks1 => {
-                return Err(LuksError::Invalid(
-                    "--integrity needs LUKS2 (--type luks2)".into(),
-                ))
-            }
             Some(_) if spec.header.is_some() => {
                 return Err(LuksError::Invalid(
                     "--integrity with a detached --header is not supported (the integrity superblock lives on DEVICE at the data offset)".into(),
@@ -124,6 +122,12 @@ impl Formatter {
         })
     }
 
+    /// Bytes of the volume key (what a `--volume-key-file` must hold: cryptsetup reads that
+    /// many bytes of it).
+    pub fn key_bytes(&self) -> usize {
+        self.key_bits as usize / 8
+    }
+
     /// The file the header goes to (the device, or the detached header).
     pub fn header_path(&self) -> &Path {
         self.spec.header.as_deref().unwrap_or(&self.spec.device)
@@ -140,7 +144,7 @@ impl Formatter {
     ) -> Result<(), LuksError> {
         let s = &self.spec;
         if s.luks1 {
-            return self.format_luks1(pass, volume_key.is_some());
+            return self.format_luks1(pass, volume_key);
         }
         let p = FormatParams {
             cipher: s.cipher.clone(),
@@ -174,14 +178,13 @@ impl Formatter {
         Ok(())
     }
 
-    fn format_luks1(&self, pass: &[u8], has_volume_key: bool) -> Result<(), LuksError> {
+    fn format_luks1(&self, pass: &[u8], volume_key: Option<VolumeKey>) -> Result<(), LuksError> {
         let s = &self.spec;
-        if s.header.is_some()
-            || s.sector_size.is_some_and(|n| n != 512)
-            || s.label.is_some()
-            || has_volume_key
-        {
-            return Err(LuksError::Invalid("LUKS1 has no --header, --sector-size, --label or --volume-key-file here; use --type luks2".into()));
+        // --label and --subsystem are ignored, as cryptsetup ignores them for LUKS1.
+        if s.header.is_some() {
+            return Err(LuksError::Invalid(
+                "LUKS1 has no detached --header here; use --type luks2".into(),
+            ));
         }
         let uuid = s.uuid.clone().unwrap_or_else(luks2::format::random_uuid);
         if !luks2::format::valid_uuid(&uuid) {
@@ -194,7 +197,7 @@ impl Formatter {
                     .map_err(|_| LuksError::Invalid("--offset is too large for LUKS1".into()))
             })
             .transpose()?;
-        luks1::format(
+        luks1::format_with_key(
             &self.data,
             &s.cipher,
             self.key_bits / 8,
@@ -204,9 +207,26 @@ impl Formatter {
             s.pbkdf.iter_time_ms,
             payload,
             pass,
+            volume_key,
         )
         .map(|_| ())
     }
+}
+
+/// cryptsetup's refusals of LUKS2-only options with `--type luks1` (`action_luksFormat`),
+/// with its words, before anything is asked or opened.
+fn luks1_refusals(spec: &FormatSpec) -> Result<(), LuksError> {
+    let refuse = |m: &str| Err(LuksError::Invalid(m.into()));
+    if spec.sector_size.is_some_and(|n| n > 512) {
+        return refuse("Unsupported encryption sector size.");
+    }
+    if spec.integrity.is_some() {
+        return refuse("Integrity option can be used only for LUKS2 format.");
+    }
+    if spec.metadata_size.is_some() || spec.keyslots_size.is_some() {
+        return refuse("Unsupported LUKS2 metadata size options.");
+    }
+    Ok(())
 }
 
 /// A detached header file, created owner-only if missing (it holds the keyslots), as

@@ -172,8 +172,19 @@ impl LuksVolume {
         pbkdf: &PbkdfParams,
         slot: Option<u32>,
     ) -> Result<u32, LuksError> {
+        self.refuse_change()?;
         self.header
             .add_keyslot(&self.dev, &key.key, new, pbkdf, slot)
+    }
+
+    /// cryptsetup refuses to change a LUKS2 header that carries a mandatory requirement
+    /// (`LUKS2_unmet_requirements` with nothing masked): a reencryption in progress, or one
+    /// it does not know. Wiping a keyslot stays allowed, as there.
+    fn refuse_change(&self) -> Result<(), LuksError> {
+        match &self.header {
+            Header::V2(h) => reencrypt_state::refuse_change(&h.metadata).map_or(Ok(()), Err),
+            Header::V1(_) => Ok(()),
+        }
     }
 
     /// Replace the keyslot `key` came from by a new one for `new`; the new slot's number.
@@ -200,11 +211,13 @@ impl LuksVolume {
         if !crate::crypt::luks2::format::valid_uuid(uuid) {
             return Err(LuksError::Invalid(format!("--uuid {uuid:?} is not a UUID")));
         }
+        self.refuse_change()?;
         self.header.set_uuid(&self.dev, uuid)
     }
 
     /// Set the label (LUKS2; written at once).
     pub fn set_label(&mut self, label: &str) -> Result<(), LuksError> {
+        self.refuse_change()?;
         self.header.set_label(&self.dev, label)
     }
 
