@@ -246,7 +246,9 @@ fn format(a: FormatArgs) -> CliResult {
     };
     let pass = passphrase(&key, &luks_slots::prompt(&a.device), true)?;
     let mut progress = super::integrity::progress_printer("Wiping");
-    formatter.format(&pass, volume_key, &mut progress)?;
+    if let Some(w) = formatter.format(&pass, volume_key, &mut progress)? {
+        println!("{w}");
+    }
     Ok(())
 }
 

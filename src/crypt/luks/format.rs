@@ -71,6 +71,12 @@ impl Formatter {
         if spec.luks1 {
             luks1_refusals(&spec)?;
         }
+        if spec.offset.is_some_and(|o| !o.is_multiple_of(8)) {
+            // crypt_set_data_offset, for either version.
+            return Err(LuksError::Invalid(
+                "Data offset is not multiple of 4096 bytes.".into(),
+            ));
+        }
         let integrity = match &spec.integrity {
             Some(_) if spec.header.is_some() => {
                 return Err(LuksError::Invalid(
@@ -135,16 +141,18 @@ impl Formatter {
 
     /// Write the header with keyslot 0 for `pass` holding `volume_key` (default: a random
     /// one); `progress(done, total)` in bytes while integrity sectors are sealed. Every check
-    /// comes first: a refused format writes nothing.
+    /// comes first: a refused format writes nothing. An image file smaller than the LUKS2
+    /// metadata grows to hold it, as with cryptsetup. Gives cryptsetup's warning when the data
+    /// device has no room left for data (formatted anyway, as cryptsetup does).
     pub fn format(
         self,
         pass: &[u8],
         volume_key: Option<VolumeKey>,
         progress: &mut dyn FnMut(u64, u64),
-    ) -> Result<(), LuksError> {
+    ) -> Result<Option<String>, LuksError> {
         let s = &self.spec;
         if s.luks1 {
-            return self.format_luks1(pass, volume_key);
+            return self.format_luks1(pass, volume_key).map(|_| None);
         }
         let p = FormatParams {
             cipher: s.cipher.clone(),
@@ -170,12 +178,30 @@ impl Formatter {
             None => (self.data, None),
         };
         let prepared = luks2::format::prepare(&hdr_dev, data_size, &p)?;
+        let data_offset = prepared
+            .header
+            .metadata
+            .segments
+            .get(&0)
+            .map_or(0, |seg| seg.offset);
+        let hdr_path = s.header.as_deref().unwrap_or(&s.device);
+        let hdr_dev = grown(hdr_dev, hdr_path, prepared.metadata_end)?;
         if let Some((_, kind)) = self.integrity {
             let wipe = !s.integrity.as_ref().is_some_and(|i| i.no_wipe);
             format_integrity(&s.device, &hdr_dev, &prepared, kind, wipe, progress)?;
         }
         luks2::format::write(&hdr_dev, prepared, &p, pass)?;
-        Ok(())
+        // The data device may have grown with the header (a file container).
+        let data_size = if s.header.is_some() {
+            data_size
+        } else {
+            hdr_dev.size()
+        };
+        Ok(luks2::format::no_room_warning(
+            &s.device.display().to_string(),
+            data_size,
+            data_offset,
+        ))
     }
 
     fn format_luks1(&self, pass: &[u8], volume_key: Option<VolumeKey>) -> Result<(), LuksError> {
@@ -213,6 +239,19 @@ impl Formatter {
     }
 }
 
+/// `dev` (the file at `path`), grown to `end` bytes when it is a regular file smaller than
+/// that (cryptsetup writes the whole metadata area into a small image and so extends it).
+fn grown(dev: FileDevice, path: &Path, end: u64) -> Result<FileDevice, LuksError> {
+    let is_file = dev.file().metadata().is_ok_and(|m| m.is_file());
+    if dev.size() >= end || !is_file {
+        return Ok(dev);
+    }
+    dev.file()
+        .set_len(end)
+        .map_err(|e| LuksError::Invalid(format!("{}: {e}", path.display())))?;
+    Ok(crate::block::open_device(path, false, false)?)
+}
+
 /// cryptsetup's refusals of LUKS2-only options with `--type luks1` (`action_luksFormat`),
 /// with its words, before anything is asked or opened.
 fn luks1_refusals(spec: &FormatSpec) -> Result<(), LuksError> {
@@ -233,9 +272,8 @@ fn luks1_refusals(spec: &FormatSpec) -> Result<(), LuksError> {
 /// cryptsetup does; an existing file or device is used as it is. A file is grown to hold
 /// headers and keyslots.
 fn detached_header(h: &Path, p: &FormatParams) -> Result<(FileDevice, Claim), LuksError> {
-    let need = 2 * p.metadata_size
-        + p.keyslots_size
-            .unwrap_or(luks2::format::DEFAULT_DATA_OFFSET - 2 * p.metadata_size);
+    let (keyslots_size, _) = luks2::format::layout(p)?;
+    let need = 2 * p.metadata_size + keyslots_size;
     let cannot =
         |e| LuksError::NoDevice(format!("{}: cannot create header file: {e}", h.display()));
     let f = match super::files::create_new(h, super::files::HEADER_MODE) {

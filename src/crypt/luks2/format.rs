@@ -103,40 +103,60 @@ pub fn layout(p: &FormatParams) -> Result<(u64, u64), LuksError> {
             p.metadata_size
         ));
     }
-    let meta = 2 * p.metadata_size;
-    let data_offset = match (p.data_offset, p.detached, p.keyslots_size) {
-        (Some(o), _, _) => o,
-        (None, true, _) => 0,
-        (None, false, Some(k)) => (meta + k).div_ceil(1 << 20) * (1 << 20),
-        (None, false, None) => DEFAULT_DATA_OFFSET,
+    // LUKS2_generate_hdr's rules: a given data offset sizes the keyslots area (detached or
+    // not), an explicit area shrinks to fit before it, and without an offset the data
+    // follows the area, 1 MiB aligned (a detached header leaves the data at 0).
+    let min = 2 * p.metadata_size;
+    if let Some(k) = p.keyslots_size {
+        if !k.is_multiple_of(4096) || k > MAX_KEYSLOTS_SIZE {
+            return inv(format!(
+                "--luks2-keyslots-size {k} is not a multiple of 4096 up to 128 MiB"
+            ));
+        }
+    }
+    let offset = p.data_offset.filter(|&o| o > 0);
+    if let Some(o) = offset {
+        if !o.is_multiple_of(512) {
+            return inv(format!("data offset {o} is not a multiple of 512"));
+        }
+        if o < min {
+            return inv("Requested data offset is too small.".into());
+        }
+    }
+    let mut keyslots_size = match (p.keyslots_size.filter(|&k| k > 0), offset) {
+        (Some(k), _) => k,
+        (None, Some(o)) => o - min,
+        (None, None) => 0,
     };
-    if !data_offset.is_multiple_of(512) {
-        return inv(format!(
-            "data offset {data_offset} is not a multiple of 512"
-        ));
+    keyslots_size = (keyslots_size / 4096 * 4096).min(MAX_KEYSLOTS_SIZE);
+    if keyslots_size == 0 {
+        keyslots_size = DEFAULT_DATA_OFFSET - min;
     }
-    let keyslots_size = match p.keyslots_size {
-        Some(k) => k,
-        None if p.detached => DEFAULT_DATA_OFFSET - meta,
-        None => (data_offset.saturating_sub(meta).min(MAX_KEYSLOTS_SIZE)) / 4096 * 4096,
+    if let Some(o) = offset {
+        if keyslots_size + min > o {
+            keyslots_size = o - min;
+        }
+    }
+    let data_offset = match offset {
+        Some(o) => o,
+        None if p.detached => 0,
+        None => (min + keyslots_size).div_ceil(1 << 20) * (1 << 20),
     };
-    if !keyslots_size.is_multiple_of(4096) || keyslots_size > MAX_KEYSLOTS_SIZE {
-        return inv(format!(
-            "--luks2-keyslots-size {keyslots_size} is not a multiple of 4096 up to 128 MiB"
-        ));
-    }
-    if !p.detached && meta + keyslots_size > data_offset {
-        return inv(format!(
-            "data offset {data_offset} overlaps the LUKS2 metadata and keyslots ({} bytes)",
-            meta + keyslots_size
-        ));
-    }
     Ok((keyslots_size, data_offset))
 }
 
-/// The encryption sector size of a format: `--sector-size`, else 4096 when the data area is
-/// 4 KiB aligned, else 512.
-pub fn sector_size(p: &FormatParams, data_offset: u64, data_size: u64) -> Result<u32, LuksError> {
+/// The encryption sector size of a format: `--sector-size`, else cryptsetup's choice
+/// (`_crypt_format_luks2` with `sector_size_autodetect`): 4096, unless an `--offset` (counted
+/// in 512-byte sectors, as cryptsetup tests it) is not a multiple of 4096 sectors, or the
+/// device size less the default 1 MiB alignment (nothing for a detached header) is not a
+/// multiple of 4096 bytes; then 512.
+pub fn sector_size(p: &FormatParams, data_size: u64) -> Result<u32, LuksError> {
+    const AUTO: u64 = 4096;
+    let offset_misaligned = p
+        .data_offset
+        .is_some_and(|o| !(o / 512).is_multiple_of(AUTO));
+    let alignment = if p.detached { 0 } else { 1 << 20 };
+    let size_misaligned = !data_size.wrapping_sub(alignment).is_multiple_of(AUTO);
     Ok(match p.sector_size {
         Some(s) if matches!(s, 512 | 1024 | 2048 | 4096) => s,
         Some(s) => {
@@ -144,12 +164,18 @@ pub fn sector_size(p: &FormatParams, data_offset: u64, data_size: u64) -> Result
                 "--sector-size {s} is not 512, 1024, 2048 or 4096"
             )))
         }
-        None if data_offset.is_multiple_of(4096)
-            && data_size.saturating_sub(data_offset).is_multiple_of(4096) =>
-        {
-            4096
-        }
-        None => 512,
+        None if offset_misaligned || size_misaligned => 512,
+        None => AUTO as u32,
+    })
+}
+
+/// cryptsetup's warning after a format that leaves no data sector on a data device of
+/// `data_size` bytes (it formats anyway: the device may grow before it is opened).
+pub fn no_room_warning(data_name: &str, data_size: u64, data_offset: u64) -> Option<String> {
+    (data_size <= data_offset).then(|| {
+        format!(
+            "Device {data_name} is too small for activation, there is no remaining space for data."
+        )
     })
 }
 
@@ -186,13 +212,15 @@ pub fn prepare(
     p: &FormatParams,
 ) -> Result<Prepared, LuksError> {
     let (keyslots_size, data_offset) = layout(p)?;
-    let sector_size = sector_size(p, data_offset, data_size)?;
+    let sector_size = sector_size(p, data_size)?;
     if !data_offset.is_multiple_of(sector_size as u64) {
         return Err(LuksError::Invalid(format!(
             "data offset {data_offset} is not a multiple of the sector size {sector_size}"
         )));
     }
-    if data_size < data_offset + sector_size as u64 {
+    // Without integrity cryptsetup formats a device with no room for data (a header for a
+    // device that grows later) and only warns ([`no_room_warning`]); integrity needs sectors.
+    if p.integrity.is_some() && data_size < data_offset + sector_size as u64 {
         return Err(LuksError::Invalid(format!(
             "{} is too small: {data_size} bytes leave no data after the data offset {data_offset}",
             if p.detached {
@@ -203,12 +231,6 @@ pub fn prepare(
         )));
     }
     let metadata_end = 2 * p.metadata_size + keyslots_size;
-    if hdr_dev.size() < metadata_end {
-        return Err(LuksError::Invalid(format!(
-            "{} is too small for the LUKS2 metadata and keyslots ({metadata_end} bytes)",
-            hdr_dev.name()
-        )));
-    }
     match &p.integrity {
         Some(itype) => {
             let kind = crate::crypt::cipher::AeadKind::from_luks2(&p.cipher, itype)
@@ -304,6 +326,12 @@ pub fn write(
         volume_key: vk,
         metadata_end,
     } = prepared;
+    if hdr_dev.size() < metadata_end {
+        return Err(LuksError::Invalid(format!(
+            "{} is too small for the LUKS2 metadata and keyslots ({metadata_end} bytes)",
+            hdr_dev.name()
+        )));
+    }
     // Old headers and keyslots must not survive under the new ones.
     keyslot::wipe(hdr_dev, 0, metadata_end)?;
     keyslot::add(hdr_dev, &mut h, &vk, passphrase, &p.pbkdf, Some(0))?;
