@@ -13,6 +13,19 @@ use common::run::{dmkit, Workspace};
 use std::fs;
 use std::process::{Command, Stdio};
 
+/// Cheap keyslots: the tests are about layouts, not the KDF.
+const FAST: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
+
+/// A workspace whose `pass` file holds the passphrase, or `None` without cryptsetup.
+fn workspace() -> Option<Workspace> {
+    if tool_missing("cryptsetup", "cryptsetup-bin") {
+        return None;
+    }
+    let e = Workspace::new();
+    fs::write(e.path("pass"), "agree").unwrap();
+    Some(e)
+}
+
 /// What a format left: exit code, keyslots area, data offset, sector size, header file size.
 type Verdict = (Option<i32>, String, u64);
 
@@ -53,14 +66,7 @@ fn format(e: &Workspace, ours: bool, size: u64, detached: bool, args: &[&str]) -
     let _ = fs::remove_file(&hdr);
     e.sparse("dev.img", size);
     let pass = e.s("pass");
-    let mut all: Vec<&str> = vec![
-        "--pbkdf",
-        "pbkdf2",
-        "--pbkdf-force-iterations",
-        "1000",
-        "--key-file",
-        &pass,
-    ];
+    let mut all: Vec<&str> = [FAST, &["--key-file", &pass]].concat();
     if detached {
         all.extend(["--header", hdr.as_str()]);
     }
@@ -93,11 +99,7 @@ fn format(e: &Workspace, ours: bool, size: u64, detached: bool, args: &[&str]) -
 
 #[test]
 fn layouts_and_sector_sizes_agree_with_cryptsetup() {
-    if tool_missing("cryptsetup", "cryptsetup-bin") {
-        return;
-    }
-    let e = Workspace::new();
-    fs::write(e.path("pass"), "agree").unwrap();
+    let Some(e) = workspace() else { return };
     const M: u64 = 1 << 20;
     let cases: &[(u64, bool, &[&str])] = &[
         // compat-test2 [1]
@@ -158,20 +160,10 @@ fn layouts_and_sector_sizes_agree_with_cryptsetup() {
     e.sparse("small.img", 8 * M);
     let pass = e.s("pass");
     let small = e.s("small.img");
+    let head = ["luks", "format", "--batch-mode"];
     let r = dmkit(
         e.run.path(),
-        &[
-            "luks",
-            "format",
-            "--batch-mode",
-            "--pbkdf",
-            "pbkdf2",
-            "--pbkdf-force-iterations",
-            "1000",
-            "--key-file",
-            &pass,
-            &small,
-        ],
+        &[&head[..], FAST, &["--key-file", &pass, &small]].concat(),
     );
     r.assert_ok();
     assert!(
@@ -184,11 +176,7 @@ fn layouts_and_sector_sizes_agree_with_cryptsetup() {
 
 #[test]
 fn luks2_only_options_with_luks1_are_refused_as_cryptsetup_refuses_them() {
-    if tool_missing("cryptsetup", "cryptsetup-bin") {
-        return;
-    }
-    let e = Workspace::new();
-    fs::write(e.path("pass"), "agree").unwrap();
+    let Some(e) = workspace() else { return };
     let pass = e.s("pass");
     for (args, message) in [
         (

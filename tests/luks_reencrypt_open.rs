@@ -22,6 +22,8 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 const PASS: &str = "reencrypt me";
+/// Cheap keyslots: the tests are about the data, not the KDF.
+const FAST: &[&str] = &["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 const IMG: u64 = 12 << 20;
 
 fn missing() -> bool {
@@ -53,23 +55,15 @@ fn dump(dev: &str) -> String {
 /// written through dmkit, is returned.
 fn plain_luks2(e: &Workspace, name: &str) -> (String, Vec<u8>) {
     let img = e.sparse(name, IMG);
-    cs_ok(&[
-        "luksFormat",
-        "--batch-mode",
-        "--type",
-        "luks2",
+    let pass = e.s("pass");
+    let layout = [
         "--luks2-metadata-size",
         "16k",
         "--luks2-keyslots-size",
         "2M",
-        "--pbkdf",
-        "pbkdf2",
-        "--pbkdf-force-iterations",
-        "1000",
-        "--key-file",
-        &e.s("pass"),
-        &img,
-    ]);
+    ];
+    let head = ["luksFormat", "--batch-mode", "--type", "luks2"];
+    cs_ok(&[&head[..], &layout, FAST, &["--key-file", &pass, &img]].concat());
     let out = e
         .run
         .ok(&["luks", "open", "--key-file", &e.s("pass"), &img, "fill"]);
@@ -104,26 +98,17 @@ fn interrupt(
             let _ = fs::remove_file(h);
         }
         let mut cmd = Command::new("cryptsetup");
-        cmd.args([
-            "reencrypt",
-            "--batch-mode",
-            "--force-offline-reencrypt",
-            "--hotzone-size",
-            "64k",
-        ])
-        .args([
-            "--pbkdf",
-            "pbkdf2",
-            "--pbkdf-force-iterations",
-            "1000",
-            "--key-file",
-            &e.s("pass"),
-        ])
-        .args(args)
-        .arg(img)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        let pass = e.s("pass");
+        let head = ["reencrypt", "--batch-mode", "--force-offline-reencrypt"];
+        cmd.args(head)
+            .args(["--hotzone-size", "64k"])
+            .args(FAST)
+            .args(["--key-file", &pass])
+            .args(args)
+            .arg(img)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
         let started = std::time::Instant::now();
         let mut child = cmd.spawn().expect("cryptsetup reencrypt starts");
         if let Some(d) = delay {
@@ -275,19 +260,14 @@ fn init_only_header_opens_and_refuses_keyslot_and_uuid_changes() {
     }
     let e = env();
     let (img, plain) = plain_luks2(&e, "init.img");
-    cs_ok(&[
+    let pass = e.s("pass");
+    let head = [
         "reencrypt",
         "--batch-mode",
         "--init-only",
         "--force-offline-reencrypt",
-        "--pbkdf",
-        "pbkdf2",
-        "--pbkdf-force-iterations",
-        "1000",
-        "--key-file",
-        &e.s("pass"),
-        &img,
-    ]);
+    ];
+    cs_ok(&[&head[..], FAST, &["--key-file", &pass, &img]].concat());
     assert!(in_reencryption(&dump(&img)));
     assert_same(
         "--init-only",
@@ -298,61 +278,21 @@ fn init_only_header_opens_and_refuses_keyslot_and_uuid_changes() {
     let ours = e.run.ok(&["luks", "dump", &img]);
     assert_eq!(ours, dump(&img), "luks dump differs from luksDump");
     fs::write(e.path("new"), "another").unwrap();
-    let pass = e.s("pass");
     let before = fs::read(&img).unwrap();
-    for (args, theirs) in [
+    let new = e.s("new");
+    let uuid = "12345678-1234-1234-1234-123456789abc";
+    let add = [FAST, &["--key-file", &pass, &img, &new]].concat();
+    for (ours, theirs) in [
         (
-            vec![
-                "luks",
-                "add-key",
-                "--pbkdf",
-                "pbkdf2",
-                "--pbkdf-force-iterations",
-                "1000",
-                "--key-file",
-                &pass,
-                &img,
-                "NEW",
-            ],
-            vec![
-                "luksAddKey",
-                "--batch-mode",
-                "--pbkdf",
-                "pbkdf2",
-                "--pbkdf-force-iterations",
-                "1000",
-                "--key-file",
-                &pass,
-                &img,
-                "NEW",
-            ],
+            [&["luks", "add-key"][..], &add].concat(),
+            [&["luksAddKey", "--batch-mode"][..], &add].concat(),
         ),
         (
-            vec![
-                "luks",
-                "uuid",
-                "--uuid",
-                "12345678-1234-1234-1234-123456789abc",
-                &img,
-            ],
-            vec![
-                "luksUUID",
-                "--batch-mode",
-                "--uuid",
-                "12345678-1234-1234-1234-123456789abc",
-                &img,
-            ],
+            vec!["luks", "uuid", "--uuid", uuid, &img],
+            vec!["luksUUID", "--batch-mode", "--uuid", uuid, &img],
         ),
     ] {
-        let new = e.s("new");
-        let args: Vec<&str> = args
-            .iter()
-            .map(|a| if *a == "NEW" { new.as_str() } else { a })
-            .collect();
-        let theirs: Vec<&str> = theirs
-            .iter()
-            .map(|a| if *a == "NEW" { new.as_str() } else { a })
-            .collect();
+        let args = ours;
         let r = dmkit(e.run.path(), &args);
         common::run::assert_refused(
             &r,

@@ -44,6 +44,7 @@ fn luks1_base() -> (Vec<u8>, luks1::Luks1Header, VolumeKey) {
         1,
         None,
         OLD,
+        None,
     )
     .unwrap();
     (mem.contents(), h, vk)

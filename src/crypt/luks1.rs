@@ -444,35 +444,9 @@ pub fn kill_slot(dev: &dyn BlockDevice, h: &mut Luks1Header, slot: u32) -> Resul
 
 /// Format `dev` as LUKS1 with keyslot 0 opened by `passphrase`: cryptsetup's layout (keyslot
 /// material 4 KiB aligned after the header, data aligned to 1 MiB unless `payload_sectors`).
+/// The volume key is `given` (`--volume-key-file`), else a random one.
 #[allow(clippy::too_many_arguments)]
 pub fn format(
-    dev: &dyn BlockDevice,
-    cipher: &str,
-    key_bytes: u32,
-    hash: &str,
-    uuid: &str,
-    iterations: Option<u32>,
-    iter_time_ms: u32,
-    payload_sectors: Option<u32>,
-    passphrase: &[u8],
-) -> Result<(Luks1Header, VolumeKey), LuksError> {
-    format_with_key(
-        dev,
-        cipher,
-        key_bytes,
-        hash,
-        uuid,
-        iterations,
-        iter_time_ms,
-        payload_sectors,
-        passphrase,
-        None,
-    )
-}
-
-/// [`format`] with the volume key `given` instead of a random one (`--volume-key-file`).
-#[allow(clippy::too_many_arguments)]
-pub fn format_with_key(
     dev: &dyn BlockDevice,
     cipher: &str,
     key_bytes: u32,

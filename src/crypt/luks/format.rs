@@ -223,7 +223,7 @@ impl Formatter {
                     .map_err(|_| LuksError::Invalid("--offset is too large for LUKS1".into()))
             })
             .transpose()?;
-        luks1::format_with_key(
+        luks1::format(
             &self.data,
             &s.cipher,
             self.key_bits / 8,

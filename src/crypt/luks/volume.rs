@@ -328,25 +328,15 @@ impl LuksVolume {
         let active = super::header::stack(&seg, Arc::new(data.dev), &key.key, &opts, &iopts)?;
         drop(key.key);
         let size = active.device.size();
-        let details = serde_json::json!({
-            "type": self.header.type_name(),
-            "uuid": self.uuid(),
-            "cipher": seg.cipher,
-            "keysize_bits": self.header.key_bits(),
-            "key_location": "memory",
-            "device": absolute(&self.device),
-            "header": self.header_path.as_deref().map(absolute),
-            "offset_sectors": seg.offset / 512,
-            "size_sectors": size / 512,
-            "sector_size": seg.sector_size,
-            "integrity": seg.integrity,
-            "integrity_mode": seg.integrity.as_ref().map(|_| match (params.read_only, params.integrity_no_journal) {
+        let mut details = self.status_details(&seg, size, key.slot);
+        details["integrity"] = serde_json::json!(seg.integrity);
+        details["integrity_mode"] = serde_json::json!(seg.integrity.as_ref().map(|_| {
+            match (params.read_only, params.integrity_no_journal) {
                 (true, _) => "R",
                 (false, true) => "D",
                 (false, false) => "J",
-            }),
-            "keyslot": key.slot,
-        });
+            }
+        }));
         Ok(Activated {
             name: params.name.clone(),
             device: active.device,
@@ -360,6 +350,24 @@ impl LuksVolume {
 }
 
 impl LuksVolume {
+    /// What `status` shows of an active volume serving `size` bytes of `seg`, opened by
+    /// keyslot `slot`.
+    fn status_details(&self, seg: &DataSegment, size: u64, slot: u32) -> serde_json::Value {
+        serde_json::json!({
+            "type": self.header.type_name(),
+            "uuid": self.uuid(),
+            "cipher": seg.cipher,
+            "keysize_bits": self.header.key_bits(),
+            "key_location": "memory",
+            "device": absolute(&self.device),
+            "header": self.header_path.as_deref().map(absolute),
+            "offset_sectors": seg.offset / 512,
+            "size_sectors": size / 512,
+            "sector_size": seg.sector_size,
+            "keyslot": slot,
+        })
+    }
+
     /// [`LuksVolume::activate`] of a LUKS2 volume in the middle of a reencryption: every
     /// segment with its own key (see [`reencrypt_open`]).
     #[allow(clippy::too_many_arguments)]
@@ -378,19 +386,7 @@ impl LuksVolume {
             Arc::new(crate::block::open_device(hdr_path, true, false)?);
         let active = reencrypt_open::activate(hdr_dev, h, Arc::new(dev), pass, slot, opts)?;
         let size = active.device.size();
-        let mut details = serde_json::json!({
-            "type": self.header.type_name(),
-            "uuid": self.uuid(),
-            "cipher": area.cipher,
-            "keysize_bits": self.header.key_bits(),
-            "key_location": "memory",
-            "device": absolute(&self.device),
-            "header": self.header_path.as_deref().map(absolute),
-            "offset_sectors": area.offset / 512,
-            "size_sectors": size / 512,
-            "sector_size": area.sector_size,
-            "keyslot": active.keyslot,
-        });
+        let mut details = self.status_details(area, size, active.keyslot);
         if let (Some(d), Some(r)) = (details.as_object_mut(), active.details.as_object()) {
             d.extend(r.clone());
         }

@@ -158,15 +158,13 @@ struct Hotzone<'a> {
     iv: u64,
 }
 
-/// The old and new views of `[at, at + len)` of `lower`, IVs from `iv`: old parameters from
-/// `backup-previous`, new ones from `backup-final`.
+/// The old or new view of `(at, len, iv)`: `[at, at + len)` of `lower`, IVs from `iv`; old
+/// parameters from `backup-previous`, new ones from `backup-final`.
 fn old_new(
     st: &ReencryptState,
     keys: &BTreeMap<u32, VolumeKey>,
     lower: &Arc<dyn BlockDevice>,
-    at: u64,
-    len: u64,
-    iv: u64,
+    (at, len, iv): (u64, u64, u64),
     new: bool,
     opts: &ActivateOptions,
 ) -> Result<Arc<dyn BlockDevice>, LuksError> {
@@ -227,8 +225,8 @@ fn recover(
                 Window::new(data.clone(), hz.seg.offset, hz.len)
                     .ok_or_else(|| io("hotzone beyond the device"))?,
             );
-            let old = old_new(st, keys, data, hz.seg.offset, hz.len, hz.iv, false, &opts)?;
-            let new = old_new(st, keys, data, hz.seg.offset, hz.len, hz.iv, true, &opts)?;
+            let old = old_new(st, keys, data, (hz.seg.offset, hz.len, hz.iv), false, &opts)?;
+            let new = old_new(st, keys, data, (hz.seg.offset, hz.len, hz.iv), true, &opts)?;
             let mut block = vec![0u8; bs];
             let mut sum = vec![0u8; hs];
             for s in 0..count {
@@ -252,9 +250,7 @@ fn recover(
                 st,
                 keys,
                 hdr_dev,
-                ks.area_offset,
-                hz.len,
-                hz.iv,
+                (ks.area_offset, hz.len, hz.iv),
                 false,
                 &opts,
             )?;
@@ -271,7 +267,7 @@ fn recover(
                 };
                 (at.ok_or_else(|| io("shifted hotzone out of range"))?, hz.iv)
             };
-            let old = old_new(st, keys, data, at, hz.len, iv, false, &opts)?;
+            let old = old_new(st, keys, data, (at, hz.len, iv), false, &opts)?;
             old.read_at(&mut plain, 0)?;
         }
         Resilience::None => {
@@ -350,7 +346,7 @@ pub fn activate(
                         st.keyslot.area_type
                     )));
                 }
-                let new = old_new(&st, &keys, &data, seg.offset, len, hz.iv, true, opts)?;
+                let new = old_new(&st, &keys, &data, (seg.offset, len, hz.iv), true, opts)?;
                 new.write_at(&plain, 0)?;
                 new.flush()?;
                 new
