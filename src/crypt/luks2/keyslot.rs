@@ -364,6 +364,21 @@ pub fn add(
     params: &PbkdfParams,
     slot: Option<u32>,
 ) -> Result<u32, LuksError> {
+    add_to(dev, h, vk, passphrase, params, slot, None)
+}
+
+/// [`add`], the keyslot bound to digest `digest` (which must check `vk`) instead of the data
+/// segment's: a key not (yet) used by any segment, as cryptsetup's
+/// `CRYPT_VOLUME_KEY_NO_SEGMENT` keyslots are during a reencryption.
+pub fn add_to(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    vk: &[u8],
+    passphrase: &[u8],
+    params: &PbkdfParams,
+    slot: Option<u32>,
+    digest: Option<u32>,
+) -> Result<u32, LuksError> {
     let m = &h.metadata;
     let id = match slot {
         Some(s) if s >= MAX_KEYSLOTS => {
@@ -428,11 +443,14 @@ pub fn add(
     };
     let m = &mut h.metadata;
     m.keyslots.insert(id, ks);
-    let digest_id = match m.segment_digest(0) {
-        Some((i, _)) => i,
+    let digest_id = match digest.or_else(|| m.segment_digest(0).map(|(i, _)| i)) {
+        Some(i) => i,
         None => return Err(LuksError::Invalid("no digest for segment 0".into())),
     };
-    let d = m.digests.get_mut(&digest_id).expect("found above");
+    let d = m
+        .digests
+        .get_mut(&digest_id)
+        .ok_or_else(|| LuksError::Invalid(format!("no digest {digest_id}")))?;
     d.keyslots.push(id);
     d.keyslots.sort_unstable();
     h.write(dev)?;
