@@ -332,9 +332,13 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    /// The end of a finished reencryption (`reencrypt_teardown_ok`): keyslots of the old key
-    /// destroyed, backup segments and the requirement dropped, and the reencrypt keyslot
-    /// destroyed with the last header write.
+    /// The end of a finished reencryption (`reencrypt_teardown_ok`): backup segments, the
+    /// requirement and the reencrypt keyslot dropped in one header write, then the keyslots
+    /// of the old key destroyed one by one. cryptsetup destroys the old keyslots first; a
+    /// crash between a keyslot's wipe and the header write after it then leaves a device in
+    /// reencryption whose old key can no longer be unlocked, which nothing can resume. In
+    /// this order every crash leaves a device that opens: in reencryption with both keys, or
+    /// finished with at most some old-key keyslots left unbound (and no data under that key).
     fn teardown(self) -> Result<(), LuksError> {
         let Run {
             hdr_dev,
@@ -343,17 +347,6 @@ impl<'a> Run<'a> {
             ends,
             ..
         } = self;
-        let old_slots: Vec<u32> = h
-            .metadata
-            .digests
-            .get(&ends.digest_old)
-            .map(|d| d.keyslots.clone())
-            .unwrap_or_default();
-        if ends.digest_old != ends.digest_new {
-            for id in old_slots {
-                keyslot::kill(hdr_dev, h, id)?;
-            }
-        }
         let m: &mut Metadata = &mut h.metadata;
         m.segments
             .retain(|_, s| !s.flags.iter().any(|f| f.starts_with("backup-")));
@@ -364,12 +357,49 @@ impl<'a> Run<'a> {
         m.config
             .requirements
             .retain(|r| !r.starts_with("online-reencrypt"));
-        let (off, len) = st.area;
-        keyslot::wipe(hdr_dev, off, len)?;
         m.keyslots.remove(&st.keyslot);
         for d in m.digests.values_mut() {
             d.keyslots.retain(|&k| k != st.keyslot);
         }
-        commit(hdr_dev, h)
+        commit(hdr_dev, h)?;
+        let (off, len) = st.area;
+        keyslot::wipe(hdr_dev, off, len)?;
+        if ends.digest_old == ends.digest_new {
+            return Ok(());
+        }
+        let old_slots: Vec<u32> = h
+            .metadata
+            .digests
+            .get(&ends.digest_old)
+            .map(|d| d.keyslots.clone())
+            .unwrap_or_default();
+        for id in old_slots {
+            destroy_keyslot(hdr_dev, h, id)?;
+        }
+        Ok(())
     }
+}
+
+/// Wipe keyslot `id`'s area, then drop it (and every reference to it) from the header, and
+/// digests left bound to nothing with it (`crypt_keyslot_destroy`).
+fn destroy_keyslot(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), LuksError> {
+    let Some(k) = h.metadata.keyslots.get(&id) else {
+        return Ok(());
+    };
+    let (off, len) = (k.area.offset, k.area.size);
+    if off.saturating_add(len) <= dev.size() {
+        keyslot::wipe(dev, off, len)?;
+    }
+    let m = &mut h.metadata;
+    m.keyslots.remove(&id);
+    for d in m.digests.values_mut() {
+        d.keyslots.retain(|&s| s != id);
+    }
+    let name = id.to_string();
+    for t in m.tokens.values_mut() {
+        if let Some(list) = t.get_mut("keyslots").and_then(|v| v.as_array_mut()) {
+            list.retain(|v| v.as_str() != Some(name.as_str()));
+        }
+    }
+    commit(dev, h)
 }
