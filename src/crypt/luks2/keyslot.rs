@@ -355,22 +355,11 @@ fn free_area(h: &Luks2Header, size: u64) -> Option<u64> {
 }
 
 /// Store `vk` in a new keyslot (`slot`, or the lowest free one) under `passphrase`: writes the
-/// keyslot area, then the header. Returns the keyslot id.
+/// keyslot area, then the header. Returns the keyslot id. The keyslot is bound to digest
+/// `digest` (which must check `vk`), or to the data segment's when `None`: a given digest is a
+/// key no segment uses (yet), as cryptsetup's `CRYPT_VOLUME_KEY_NO_SEGMENT` keyslots during a
+/// reencryption.
 pub fn add(
-    dev: &dyn BlockDevice,
-    h: &mut Luks2Header,
-    vk: &[u8],
-    passphrase: &[u8],
-    params: &PbkdfParams,
-    slot: Option<u32>,
-) -> Result<u32, LuksError> {
-    add_to(dev, h, vk, passphrase, params, slot, None)
-}
-
-/// [`add`], the keyslot bound to digest `digest` (which must check `vk`) instead of the data
-/// segment's: a key not (yet) used by any segment, as cryptsetup's
-/// `CRYPT_VOLUME_KEY_NO_SEGMENT` keyslots are during a reencryption.
-pub fn add_to(
     dev: &dyn BlockDevice,
     h: &mut Luks2Header,
     vk: &[u8],
@@ -469,6 +458,12 @@ pub fn kill(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), L
     if offset.saturating_add(size) <= dev.size() {
         wipe(dev, offset, size)?;
     }
+    forget(h, id);
+    h.write(dev)
+}
+
+/// Drop keyslot `id` and every reference to it (digests, tokens) from the metadata, in memory.
+pub fn forget(h: &mut Luks2Header, id: u32) {
     let m = &mut h.metadata;
     m.keyslots.remove(&id);
     for d in m.digests.values_mut() {
@@ -480,7 +475,6 @@ pub fn kill(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), L
             list.retain(|v| v.as_str() != Some(name.as_str()));
         }
     }
-    h.write(dev)
 }
 
 /// Overwrite `[offset, offset + size)` with zeros, in pieces.

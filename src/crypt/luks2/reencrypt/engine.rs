@@ -233,7 +233,20 @@ impl<'a> Run<'a> {
         let size = self.device_size();
         let mut offset = match self.st.in_reencryption {
             Some(r) => {
-                let done = recover::hotzone(&mut self, r)?;
+                let seg = self.h.metadata.segments.get(&r).cloned().ok_or_else(|| {
+                    LuksError::Invalid(format!("reencryption metadata: no segment {r}"))
+                })?;
+                let devices = recover::Devices {
+                    hdr_dev: self.hdr_dev,
+                    data_dev: self.data_dev,
+                    resilience: &self.st.resilience,
+                    area: self.st.area,
+                    data_offset: self.data_offset,
+                    device_size: size,
+                    old: &self.old,
+                    new: &self.new,
+                };
+                let done = recover::hotzone(&devices, &seg)?;
                 if done >= size {
                     self.teardown()?;
                     progress(Progress { size, done: size });
@@ -390,16 +403,6 @@ fn destroy_keyslot(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Resul
     if off.saturating_add(len) <= dev.size() {
         keyslot::wipe(dev, off, len)?;
     }
-    let m = &mut h.metadata;
-    m.keyslots.remove(&id);
-    for d in m.digests.values_mut() {
-        d.keyslots.retain(|&s| s != id);
-    }
-    let name = id.to_string();
-    for t in m.tokens.values_mut() {
-        if let Some(list) = t.get_mut("keyslots").and_then(|v| v.as_array_mut()) {
-            list.retain(|v| v.as_str() != Some(name.as_str()));
-        }
-    }
+    keyslot::forget(h, id);
     commit(dev, h)
 }

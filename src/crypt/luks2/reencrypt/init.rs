@@ -168,7 +168,7 @@ pub fn init(
                     None => PbkdfParams::default(),
                 },
             };
-            let id = keyslot::add_to(
+            let id = keyslot::add(
                 dev,
                 h,
                 &new_key,

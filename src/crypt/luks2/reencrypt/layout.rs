@@ -72,28 +72,25 @@ impl Ends {
         })
     }
 
-    fn new_seg(&self, offset: u64, size: Option<u64>, flags: &[&str]) -> Segment {
-        let l = &self.last;
+    /// The part from byte `offset` on (`size` bytes, or to the end) of `end`, a backup
+    /// segment: its cipher and sector size, its IVs.
+    fn part(end: &Segment, offset: u64, size: Option<u64>, flags: &[&str]) -> Segment {
         crypt(
-            l.offset + offset,
+            end.offset + offset,
             size,
-            l.iv_tweak + (offset >> 9),
-            &l.encryption,
-            l.sector_size,
+            end.iv_tweak + (offset >> 9),
+            &end.encryption,
+            end.sector_size,
             flags,
         )
     }
 
+    fn new_seg(&self, offset: u64, size: Option<u64>, flags: &[&str]) -> Segment {
+        Self::part(&self.last, offset, size, flags)
+    }
+
     fn old_seg(&self, offset: u64) -> Segment {
-        let p = &self.previous;
-        crypt(
-            p.offset + offset,
-            None,
-            p.iv_tweak + (offset >> 9),
-            &p.encryption,
-            p.sector_size,
-            &[],
-        )
+        Self::part(&self.previous, offset, None, &[])
     }
 
     /// The segments while the hotzone `offset..offset + length` is rewritten, and the id of

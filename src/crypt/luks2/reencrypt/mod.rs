@@ -11,12 +11,12 @@
 //!   backup segments flagged `backup-previous` and `backup-final` that describe the device
 //!   before and after;
 //! - a digest bound to the reencrypt keyslot over both volume keys, the keyslot's parameters
-//!   and the backup segments ([`verify`]): metadata changed without the keys is refused.
+//!   and the backup segments (`verify`): metadata changed without the keys is refused.
 //!
 //! Every hotzone is committed in cryptsetup's order ([`engine`]): the segments with the
 //! hotzone flagged `in-reencryption` and its protection are written first, then the data,
 //! then the segments that say the hotzone is done. A crash leaves either state, and
-//! [`recover`] finishes a hotzone left `in-reencryption` with cryptsetup's rules.
+//! `recover` finishes a hotzone left `in-reencryption` with cryptsetup's rules.
 
 mod area;
 pub mod engine;

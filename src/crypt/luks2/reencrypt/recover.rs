@@ -6,30 +6,48 @@
 //!   there and written again;
 //! - none: nothing tells old from new blocks, so the hotzone cannot be recovered.
 
-use super::engine::Run;
+use super::parallel::Keyed;
 use super::state::Resilience;
+use crate::block::BlockDevice;
 use crate::crypt::luks::LuksError;
+use crate::crypt::luks2::json::Segment;
 use zeroize::Zeroize;
 
-/// Recover the hotzone of segment `rseg` on the data device, flush it, and give where the
-/// data now ends being new (the hotzone's end).
-pub fn hotzone(run: &mut Run<'_>, rseg: u32) -> Result<u64, LuksError> {
-    let seg =
-        run.h.metadata.segments.get(&rseg).cloned().ok_or_else(|| {
-            LuksError::Invalid(format!("reencryption metadata: no segment {rseg}"))
-        })?;
+/// What recovering a hotzone needs.
+pub struct Devices<'a> {
+    /// The header device (the protection area).
+    pub hdr_dev: &'a dyn BlockDevice,
+    /// The data device.
+    pub data_dev: &'a dyn BlockDevice,
+    /// The hotzone protection.
+    pub resilience: &'a Resilience,
+    /// The protection area (offset, length) on the header device.
+    pub area: (u64, u64),
+    /// Byte offset of the data on the data device.
+    pub data_offset: u64,
+    /// Bytes of data.
+    pub device_size: u64,
+    /// The old key.
+    pub old: &'a Keyed,
+    /// The new key.
+    pub new: &'a Keyed,
+}
+
+/// Recover the hotzone `seg` (the segment flagged `in-reencryption`) on the data device,
+/// flush it, and give where the data now ends being new (the hotzone's end).
+pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<u64, LuksError> {
     let bad = |what: &str| LuksError::Invalid(format!("reencryption metadata: {what}"));
     let offset = seg
         .offset
         .checked_sub(run.data_offset)
         .ok_or_else(|| bad("the hotzone lies before the data"))?;
     let length = seg.size.ok_or_else(|| bad("the hotzone has no size"))?;
-    if length < 512 || offset + length > run.device_size() {
+    if length < 512 || offset + length > run.device_size {
         return Err(bad("the hotzone lies outside the data"));
     }
     let at = run.data_offset + offset;
-    let (area, area_len) = run.st.area;
-    match run.st.resilience.clone() {
+    let (area, area_len) = run.area;
+    match run.resilience.clone() {
         Resilience::Checksum { hash, block } => {
             let md = crate::crypt::luks::af::message_digest(&hash)?;
             let block = block as usize;
@@ -64,7 +82,7 @@ pub fn hotzone(run: &mut Run<'_>, rseg: u32) -> Result<u64, LuksError> {
             }
             let mut buf = vec![0u8; length as usize];
             run.hdr_dev.read_at(&mut buf, area)?;
-            super::parallel::rekey(&mut buf, offset, Some(&run.old), Some(&run.new));
+            super::parallel::rekey(&mut buf, offset, Some(run.old), Some(run.new));
             let written = run.data_dev.write_at(&buf, at);
             buf.zeroize();
             written?;

@@ -67,11 +67,13 @@ pub struct State {
     pub area: (u64, u64),
     /// How hotzones are protected.
     pub resilience: Resilience,
-    /// The `backup-previous` segment (the device before).
+    /// The `backup-previous` segment: the device before, with the old key (on disk until
+    /// the reencryption ends).
     pub previous: u32,
     /// The `backup-final` segment (the device after).
     pub last: u32,
-    /// Digest of the old key (bound to `backup-previous`).
+    /// Digest of the old key: the one bound to `backup-previous` (`None` only in
+    /// metadata cryptsetup would refuse too).
     pub digest_old: Option<u32>,
     /// Digest of the new key (bound to `backup-final`).
     pub digest_new: Option<u32>,

@@ -7,24 +7,14 @@ use super::parallel::Keyed;
 use super::{init, InitParams, NewKeyslot, Resilience, RunOptions, RunOutcome, State};
 use crate::block::{for_each_crash_state, BlockDevice, FaultyDevice, LoggedOp, MemoryDevice};
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
-use crate::crypt::luks2::keyslot::{self, PbkdfKind, PbkdfParams};
+use crate::crypt::crash_tests::fast_pbkdf;
+use crate::crypt::luks2::keyslot;
 use crate::crypt::luks2::{copies, format, FormatParams};
 
 const PASS: &[u8] = b"old passphrase";
 const DATA_OFFSET: u64 = 2 << 20;
 const DATA: usize = 192 << 10;
 const HOTZONE: u64 = 64 << 10;
-
-fn fast_pbkdf() -> PbkdfParams {
-    PbkdfParams {
-        kind: PbkdfKind::Pbkdf2,
-        hash: "sha256".into(),
-        iter_time_ms: 1,
-        force_iterations: Some(1000),
-        memory_kib: 32768,
-        parallel: 1,
-    }
-}
 
 fn plaintext() -> Vec<u8> {
     (0..DATA).map(|i| (i * 7 + i / 4096) as u8).collect()
