@@ -21,7 +21,6 @@ use crate::crypt::luks::{LuksError, VolumeKey};
 use crate::crypt::luks2::header::Luks2Header;
 use crate::crypt::luks2::json::{Metadata, Segment};
 use crate::crypt::luks2::keyslot;
-use zeroize::Zeroize;
 
 /// How far a reencryption is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -280,6 +279,8 @@ impl<'a> Run<'a> {
             opts.max_hotzone,
             alignment,
         )?;
+        // Re-keyed in place, piece by piece: between hotzones the buffer holds ciphertext only,
+        // so it needs no wiping (a 1 GiB wipe would cost as much as a hotzone's crypto).
         let mut buf = vec![0u8; max.min(size - offset) as usize];
         let mut outcome = RunOutcome::Finished;
         let result = (|| {
@@ -294,10 +295,13 @@ impl<'a> Run<'a> {
             }
             Ok::<(), LuksError>(())
         })();
-        buf.zeroize();
+        drop(buf);
         result?;
         if self.st.resilience == Resilience::None {
-            // The one header write of a run without resilience.
+            // The one header write of a run without resilience, after the data it describes
+            // is durable (cryptsetup does not flush the data here; a detached header could
+            // then claim more than the disk holds).
+            self.data_dev.flush()?;
             commit(self.hdr_dev, self.h)?;
         }
         if outcome == RunOutcome::Finished {
@@ -307,40 +311,70 @@ impl<'a> Run<'a> {
         Ok(outcome)
     }
 
-    /// One hotzone, `buf.len()` bytes at `offset`, in cryptsetup's commit order.
+    /// One hotzone, `buf.len()` bytes at `offset`, in cryptsetup's commit order. Reads,
+    /// hashing, journal writes, re-keying and data writes each run on all cores, piece by
+    /// piece; the header commits between them keep the order.
     fn step(&mut self, buf: &mut [u8], offset: u64) -> Result<(), LuksError> {
         let length = buf.len() as u64;
         let (segs, rseg) = self.ends.hot(offset, length);
         self.ends.install(&mut self.h.metadata, segs, Some(rseg));
         let at = self.data_offset + offset;
-        self.data_dev.read_at(buf, at)?;
-        let area = self.st.area.0;
-        let protected = match &self.st.resilience {
-            Resilience::Checksum { hash, block } => {
-                let md = crate::crypt::luks::af::message_digest(hash)?;
-                let sums = parallel::checksums(buf, *block as usize, md)?;
-                self.hdr_dev.write_at(&sums, area)?;
-                true
-            }
-            Resilience::Journal => {
-                self.hdr_dev.write_at(buf, area)?;
-                true
-            }
-            Resilience::None => false,
+        let mut map = super::mapped::Mapped::new(self.data_dev, at, length);
+        let mapped = map.is_some();
+        let buf: &mut [u8] = match &mut map {
+            Some(m) => m.bytes(),
+            None => buf,
         };
+        let area = self.st.area.0;
+        let (data_dev, hdr_dev) = (self.data_dev, self.hdr_dev);
+        let res = &self.st.resilience;
+        let unit = match res {
+            Resilience::Checksum { block, .. } => *block as usize,
+            _ => parallel::unit(Some(&self.old), Some(&self.new)),
+        };
+        let sums = parallel::pieces(buf, unit, |o, piece| {
+            if !mapped {
+                data_dev.read_at(piece, at + o as u64)?;
+            }
+            match res {
+                Resilience::Checksum { hash, block } => {
+                    parallel::block_hashes(piece, *block as usize, hash)
+                }
+                Resilience::Journal => {
+                    hdr_dev.write_at(piece, area + o as u64)?;
+                    Ok(Vec::new())
+                }
+                Resilience::None => Ok(Vec::new()),
+            }
+        })?;
+        let protected = *res != Resilience::None;
         if protected {
-            self.hdr_dev.flush()?;
-            commit(self.hdr_dev, self.h)?;
+            if let Resilience::Checksum { .. } = res {
+                hdr_dev.write_at(&sums.concat(), area)?;
+            }
+            hdr_dev.flush()?;
+            commit(hdr_dev, self.h)?;
         }
-        parallel::rekey(buf, offset, Some(&self.old), Some(&self.new));
-        self.data_dev.write_at(buf, at)?;
+        let (old, new) = (&self.old, &self.new);
+        parallel::pieces(buf, unit, |o, piece| {
+            parallel::rekey_piece(piece, offset + o as u64, Some(old), Some(new));
+            if !mapped {
+                data_dev.write_at(piece, at + o as u64)?;
+            }
+            Ok(())
+        })?;
+        if let Some(m) = map.as_mut().filter(|_| protected) {
+            m.sync()
+                .map_err(|e| LuksError::Invalid(format!("{}: {e}", data_dev.name())))?;
+        }
+        drop(map);
         if protected {
-            self.data_dev.flush()?;
+            data_dev.flush()?;
         }
         let post = self.ends.post(offset + length);
         self.ends.install(&mut self.h.metadata, post, None);
         if protected {
-            commit(self.hdr_dev, self.h)?;
+            commit(hdr_dev, self.h)?;
         }
         Ok(())
     }

@@ -22,6 +22,7 @@ mod area;
 pub mod engine;
 mod init;
 mod layout;
+mod mapped;
 mod parallel;
 mod recover;
 mod state;

@@ -59,7 +59,7 @@ pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<u64, LuksError> {
             run.hdr_dev.read_at(&mut sums, area)?;
             let mut buf = vec![0u8; length as usize];
             run.data_dev.read_at(&mut buf, at)?;
-            let now = super::parallel::checksums(&buf, block, md)?;
+            let now = super::parallel::checksums(&mut buf, block, &hash)?;
             for (i, (was, is)) in sums
                 .chunks_exact(md.size())
                 .zip(now.chunks_exact(md.size()))
