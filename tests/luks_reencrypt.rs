@@ -64,29 +64,47 @@ fn cs_key(pass: &str, img: &str) -> Vec<u8> {
 
 struct Case {
     e: Workspace,
+    /// The data device.
     img: String,
+    /// The header: `img`, or a detached header file.
+    hdr: String,
     pass: String,
     plain: Vec<u8>,
 }
 
 /// A cryptsetup LUKS2 image holding random plaintext.
 fn case(seed: u64) -> Case {
+    case_with(seed, false)
+}
+
+/// [`case`], the header in a file of its own when `detached` (the data then starts at 0).
+fn case_with(seed: u64, detached: bool) -> Case {
     let e = Workspace::new();
     let pass = e.s("pass");
     fs::write(&pass, PASS).unwrap();
-    let img = e.sparse("disk.img", DATA_OFFSET + DATA as u64);
+    let (img, hdr, offset) = if detached {
+        let hdr = e.sparse("hdr.img", 16 << 20);
+        (e.sparse("disk.img", DATA as u64), hdr, 0)
+    } else {
+        let img = e.sparse("disk.img", DATA_OFFSET + DATA as u64);
+        (img.clone(), img, DATA_OFFSET)
+    };
     let format = "luksFormat --batch-mode --type luks2 --pbkdf pbkdf2 --pbkdf-force-iterations 1000 --sector-size 4096";
     let mut args: Vec<&str> = format.split(' ').collect();
+    if detached {
+        args.extend(["--header", &hdr]);
+    }
     args.extend(["--key-file", &pass, &img]);
     run("cryptsetup", &args);
     let plain = SplitMix64(seed).bytes(DATA);
-    let ct = xts(&cs_key(&pass, &img), &plain, 4096, Mode::Encrypt);
+    let ct = xts(&cs_key(&pass, &hdr), &plain, 4096, Mode::Encrypt);
     let mut f = fs::OpenOptions::new().write(true).open(&img).unwrap();
-    f.seek(SeekFrom::Start(DATA_OFFSET)).unwrap();
+    f.seek(SeekFrom::Start(offset)).unwrap();
     f.write_all(&ct).unwrap();
     Case {
         e,
         img,
+        hdr,
         pass,
         plain,
     }
@@ -95,21 +113,15 @@ fn case(seed: u64) -> Case {
 impl Case {
     /// cryptsetup opens the finished device and its data decrypts to the original plaintext.
     fn check(&self, what: &str) {
-        let m = json(&self.img);
+        let m = json(&self.hdr);
         assert!(
             m["config"].get("requirements").is_none(),
             "{what}: still in reencryption: {m}"
         );
-        run(
-            "cryptsetup",
-            &[
-                "open",
-                "--test-passphrase",
-                "--key-file",
-                &self.pass,
-                &self.img,
-            ],
-        );
+        let mut test = vec!["open", "--test-passphrase", "--key-file", &self.pass];
+        test.extend(self.header());
+        test.push(&self.img);
+        run("cryptsetup", &test);
         let seg = &m["segments"]["0"];
         assert_eq!(seg["encryption"], "aes-xts-plain64", "{what}");
         let ss = seg["sector_size"].as_u64().unwrap() as usize;
@@ -118,7 +130,7 @@ impl Case {
         let mut f = fs::File::open(&self.img).unwrap();
         f.seek(SeekFrom::Start(off)).unwrap();
         f.read_exact(&mut ct).unwrap();
-        let got = xts(&cs_key(&self.pass, &self.img), &ct, ss, Mode::Decrypt);
+        let got = xts(&cs_key(&self.pass, &self.hdr), &ct, ss, Mode::Decrypt);
         assert!(got == self.plain, "{what}: the plaintext differs");
     }
 
@@ -126,9 +138,23 @@ impl Case {
         self.dmkit_key(&self.pass, extra)
     }
 
+    /// `--header HDR` when the header is detached.
+    fn header(&self) -> Vec<&str> {
+        if self.hdr == self.img {
+            Vec::new()
+        } else {
+            vec!["--header", &self.hdr]
+        }
+    }
+
+    fn in_reencryption(&self) -> bool {
+        in_reencryption(&self.hdr)
+    }
+
     /// `dmkit luks reencrypt --batch-mode --key-file KEY EXTRA... IMG`.
     fn dmkit_key(&self, key: &str, extra: &[&str]) -> std::process::Output {
         let mut args = vec!["luks", "reencrypt", "--batch-mode", "--key-file", key];
+        args.extend(self.header());
         args.extend_from_slice(extra);
         args.push(&self.img);
         self.e.dmkit(&args)
@@ -155,7 +181,7 @@ impl Case {
         .iter()
         .map(|s| s.to_string())
         .collect();
-        a.extend(extra.iter().map(|s| s.to_string()));
+        a.extend(self.header().iter().chain(extra).map(|s| s.to_string()));
         a.push(self.img.clone());
         a
     }
@@ -171,7 +197,7 @@ impl Case {
             .spawn()
             .unwrap();
         let deadline = Instant::now() + DMKIT_LIMIT;
-        while !in_reencryption(&self.img) {
+        while !self.in_reencryption() {
             if child.try_wait().unwrap().is_some() {
                 return false;
             }
@@ -187,20 +213,14 @@ impl Case {
 
     /// Finish with cryptsetup what was interrupted: repair a crashed hotzone, then resume.
     fn cryptsetup_finish(&self) {
-        if !in_reencryption(&self.img) {
+        if !self.in_reencryption() {
             return;
         }
-        if json(&self.img).to_string().contains("in-reencryption") {
-            run(
-                "cryptsetup",
-                &[
-                    "repair",
-                    "--batch-mode",
-                    "--key-file",
-                    &self.pass,
-                    &self.img,
-                ],
-            );
+        if json(&self.hdr).to_string().contains("in-reencryption") {
+            let mut repair = vec!["repair", "--batch-mode", "--key-file", &self.pass];
+            repair.extend(self.header());
+            repair.push(&self.img);
+            run("cryptsetup", &repair);
         }
         let a = self.cryptsetup_args(&["--resume-only"]);
         run("cryptsetup", &a);
@@ -252,7 +272,7 @@ fn cryptsetup_resumes_what_dmkit_initialized() {
     for mode in ["checksum", "journal"] {
         let c = case(10);
         c.dmkit_ok(&["--init-only", "--resilience", mode]);
-        assert!(in_reencryption(&c.img));
+        assert!(c.in_reencryption());
         run("cryptsetup", &c.cryptsetup_args(&["--resume-only"]));
         c.check(mode);
     }
@@ -335,10 +355,73 @@ fn dmkit_finishes_a_killed_cryptsetup() {
         ("cryptsetup".to_string(), c.cryptsetup_args(&extra))
     };
     kill_rounds(30, start, |c| {
-        if in_reencryption(&c.img) {
+        if c.in_reencryption() {
             c.dmkit_ok(&["--resume-only"]);
         }
     });
+}
+
+#[test]
+fn detached_header_both_ways() {
+    if no_cryptsetup() {
+        return;
+    }
+    let c = case_with(50, true);
+    c.dmkit_ok(&["--resilience", "journal", "--progress-json"]);
+    c.check("dmkit, detached header");
+    let c = case_with(51, true);
+    c.dmkit_ok(&["--init-only"]);
+    run("cryptsetup", &c.cryptsetup_args(&["--resume-only"]));
+    c.check("dmkit --init-only, cryptsetup --resume-only, detached header");
+    let c = case_with(52, true);
+    let extra = [
+        "--hotzone-size",
+        "64k",
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "1000",
+    ];
+    let killed = c.kill_midway(
+        "cryptsetup",
+        &c.cryptsetup_args(&extra),
+        Duration::from_millis(100),
+    );
+    eprintln!("detached: cryptsetup killed mid-way: {killed}");
+    if c.in_reencryption() {
+        c.dmkit_ok(&["--resume-only"]);
+    }
+    c.check("cryptsetup killed, dmkit resumes, detached header");
+}
+
+#[test]
+fn progress_json_lines() {
+    if no_cryptsetup() {
+        return;
+    }
+    let c = case(60);
+    let out = c.dmkit(&[
+        "--resilience",
+        "journal",
+        "--hotzone-size",
+        "1M",
+        "--progress-json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(lines.len() >= 8, "{} progress lines", lines.len());
+    let last = lines.last().unwrap();
+    assert_eq!(last["device_bytes"], last["device_size"]);
+    assert_eq!(last["device_size"], DATA.to_string());
+    c.check("progress json");
 }
 
 #[test]
@@ -356,7 +439,7 @@ fn refusals() {
     fs::write(&wrong, "nope").unwrap();
     let code = |out: std::process::Output| out.status.code();
     assert_eq!(code(c.dmkit_key(&wrong, &[])), Some(2));
-    assert!(!in_reencryption(&c.img));
+    assert!(!c.in_reencryption());
     c.dmkit_ok(&["--init-only"]);
     let out = c.dmkit(&["--init-only"]);
     assert_eq!(out.status.code(), Some(1));
