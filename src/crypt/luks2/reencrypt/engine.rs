@@ -132,6 +132,8 @@ pub struct Run<'a> {
     pub new: Keyed,
     /// Byte offset of the data on the data device.
     pub data_offset: u64,
+    /// The data mapped in memory around the hotzone, when the data device is a file.
+    window: Option<super::mapped::Mapped>,
 }
 
 impl<'a> Run<'a> {
@@ -177,6 +179,7 @@ impl<'a> Run<'a> {
             old,
             new,
             data_offset,
+            window: None,
         })
     }
 
@@ -319,10 +322,16 @@ impl<'a> Run<'a> {
         let (segs, rseg) = self.ends.hot(offset, length);
         self.ends.install(&mut self.h.metadata, segs, Some(rseg));
         let at = self.data_offset + offset;
-        let mut map = super::mapped::Mapped::new(self.data_dev, at, length);
-        let mapped = map.is_some();
-        let buf: &mut [u8] = match &mut map {
-            Some(m) => m.bytes(),
+        if !self.window.as_ref().is_some_and(|w| w.covers(at, length)) {
+            self.window = None;
+            let end = self.data_offset + self.ends.device_size;
+            let len = super::mapped::WINDOW.max(length).min(end - at);
+            self.window = super::mapped::Mapped::new(self.data_dev, at, len);
+        }
+        let mapped = self.window.is_some();
+        let mut window = self.window.take();
+        let buf: &mut [u8] = match &mut window {
+            Some(w) => w.range(at, length),
             None => buf,
         };
         let area = self.st.area.0;
@@ -363,11 +372,11 @@ impl<'a> Run<'a> {
             }
             Ok(())
         })?;
-        if let Some(m) = map.as_mut().filter(|_| protected) {
-            m.sync()
+        if let Some(w) = window.as_mut().filter(|_| protected) {
+            w.sync(at, length)
                 .map_err(|e| LuksError::Invalid(format!("{}: {e}", data_dev.name())))?;
         }
-        drop(map);
+        self.window = window;
         if protected {
             data_dev.flush()?;
         }

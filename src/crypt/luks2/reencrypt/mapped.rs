@@ -11,7 +11,13 @@ pub struct Mapped {
     base: *mut libc::c_void,
     len: usize,
     delta: usize,
+    /// The device offset of the first mapped byte past `delta`.
+    at: u64,
 }
+
+/// How much of the data one mapping covers: hotzones smaller than this (the journal's) reuse
+/// it instead of mapping and unmapping each time.
+pub const WINDOW: u64 = 256 << 20;
 
 // SAFETY: the mapping is plain memory owned by this value; access goes through `&mut self`.
 unsafe impl Send for Mapped {}
@@ -48,6 +54,7 @@ impl Mapped {
             base,
             len: total,
             delta,
+            at,
         })
     }
 
@@ -63,11 +70,33 @@ impl Mapped {
         }
     }
 
-    /// Write what changed back to the file (`msync(MS_SYNC)`); the device's flush then makes
-    /// it durable like any write.
-    pub fn sync(&mut self) -> std::io::Result<()> {
-        // SAFETY: msync on the mapping this value owns.
-        if unsafe { libc::msync(self.base, self.len, libc::MS_SYNC) } != 0 {
+    /// Whether `[at, at + len)` of the device is mapped.
+    pub fn covers(&self, at: u64, len: u64) -> bool {
+        at >= self.at && at + len <= self.at + (self.len - self.delta) as u64
+    }
+
+    /// The mapped bytes of `[at, at + len)` of the device (which [`Mapped::covers`]).
+    pub fn range(&mut self, at: u64, len: u64) -> &mut [u8] {
+        let from = (at - self.at) as usize;
+        &mut self.bytes()[from..from + len as usize]
+    }
+
+    /// Write `[at, at + len)` of the device back to the file (`msync(MS_SYNC)`); the
+    /// device's flush then makes it durable like any write.
+    pub fn sync(&mut self, at: u64, len: u64) -> std::io::Result<()> {
+        let first = self.delta + (at - self.at) as usize;
+        // SAFETY: sysconf has no preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
+        let start = first / page * page;
+        // SAFETY: msync on a page-aligned part of the mapping this value owns.
+        let rc = unsafe {
+            libc::msync(
+                (self.base as *mut u8).add(start) as *mut libc::c_void,
+                first + len as usize - start,
+                libc::MS_SYNC,
+            )
+        };
+        if rc != 0 {
             return Err(std::io::Error::last_os_error());
         }
         Ok(())
