@@ -98,6 +98,8 @@ fn interrupt(
             let _ = fs::remove_file(h);
         }
         let mut cmd = Command::new("cryptsetup");
+        // A --decrypt to a new header leaves LUKS2-temp-*.new files in the working directory.
+        cmd.current_dir(e.dir());
         let pass = e.s("pass");
         let head = ["reencrypt", "--batch-mode", "--force-offline-reencrypt"];
         cmd.args(head)

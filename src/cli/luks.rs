@@ -53,6 +53,9 @@ pub enum LuksCommand {
     /// Exit 0 when DEVICE holds a LUKS header, 1 otherwise (like `cryptsetup isLuks`).
     #[command(name = "is-luks", alias = "isLuks")]
     IsLuks(luks_slots::IsLuksArgs),
+    /// Re-key a LUKS2 device or change its cipher, offline and resumable by cryptsetup (like
+    /// `cryptsetup reencrypt --force-offline-reencrypt`).
+    Reencrypt(super::luks_reencrypt::ReencryptArgs),
 }
 
 /// Arguments of `luks format`.
@@ -199,6 +202,7 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Close(a) => super::device::close(a),
         LuksCommand::Status(a) => super::device::status(a),
         LuksCommand::IsLuks(a) => luks_slots::is_luks(a),
+        LuksCommand::Reencrypt(a) => super::luks_reencrypt::reencrypt(a),
     }
 }
 

@@ -18,6 +18,7 @@ mod integrity_open;
 mod linear;
 mod luks;
 mod luks_compat;
+mod luks_reencrypt;
 mod luks_slots;
 mod nbd;
 mod open;
@@ -186,6 +187,7 @@ fn cryptsetup_name(command: &str) -> Option<&'static [&'static str]> {
         ("luksHeaderRestore", &["luks", "header-restore"]),
         ("luksClose", &["close"]),
         ("isLuks", &["luks", "is-luks"]),
+        ("reencrypt", &["luks", "reencrypt"]),
     ];
     NAMES.iter().find(|(n, _)| *n == command).map(|(_, w)| *w)
 }

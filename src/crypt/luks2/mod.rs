@@ -20,6 +20,7 @@ mod integrity_tests;
 pub mod json;
 pub mod jsonc;
 pub mod keyslot;
+pub mod reencrypt;
 pub mod reencrypt_open;
 pub mod reencrypt_state;
 pub mod signatures;
