@@ -28,17 +28,21 @@
 
 pub mod af;
 pub mod area;
+mod admin;
 mod backup;
+mod convert;
 pub mod files;
 mod format;
 pub mod hash;
 pub mod header;
 pub mod kdf;
+pub mod keyring;
 mod volume;
 
 pub use backup::{HeaderRestore, RestoreQuestion};
 pub use format::{FormatSpec, Formatter, IntegritySpec};
 pub use header::Header;
+pub use admin::Priority;
 pub use volume::{ActivateParams, DataDevice, LuksVolume, UnlockedKey};
 
 use crate::block::{BlockError, ClaimError, OpenError};
@@ -103,6 +107,9 @@ pub enum LuksError {
     /// A device or file named by the caller is missing (cryptsetup's exit code 4).
     #[error("{0}")]
     NoDevice(String),
+    /// The volume is in use and the operation needs it closed (cryptsetup's exit code 5).
+    #[error("{0}")]
+    Busy(String),
     /// A file could not be opened (missing, busy or refused).
     #[error(transparent)]
     Open(#[from] OpenError),
@@ -124,6 +131,7 @@ impl LuksError {
             LuksError::WrongPassphrase => 2,
             LuksError::NoMemory(_) => 3,
             LuksError::NoDevice(_) => 4,
+            LuksError::Busy(_) => 5,
             LuksError::Open(e) => e.exit_code(),
             LuksError::Claim(ClaimError::Busy { .. }) => 5,
             _ => 1,

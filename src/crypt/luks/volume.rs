@@ -15,13 +15,13 @@ use std::sync::Arc;
 /// written. Every version-dependent decision is taken here.
 pub struct LuksVolume {
     /// Header device (DEVICE, or the detached header).
-    dev: FileDevice,
+    pub(super) dev: FileDevice,
     /// The header.
-    header: Header,
+    pub(super) header: Header,
     /// The data device's path.
-    device: PathBuf,
+    pub(super) device: PathBuf,
     /// The detached header's path, if any.
-    header_path: Option<PathBuf>,
+    pub(super) header_path: Option<PathBuf>,
     /// Held while the header may be written (see [`LuksVolume::open`]).
     _claim: Option<Claim>,
     /// Why a corrupt LUKS2 copy was skipped, if one was.
@@ -31,8 +31,8 @@ pub struct LuksVolume {
 /// A volume key unlocked from a keyslot, kept inside the library: it can be handed back to
 /// the volume it came from (to add or replace a keyslot) but never read.
 pub struct UnlockedKey {
-    slot: u32,
-    key: VolumeKey,
+    pub(super) slot: u32,
+    pub(super) key: VolumeKey,
 }
 
 impl UnlockedKey {
@@ -133,7 +133,7 @@ impl LuksVolume {
         self.header.has_keyslot(slot)
     }
 
-    fn unlock_for(
+    pub(super) fn unlock_for(
         &self,
         pass: &[u8],
         slot: Option<u32>,
@@ -298,6 +298,16 @@ impl LuksVolume {
         params: &ActivateParams,
     ) -> Result<Activated, LuksError> {
         let key = self.unlock_key(pass, slot)?;
+        self.activate_unlocked(data, key, params)
+    }
+
+    /// Activate `data` with a key already unlocked from this volume (by a token, say).
+    pub fn activate_unlocked(
+        &self,
+        data: DataDevice,
+        key: UnlockedKey,
+        params: &ActivateParams,
+    ) -> Result<Activated, LuksError> {
         let seg = data.segment;
         let opts = ActivateOptions {
             name: params.name.clone(),

@@ -21,6 +21,7 @@ pub mod json;
 pub mod jsonc;
 pub mod keyslot;
 pub mod signatures;
+pub mod token;
 pub mod validate;
 
 pub use format::{format, FormatParams};
