@@ -96,17 +96,21 @@ impl LuksVolume {
             )));
         }
         let _busy = self.not_in_use()?;
-        let path = self.header_path.clone().unwrap_or_else(|| self.device.clone());
+        let path = self
+            .header_path
+            .clone()
+            .unwrap_or_else(|| self.device.clone());
         match &self.header {
             Header::V1(h1) => {
                 let regular = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
                 let (mut h2, mv, grow) = super::convert::plan_to_luks2(h1, &self.dev, regular)?;
                 if let Some(size) = grow {
                     // A detached header file too short for LUKS2's layout grows first.
-                    self.dev
-                        .file()
-                        .set_len(size)
-                        .map_err(|e| LuksError::Invalid(format!("Unable to move keyslot area. Not enough space. ({e})")))?;
+                    self.dev.file().set_len(size).map_err(|e| {
+                        LuksError::Invalid(format!(
+                            "Unable to move keyslot area. Not enough space. ({e})"
+                        ))
+                    })?;
                     self.dev = crate::block::open_device(&path, false, false)?;
                 }
                 super::convert::move_areas(&self.dev, &mv)?;
@@ -126,6 +130,21 @@ impl LuksVolume {
         Ok(())
     }
 
+    /// Whether `luksConvertKey` may run (before a passphrase is asked): LUKS2, and keyslot
+    /// `slot` in use when given.
+    pub fn check_convert_keyslot(&self, slot: Option<u32>) -> Result<(), LuksError> {
+        let h = self.luks2()?;
+        match slot.filter(|s| !h.metadata.keyslots.contains_key(s)) {
+            Some(s) => Err(LuksError::Invalid(format!("Keyslot {s} is not active."))),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a LUKS2 header with tokens: an open without a key file tries them first.
+    pub fn has_tokens(&self) -> bool {
+        matches!(&self.header, Header::V2(h) if !h.metadata.tokens.is_empty())
+    }
+
     /// `luksConvertKey`: store the key of keyslot `slot` (or of the keyslot `pass` opens)
     /// again under the same passphrase with new KDF parameters, keeping its number, priority,
     /// digest and tokens. LUKS2 only. Crash-safe: the new key material goes to a free area
@@ -138,20 +157,15 @@ impl LuksVolume {
         slot: Option<u32>,
         pbkdf: &PbkdfParams,
     ) -> Result<u32, LuksError> {
-        let h = self.luks2()?;
-        if let Some(s) = slot.filter(|s| !h.metadata.keyslots.contains_key(s)) {
-            return Err(LuksError::Invalid(format!("Keyslot {s} is not active.")));
-        }
-        let UnlockedKey { slot: id, key } =
-            self.unlock_for(pass, slot, keyslot::Segment::Any)?;
+        self.check_convert_keyslot(slot)?;
+        let UnlockedKey { slot: id, key } = self.unlock_for(pass, slot, keyslot::Segment::Any)?;
         let dev = &self.dev;
         let Header::V2(h) = &mut self.header else {
             unreachable!("checked above")
         };
         let old = h.metadata.keyslots[&id].clone();
-        let size = super::af::split_sectors_bytes(key.len() as u64, super::STRIPES)
-            .div_ceil(4096)
-            * 4096;
+        let size =
+            super::af::split_sectors_bytes(key.len() as u64, super::STRIPES).div_ceil(4096) * 4096;
         let mut new = match keyslot::free_area(h, size) {
             Some(at) => keyslot::store(dev, h, &key, pass, pbkdf, Some(at))?,
             None => {
@@ -182,7 +196,10 @@ impl LuksVolume {
                 m.keyslots
                     .keys()
                     .copied()
-                    .filter(|&i| m.keyslot_digest(i).is_some_and(|(_, d)| !d.segments.is_empty()))
+                    .filter(|&i| {
+                        m.keyslot_digest(i)
+                            .is_some_and(|(_, d)| !d.segments.is_empty())
+                    })
                     .collect()
             }
         };
@@ -358,15 +375,17 @@ impl LuksVolume {
             let pass: SecretBytes = match super::keyring::user_key(&description) {
                 Ok(p) => p,
                 Err(e) => {
-                    last = e;
+                    last = LuksError::TokenDenied(e.to_string());
                     continue;
                 }
             };
             for s in slots {
                 match self.unlock_for(&pass, Some(s), keyslot::Segment::Default) {
                     Ok(k) => return Ok(k),
-                    Err(e @ (LuksError::WrongPassphrase | LuksError::NoUsableKeyslot)) => {
-                        last = e
+                    Err(LuksError::WrongPassphrase | LuksError::NoUsableKeyslot) => {
+                        last = LuksError::TokenDenied(format!(
+                            "the passphrase of kernel key {description:?} opens no keyslot its token is bound to"
+                        ))
                     }
                     Err(LuksError::Invalid(_)) => {}
                     Err(e) => return Err(e),

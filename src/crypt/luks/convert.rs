@@ -10,11 +10,11 @@
 
 use super::LuksError;
 use crate::block::BlockDevice;
+use crate::crypt::luks::kdf::Kdf;
+use crate::crypt::luks::{area, STRIPES};
 use crate::crypt::luks1::{Luks1Header, Luks1Keyslot, NUM_KEYSLOTS};
 use crate::crypt::luks2::json::Metadata;
 use crate::crypt::luks2::Luks2Header;
-use crate::crypt::luks::kdf::Kdf;
-use crate::crypt::luks::{area, STRIPES};
 use base64::Engine;
 use serde_json::json;
 
@@ -65,9 +65,19 @@ pub(super) fn plan_to_luks2(
 ) -> Result<(Luks2Header, Move, Option<u64>), LuksError> {
     let dev_size = dev.size();
     let per = material(h1.key_bytes as u64);
-    let last = h1.keyslots.iter().map(|k| k.key_material_offset).max().unwrap_or(0) as u64;
+    let last = h1
+        .keyslots
+        .iter()
+        .map(|k| k.key_material_offset)
+        .max()
+        .unwrap_or(0) as u64;
     let luks1_size = ((last * SECTOR + per).div_ceil(LUKS1_KEYSLOTS)) * LUKS1_KEYSLOTS;
-    let first = h1.keyslots.iter().map(|k| k.key_material_offset).min().unwrap_or(0) as u64;
+    let first = h1
+        .keyslots
+        .iter()
+        .map(|k| k.key_material_offset)
+        .min()
+        .unwrap_or(0) as u64;
     if first * SECTOR != LUKS1_KEYSLOTS {
         return Err(invalid(format!(
             "Unsupported keyslots material offset: {first} (sectors; cryptsetup converts only headers whose key material starts at sector 8)."
@@ -240,17 +250,20 @@ pub(super) fn plan_to_luks1(h2: &Luks2Header) -> Result<(Luks1Header, Move), Luk
         .iter()
         .find_map(|k| m.keyslots.get(k))
         .map(|k| k.key_size)
-        .ok_or_else(|| invalid("Cannot convert to LUKS1 format - no keyslot holds the volume key."))?;
+        .ok_or_else(|| {
+            invalid("Cannot convert to LUKS1 format - no keyslot holds the volume key.")
+        })?;
     let area_size = material(key_size as u64).div_ceil(4096) * 4096;
     for (&i, k) in &m.keyslots {
         if i as usize >= NUM_KEYSLOTS {
-            return Err(invalid(format!("Cannot convert to LUKS1 format - slot {i} (over maximum slots) is still active.")));
+            return Err(invalid(format!(
+                "Cannot convert to LUKS1 format - slot {i} (over maximum slots) is still active."
+            )));
         }
         let pbkdf2_hash = matches!(&k.kdf, Some(Kdf::Pbkdf2 { hash: h, .. }) if *h == hash);
-        let af = k
-            .af
-            .as_ref()
-            .is_some_and(|a| a.stripes == STRIPES && a.hash == hash);
+        let af =
+            k.af.as_ref()
+                .is_some_and(|a| a.stripes == STRIPES && a.hash == hash);
         let compatible = k.kind == "luks2"
             && k.problem.is_none()
             && pbkdf2_hash
@@ -290,7 +303,11 @@ pub(super) fn plan_to_luks1(h2: &Luks2Header) -> Result<(Luks1Header, Move), Luk
         let material_offset = u32::try_from(sector)
             .ok()
             .and_then(|s| s.checked_sub((SHIFT / SECTOR) as u32))
-            .ok_or_else(|| invalid(format!("keyslot {i}: area offset {offset} cannot be a LUKS1 key material offset")))?;
+            .ok_or_else(|| {
+                invalid(format!(
+                    "keyslot {i}: area offset {offset} cannot be a LUKS1 key material offset"
+                ))
+            })?;
         let mut slot = Luks1Keyslot {
             active: false,
             iterations: 0,
@@ -313,7 +330,8 @@ pub(super) fn plan_to_luks1(h2: &Luks2Header) -> Result<(Luks1Header, Move), Luk
         }
         keyslots.push(slot);
     }
-    let last = last.ok_or_else(|| invalid("Cannot convert to LUKS1 format - no active keyslot."))?;
+    let last =
+        last.ok_or_else(|| invalid("Cannot convert to LUKS1 format - no active keyslot."))?;
     let (cipher_name, cipher_mode) = name_and_mode(&last.area.encryption);
     let hash_spec = match &last.kdf {
         Some(Kdf::Pbkdf2 { hash, .. }) => hash.clone(),
@@ -355,7 +373,11 @@ pub(super) fn plan_to_luks1(h2: &Luks2Header) -> Result<(Luks1Header, Move), Luk
 
 /// `LUKS2_find_area_gap`: the first range of `len` bytes from `min` between the used areas.
 fn find_gap(used: &[(u64, u64)], min: u64, max: u64, len: u64) -> Option<u64> {
-    let mut sorted: Vec<(u64, u64)> = used.iter().copied().filter(|&(o, l)| o != 0 && l != 0).collect();
+    let mut sorted: Vec<(u64, u64)> = used
+        .iter()
+        .copied()
+        .filter(|&(o, l)| o != 0 && l != 0)
+        .collect();
     sorted.sort();
     let mut offset = min;
     for (o, l) in sorted {

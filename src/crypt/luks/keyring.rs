@@ -10,9 +10,8 @@ const KEYCTL_READ: libc::c_long = 11;
 /// The largest user key payload the kernel allows (32767 bytes).
 const MAX_PAYLOAD: usize = 32767;
 
-/// The payload of the `user` key described by `description`. `NoDevice`-free errors: a
-/// missing key is [`LuksError::WrongPassphrase`]-like for the caller to decide; here it is
-/// `Invalid` naming the description and the kernel's reason.
+/// The payload of the `user` key described by `description`; a missing or unreadable key is
+/// an `Invalid` error naming the description and the kernel's reason.
 pub fn user_key(description: &str) -> Result<SecretBytes, LuksError> {
     let desc = CString::new(description).map_err(|_| {
         LuksError::Invalid(format!("key description {description:?} holds a NUL byte"))

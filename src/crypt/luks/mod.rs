@@ -26,9 +26,9 @@
 //! The shared pieces: the AF splitter ([`af`]), the KDFs ([`kdf`]), keyslot area encryption
 //! ([`area`]), hashes by their LUKS names ([`hash`]), the error type and the volume key.
 
+mod admin;
 pub mod af;
 pub mod area;
-mod admin;
 mod backup;
 mod convert;
 pub mod files;
@@ -39,10 +39,10 @@ pub mod kdf;
 pub mod keyring;
 mod volume;
 
+pub use admin::Priority;
 pub use backup::{HeaderRestore, RestoreQuestion};
 pub use format::{FormatSpec, Formatter, IntegritySpec};
 pub use header::Header;
-pub use admin::Priority;
 pub use volume::{ActivateParams, DataDevice, LuksVolume, UnlockedKey};
 
 use crate::block::{BlockError, ClaimError, OpenError};
@@ -110,6 +110,9 @@ pub enum LuksError {
     /// The volume is in use and the operation needs it closed (cryptsetup's exit code 5).
     #[error("{0}")]
     Busy(String),
+    /// A token could not give a passphrase that opens a keyslot (cryptsetup's exit code 2).
+    #[error("{0}")]
+    TokenDenied(String),
     /// A file could not be opened (missing, busy or refused).
     #[error(transparent)]
     Open(#[from] OpenError),
@@ -132,6 +135,7 @@ impl LuksError {
             LuksError::NoMemory(_) => 3,
             LuksError::NoDevice(_) => 4,
             LuksError::Busy(_) => 5,
+            LuksError::TokenDenied(_) => 2,
             LuksError::Open(e) => e.exit_code(),
             LuksError::Claim(ClaimError::Busy { .. }) => 5,
             _ => 1,

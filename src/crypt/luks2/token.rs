@@ -54,7 +54,9 @@ pub fn set(h: &mut Luks2Header, id: Option<u32>, json: &str) -> Result<u32, Luks
         .ok_or_else(|| bad("missing \"type\" string"))?;
     if kind.starts_with("luks2-") {
         if kind != KEYRING {
-            return Err(bad(&format!("{kind:?} is a reserved built-in type dmkit does not know")));
+            return Err(bad(&format!(
+                "{kind:?} is a reserved built-in type dmkit does not know"
+            )));
         }
         check_keyring(o).map_err(|e| bad(&e))?;
     }
