@@ -126,7 +126,9 @@ fn convert_round_trip_matches_cryptsetup() {
 fn convert_refusals_match_cryptsetup() {
     let Some(e) = env() else { return };
     let p = e.s("pass");
-    let mut cases: Vec<(&str, Vec<&str>, &str, Vec<Vec<String>>)> = Vec::new();
+    // (what, luksFormat options, --type to convert to, cryptsetup steps before).
+    type Case<'a> = (&'a str, Vec<&'a str>, &'a str, Vec<Vec<String>>);
+    let mut cases: Vec<Case> = Vec::new();
     let mut v = vec!["--type", "luks2"];
     v.extend(CHEAP);
     cases.push(("sector 4096", v.clone(), "luks1", vec![]));
