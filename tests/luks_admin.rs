@@ -17,6 +17,15 @@ use std::fs;
 
 const PASS: &str = "correct horse battery";
 const CHEAP: [&str; 4] = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
+/// A cheap Argon2id keyslot (32 MiB, 4 passes).
+const ARGON: [&str; 6] = [
+    "--pbkdf",
+    "argon2id",
+    "--pbkdf-memory",
+    "32768",
+    "--pbkdf-force-iterations",
+    "4",
+];
 
 fn env() -> Option<Workspace> {
     if tool_missing("cryptsetup", "cryptsetup") {
@@ -41,6 +50,11 @@ fn cs_format(e: &Workspace, name: &str, extra: &[&str]) -> String {
     b[16 << 20..].copy_from_slice(&bytes(7, 4 << 20));
     fs::write(&img, b).unwrap();
     img
+}
+
+/// [`cs_format`] with a cheap LUKS2 keyslot and cryptsetup's other defaults.
+fn cs_luks2(e: &Workspace, name: &str) -> String {
+    cs_format(e, name, &[&["--type", "luks2"][..], &CHEAP].concat())
 }
 
 fn cs(args: &[&str]) -> Run {
@@ -132,15 +146,8 @@ fn convert_refusals_match_cryptsetup() {
     let mut v = vec!["--type", "luks2"];
     v.extend(CHEAP);
     cases.push(("sector 4096", v.clone(), "luks1", vec![]));
-    let mut a2 = vec![
-        "--type",
-        "luks2",
-        "--sector-size",
-        "512",
-        "--pbkdf",
-        "argon2id",
-    ];
-    a2.extend(["--pbkdf-memory", "32768", "--pbkdf-force-iterations", "4"]);
+    let mut a2 = vec!["--type", "luks2", "--sector-size", "512"];
+    a2.extend(ARGON);
     cases.push(("argon2 keyslot", a2, "luks1", vec![]));
     let mut s512 = vec!["--type", "luks2", "--sector-size", "512"];
     s512.extend(CHEAP);
@@ -246,18 +253,7 @@ fn convert_key_then_both_unlock() {
     let img = cs_format(
         &e,
         "k.img",
-        &[
-            "--type",
-            "luks2",
-            "--sector-size",
-            "512",
-            "--pbkdf",
-            "argon2id",
-            "--pbkdf-memory",
-            "32768",
-            "--pbkdf-force-iterations",
-            "4",
-        ],
+        &[&["--type", "luks2", "--sector-size", "512"][..], &ARGON].concat(),
     );
     let theirs = copy(&e, &img, "kc.img");
     let args = [
@@ -307,9 +303,7 @@ fn convert_key_then_both_unlock() {
     fs::write(e.path("bad"), "bad").unwrap();
     let bad = e.s("bad");
     for (key, slot, dev) in [(&bad, "0", &img), (&p, "3", &img)] {
-        let ours = e.run.run(&[
-            "luks",
-            "convert-key",
+        let opts = [
             dev,
             "--key-file",
             key,
@@ -319,19 +313,9 @@ fn convert_key_then_both_unlock() {
             "pbkdf2",
             "--pbkdf-force-iterations",
             "1000",
-        ]);
-        let theirs = cs(&[
-            "luksConvertKey",
-            dev,
-            "--key-file",
-            key,
-            "-S",
-            slot,
-            "--pbkdf",
-            "pbkdf2",
-            "--pbkdf-force-iterations",
-            "1000",
-        ]);
+        ];
+        let ours = e.run.run(&[&["luks", "convert-key"][..], &opts].concat());
+        let theirs = cs(&[&["luksConvertKey"][..], &opts].concat());
         assert_eq!(
             ours.code,
             theirs.code,
@@ -367,8 +351,6 @@ fn convert_key_then_both_unlock() {
 fn erase_wipes_every_keyslot() {
     let Some(e) = env() else { return };
     let p = e.s("pass");
-    let mut l2 = vec!["--type", "luks2"];
-    l2.extend(CHEAP);
     for luks in ["luks2", "luks1"] {
         let img = cs_format(
             &e,
@@ -418,9 +400,7 @@ fn erase_wipes_every_keyslot() {
 #[test]
 fn config_matches_cryptsetup() {
     let Some(e) = env() else { return };
-    let mut l2 = vec!["--type", "luks2"];
-    l2.extend(CHEAP);
-    let img = cs_format(&e, "c.img", &l2);
+    let img = cs_luks2(&e, "c.img");
     let theirs = copy(&e, &img, "cc.img");
     let steps: &[&[&str]] = &[
         &["--label", "lab", "--subsystem", "sub"],
@@ -475,9 +455,7 @@ fn config_matches_cryptsetup() {
 #[test]
 fn tokens_round_trip_with_cryptsetup() {
     let Some(e) = env() else { return };
-    let mut l2 = vec!["--type", "luks2"];
-    l2.extend(CHEAP);
-    let img = cs_format(&e, "t.img", &l2);
+    let img = cs_luks2(&e, "t.img");
     let f = e.s("in.json");
     // dmkit import -> cryptsetup export: the same JSON (keys in sorted order come back byte
     // for byte; an unknown type with nested values is kept).
@@ -619,9 +597,7 @@ fn keyring_token_unlocks() {
     if tool_missing("keyctl", "keyutils") {
         return;
     }
-    let mut l2 = vec!["--type", "luks2"];
-    l2.extend(CHEAP);
-    let img = cs_format(&e, "k.img", &l2);
+    let img = cs_luks2(&e, "k.img");
     let desc = format!("dmkit-test:{}", std::process::id());
     e.run
         .ok(&["luks", "token", "add", &img, "--key-description", &desc]);

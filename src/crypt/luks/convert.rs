@@ -65,19 +65,9 @@ pub(super) fn plan_to_luks2(
 ) -> Result<(Luks2Header, Move, Option<u64>), LuksError> {
     let dev_size = dev.size();
     let per = material(h1.key_bytes as u64);
-    let last = h1
-        .keyslots
-        .iter()
-        .map(|k| k.key_material_offset)
-        .max()
-        .unwrap_or(0) as u64;
+    let offsets = h1.keyslots.iter().map(|k| k.key_material_offset as u64);
+    let (first, last) = offsets.fold((u64::MAX, 0), |(lo, hi), o| (lo.min(o), hi.max(o)));
     let luks1_size = ((last * SECTOR + per).div_ceil(LUKS1_KEYSLOTS)) * LUKS1_KEYSLOTS;
-    let first = h1
-        .keyslots
-        .iter()
-        .map(|k| k.key_material_offset)
-        .min()
-        .unwrap_or(0) as u64;
     if first * SECTOR != LUKS1_KEYSLOTS {
         return Err(invalid(format!(
             "Unsupported keyslots material offset: {first} (sectors; cryptsetup converts only headers whose key material starts at sector 8)."
