@@ -123,6 +123,39 @@ fn convert_round_trip_matches_cryptsetup() {
     e.run
         .ok(&["luks", "test-passphrase", "--key-file", &p2, &ours]);
 
+    // A detached LUKS1 header file grows to LUKS2's layout, as cryptsetup's does.
+    let data = e.sparse("d.img", 8 << 20);
+    let (h, hc) = (e.s("h.img"), e.s("hc.img"));
+    let mut f = vec!["-q", "luksFormat", "--type", "luks1", "--key-file", &p];
+    f.extend(CHEAP);
+    f.extend(["--header", &h, &data]);
+    run("cryptsetup", &f);
+    fs::copy(&h, &hc).unwrap();
+    e.run.ok(&[
+        "luks", "convert", "-q", "--header", &h, &data, "--type", "luks2",
+    ]);
+    run(
+        "cryptsetup",
+        &["convert", "-q", "--header", &hc, &data, "--type", "luks2"],
+    );
+    assert_eq!(
+        fs::metadata(&h).unwrap().len(),
+        fs::metadata(&hc).unwrap().len()
+    );
+    assert_eq!(json_dump(&h), json_dump(&hc));
+    run(
+        "cryptsetup",
+        &[
+            "open",
+            "--test-passphrase",
+            "--header",
+            &h,
+            &data,
+            "--key-file",
+            &p,
+        ],
+    );
+
     // The other direction starting from a cryptsetup LUKS2 header with 512-byte sectors.
     let mut l2 = vec!["--type", "luks2", "--sector-size", "512"];
     l2.extend(CHEAP);
@@ -165,6 +198,10 @@ fn convert_refusals_match_cryptsetup() {
         .collect();
     cases.push(("keyslot 9", s512.clone(), "luks1", vec![slot9]));
     cases.push(("already LUKS2", s512.clone(), "luks2", vec![]));
+    // LUKS1 data too close to its keyslots for LUKS2's 32 KiB of headers.
+    let mut tight = vec!["--type", "luks1", "-s", "256", "--offset", "2056"];
+    tight.extend(CHEAP);
+    cases.push(("no room to move keyslots", tight, "luks2", vec![]));
     cases.push(("bad type", s512.clone(), "luks3", vec![]));
     for (i, (what, format, to, prep)) in cases.into_iter().enumerate() {
         let img = cs_format(&e, &format!("r{i}.img"), &format);

@@ -147,10 +147,8 @@ impl LuksVolume {
 
     /// `luksConvertKey`: store the key of keyslot `slot` (or of the keyslot `pass` opens)
     /// again under the same passphrase with new KDF parameters, keeping its number, priority,
-    /// digest and tokens. LUKS2 only. Crash-safe: the new key material goes to a free area
-    /// first and the header switches the keyslot to it in one write; only then is the old
-    /// area wiped. Without a free area, cryptsetup's order is used (wipe, then rewrite in
-    /// place). Returns the keyslot number.
+    /// digest and tokens (LUKS2 only; crash-safe, see
+    /// [`crate::crypt::luks2::convert_key`]). Returns the keyslot number.
     pub fn convert_keyslot(
         &mut self,
         pass: &[u8],
@@ -163,23 +161,8 @@ impl LuksVolume {
         let Header::V2(h) = &mut self.header else {
             unreachable!("checked above")
         };
-        let old = h.metadata.keyslots[&id].clone();
-        let size =
-            super::af::split_sectors_bytes(key.len() as u64, super::STRIPES).div_ceil(4096) * 4096;
-        let mut new = match keyslot::free_area(h, size) {
-            Some(at) => keyslot::store(dev, h, &key, pass, pbkdf, Some(at))?,
-            None => {
-                keyslot::wipe(dev, old.area.offset, old.area.size)?;
-                keyslot::store(dev, h, &key, pass, pbkdf, Some(old.area.offset))?
-            }
-        };
+        crate::crypt::luks2::convert_key::convert(dev, h, id, &key, pass, pbkdf)?;
         drop(key);
-        new.priority = old.priority;
-        h.metadata.keyslots.insert(id, new.clone());
-        h.write(dev)?;
-        if new.area.offset != old.area.offset {
-            keyslot::wipe(dev, old.area.offset, old.area.size)?;
-        }
         Ok(id)
     }
 

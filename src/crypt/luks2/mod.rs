@@ -9,6 +9,7 @@
 
 pub mod activate;
 pub mod base64;
+pub mod convert_key;
 pub mod copies;
 pub mod digest;
 pub mod dump;
