@@ -665,3 +665,46 @@ fn keyring_token_unlocks() {
     let out = run("keyctl", &["session", "-", "sh", "-c", &script]);
     assert!(out.contains("ours=2") && out.contains("theirs=2"), "{out}");
 }
+
+/// A served volume is not converted (cryptsetup: "Cannot convert device ... which is still in
+/// use.", exit 5); keyslot changes stay allowed, as with cryptsetup.
+#[test]
+fn convert_refuses_an_open_volume() {
+    let Some(e) = env() else { return };
+    if common::env::fuse_missing() {
+        return;
+    }
+    let mut s512 = vec!["--type", "luks2", "--sector-size", "512"];
+    s512.extend(CHEAP);
+    let img = cs_format(&e, "o.img", &s512);
+    let p = e.s("pass");
+    e.run
+        .ok(&["luks", "open", &img, "r3conv", "--key-file", &p]);
+    e.run.track("r3conv");
+    let before = fs::read(&img).unwrap();
+    let r = e
+        .run
+        .run(&["luks", "convert", "-q", &img, "--type", "luks1"]);
+    assert_eq!(r.code, Some(5), "{}", r.describe());
+    assert!(
+        r.stderr.contains("which is still in use"),
+        "{}",
+        r.describe()
+    );
+    assert!(fs::read(&img).unwrap() == before);
+    e.run.ok(&[
+        "luks",
+        "convert-key",
+        &img,
+        "--key-file",
+        &p,
+        "--pbkdf",
+        "pbkdf2",
+        "--pbkdf-force-iterations",
+        "2000",
+    ]);
+    e.run.close("r3conv");
+    e.run
+        .ok(&["luks", "convert", "-q", &img, "--type", "luks1"]);
+    cs_opens(&e, &img);
+}
