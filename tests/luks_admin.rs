@@ -18,14 +18,11 @@ use std::fs;
 const PASS: &str = "correct horse battery";
 const CHEAP: [&str; 4] = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 /// A cheap Argon2id keyslot (32 MiB, 4 passes).
-const ARGON: [&str; 6] = [
-    "--pbkdf",
-    "argon2id",
-    "--pbkdf-memory",
-    "32768",
-    "--pbkdf-force-iterations",
-    "4",
-];
+fn argon() -> Vec<&'static str> {
+    "--pbkdf argon2id --pbkdf-memory 32768 --pbkdf-force-iterations 4"
+        .split(' ')
+        .collect()
+}
 
 fn env() -> Option<Workspace> {
     if tool_missing("cryptsetup", "cryptsetup") {
@@ -180,7 +177,7 @@ fn convert_refusals_match_cryptsetup() {
     v.extend(CHEAP);
     cases.push(("sector 4096", v.clone(), "luks1", vec![]));
     let mut a2 = vec!["--type", "luks2", "--sector-size", "512"];
-    a2.extend(ARGON);
+    a2.extend(argon());
     cases.push(("argon2 keyslot", a2, "luks1", vec![]));
     let mut s512 = vec!["--type", "luks2", "--sector-size", "512"];
     s512.extend(CHEAP);
@@ -290,7 +287,7 @@ fn convert_key_then_both_unlock() {
     let img = cs_format(
         &e,
         "k.img",
-        &[&["--type", "luks2", "--sector-size", "512"][..], &ARGON].concat(),
+        &[&["--type", "luks2", "--sector-size", "512"][..], &argon()].concat(),
     );
     let theirs = copy(&e, &img, "kc.img");
     let args = [
@@ -325,18 +322,7 @@ fn convert_key_then_both_unlock() {
     cs_opens(&e, &img);
 
     // Refusals with cryptsetup's codes: wrong passphrase, inactive keyslot, LUKS1.
-    let img = cs_format(
-        &e,
-        "k2.img",
-        &[
-            "--type",
-            "luks2",
-            "--pbkdf",
-            "pbkdf2",
-            "--pbkdf-force-iterations",
-            "1000",
-        ],
-    );
+    let img = cs_luks2(&e, "k2.img");
     fs::write(e.path("bad"), "bad").unwrap();
     let bad = e.s("bad");
     for (key, slot, dev) in [(&bad, "0", &img), (&p, "3", &img)] {
@@ -368,18 +354,10 @@ fn convert_key_then_both_unlock() {
         );
     }
     // Without -S, the keyslot the passphrase opens; cryptsetup's top-level name.
-    e.run.ok(&[
-        "luksConvertKey",
-        &img,
-        "--key-file",
-        &p,
-        "--pbkdf",
-        "argon2i",
-        "--pbkdf-memory",
-        "32768",
-        "--pbkdf-force-iterations",
-        "4",
-    ]);
+    let mut argon2i = argon();
+    argon2i[1] = "argon2i";
+    e.run
+        .ok(&[&["luksConvertKey", &img, "--key-file", &p][..], &argon2i].concat());
     assert_eq!(json_dump(&img)["keyslots"]["0"]["kdf"]["type"], "argon2i");
     cs_opens(&e, &img);
 }
@@ -498,16 +476,8 @@ fn tokens_round_trip_with_cryptsetup() {
     // for byte; an unknown type with nested values is kept).
     let t1 = r#"{"keyslots":["0"],"type":"systemd-tpm2","x":{"a":[1,2.5,"s"],"b":null}}"#;
     fs::write(&f, t1).unwrap();
-    e.run.ok(&[
-        "luks",
-        "token",
-        "import",
-        &img,
-        "--json-file",
-        &f,
-        "--token-id",
-        "4",
-    ]);
+    let import = |id: &'static str| ["token", "import", &img, "--json-file", &f, "--token-id", id];
+    e.run.ok(&[&["luks"][..], &import("4")].concat());
     let out = run("cryptsetup", &["token", "export", &img, "--token-id", "4"]);
     assert_eq!(out, t1);
     let t2 = r#"{"type":"foo","keyslots":[],"z":"last","a":"first"}"#;
@@ -519,18 +489,7 @@ fn tokens_round_trip_with_cryptsetup() {
     // cryptsetup import -> dmkit export: byte for byte, key order kept.
     let t3 = r#"{"type":"zzz","keyslots":["0"],"k":{"y":1,"b":[true]}}"#;
     fs::write(&f, t3).unwrap();
-    run(
-        "cryptsetup",
-        &[
-            "token",
-            "import",
-            &img,
-            "--json-file",
-            &f,
-            "--token-id",
-            "9",
-        ],
-    );
+    run("cryptsetup", &import("9"));
     assert_eq!(
         e.run
             .ok(&["luks", "token", "export", &img, "--token-id", "9"]),

@@ -27,13 +27,14 @@ pub struct ConvertArgs {
 pub struct ConvertKeyArgs {
     #[command(flatten)]
     volume: VolumeArgs,
-    #[command(flatten)]
-    key: KeyArgs,
     /// The keyslot to convert (default: the one the passphrase opens).
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
+    /// The new KDF parameters.
     #[command(flatten)]
     pbkdf: PbkdfArgs,
+    #[command(flatten)]
+    key: KeyArgs,
 }
 
 /// Arguments of `luks erase`.
