@@ -163,6 +163,30 @@ fn convert_round_trip_matches_cryptsetup() {
     run("cryptsetup", &["convert", &theirs, "--type", "luks1", "-q"]);
     assert!(fs::read(&ours).unwrap() == fs::read(&theirs).unwrap());
     cs_opens(&e, &ours);
+
+    // Free LUKS1 keyslots take the free gaps, a hole left by a killed keyslot first.
+    let ours = cs_format(&e, "gaps.img", &l2);
+    for slot in ["1", "5"] {
+        let mut add = vec!["luksAddKey", "-q", "--key-file", &p, "-S", slot];
+        add.extend(CHEAP);
+        add.extend([ours.as_str(), p2.as_str()]);
+        run("cryptsetup", &add);
+    }
+    run("cryptsetup", &["luksKillSlot", "-q", &ours, "1"]);
+    let theirs = copy(&e, &ours, "gapsc.img");
+    e.run
+        .ok(&["luks", "convert", "-q", &ours, "--type", "luks1"]);
+    run("cryptsetup", &["convert", &theirs, "--type", "luks1", "-q"]);
+    assert!(fs::read(&ours).unwrap() == fs::read(&theirs).unwrap());
+    e.run.ok(&[
+        "luks",
+        "test-passphrase",
+        "--key-file",
+        &p2,
+        "-S",
+        "5",
+        &ours,
+    ]);
 }
 
 /// dmkit refuses exactly when cryptsetup does, with its exit code, and changes no byte.
