@@ -67,6 +67,9 @@ pub enum LuksCommand {
     Config(super::luks_admin::ConfigArgs),
     /// Add, remove, import or export LUKS2 tokens (like `cryptsetup token`).
     Token(super::luks_admin::TokenArgs),
+    /// Re-key a LUKS2 device or change its cipher, offline and resumable by cryptsetup (like
+    /// `cryptsetup reencrypt --force-offline-reencrypt`).
+    Reencrypt(super::luks_reencrypt::ReencryptArgs),
 }
 
 /// Arguments of `luks format`.
@@ -225,6 +228,7 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Erase(a) => super::luks_admin::erase(a),
         LuksCommand::Config(a) => super::luks_admin::config(a),
         LuksCommand::Token(a) => super::luks_admin::token(a),
+        LuksCommand::Reencrypt(a) => super::luks_reencrypt::reencrypt(a),
     }
 }
 

@@ -18,6 +18,7 @@ mod integrity_open;
 mod linear;
 mod luks;
 mod luks_admin;
+mod luks_reencrypt;
 mod luks_slots;
 mod nbd;
 mod open;
@@ -192,6 +193,7 @@ fn cryptsetup_name(command: &str) -> Option<&'static [&'static str]> {
         ("luksErase", &["luks", "erase"]),
         ("config", &["luks", "config"]),
         ("token", &["luks", "token"]),
+        ("reencrypt", &["luks", "reencrypt"]),
     ];
     NAMES.iter().find(|(n, _)| *n == command).map(|(_, w)| *w)
 }

@@ -58,7 +58,7 @@ impl LuksVolume {
         }
     }
 
-    fn luks2(&self) -> Result<&Luks2Header, LuksError> {
+    fn luks2_only(&self) -> Result<&Luks2Header, LuksError> {
         match &self.header {
             Header::V2(h) => Ok(h),
             Header::V1(_) => Err(LuksError::Invalid(format!(
@@ -133,7 +133,7 @@ impl LuksVolume {
     /// Whether `luksConvertKey` may run (before a passphrase is asked): LUKS2, and keyslot
     /// `slot` in use when given.
     pub fn check_convert_keyslot(&self, slot: Option<u32>) -> Result<(), LuksError> {
-        let h = self.luks2()?;
+        let h = self.luks2_only()?;
         match slot.filter(|s| !h.metadata.keyslots.contains_key(s)) {
             Some(s) => Err(LuksError::Invalid(format!("Keyslot {s} is not active."))),
             None => Ok(()),
@@ -244,7 +244,7 @@ impl LuksVolume {
         slot: Option<u32>,
         replace: bool,
     ) -> Result<(), LuksError> {
-        let h = self.luks2()?;
+        let h = self.luks2_only()?;
         if let Some(i) = id {
             if i >= super::MAX_KEYSLOTS {
                 return Err(LuksError::Invalid(format!("Token {i} is invalid.")));
@@ -338,14 +338,14 @@ impl LuksVolume {
 
     /// `token export`: the token's JSON text.
     pub fn token_export(&self, id: u32) -> Result<String, LuksError> {
-        token::export(self.luks2()?, id)
+        token::export(self.luks2_only()?, id)
     }
 
     /// Unlock the data segment's key with the `luks2-keyring` tokens (token `id` only when
     /// given): each token's passphrase is read from the kernel keyring and tried on the
     /// keyslots it is bound to. The passphrase never leaves the library.
     pub fn unlock_by_token(&self, id: Option<u32>) -> Result<UnlockedKey, LuksError> {
-        let h = self.luks2()?;
+        let h = self.luks2_only()?;
         let tokens = token::keyring_tokens(h, id);
         if tokens.is_empty() {
             return Err(LuksError::Invalid(match id {

@@ -21,6 +21,7 @@ mod integrity_tests;
 pub mod json;
 pub mod jsonc;
 pub mod keyslot;
+pub mod reencrypt;
 pub mod signatures;
 pub mod token;
 pub mod validate;
