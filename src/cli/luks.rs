@@ -53,6 +53,18 @@ pub enum LuksCommand {
     /// Exit 0 when DEVICE holds a LUKS header, 1 otherwise (like `cryptsetup isLuks`).
     #[command(name = "is-luks", alias = "isLuks")]
     IsLuks(luks_slots::IsLuksArgs),
+    /// Convert the header between LUKS1 and LUKS2 in place (like `cryptsetup convert`).
+    Convert(super::luks_admin::ConvertArgs),
+    /// Store a keyslot again with new KDF parameters (like `cryptsetup luksConvertKey`).
+    #[command(alias = "luksConvertKey")]
+    ConvertKey(super::luks_admin::ConvertKeyArgs),
+    /// Wipe all keyslots (like `cryptsetup erase`).
+    #[command(alias = "luksErase")]
+    Erase(super::luks_admin::EraseArgs),
+    /// Set the label, subsystem or a keyslot's priority (LUKS2; like `cryptsetup config`).
+    Config(super::luks_admin::ConfigArgs),
+    /// Add, remove, import or export LUKS2 tokens (like `cryptsetup token`).
+    Token(super::luks_admin::TokenArgs),
     /// Re-key a LUKS2 device or change its cipher, offline and resumable by cryptsetup (like
     /// `cryptsetup reencrypt --force-offline-reencrypt`).
     Reencrypt(super::luks_reencrypt::ReencryptArgs),
@@ -159,6 +171,13 @@ pub struct OpenArgs {
     /// crash consistency between data and tags).
     #[arg(long)]
     integrity_no_journal: bool,
+    /// Unlock only with a token (the luks2-keyring token: the passphrase from the kernel
+    /// keyring); without it, tokens are tried first when no key file is given.
+    #[arg(long)]
+    token_only: bool,
+    /// Only this token.
+    #[arg(long)]
+    token_id: Option<u32>,
 }
 
 /// Arguments of `luks dump`.
@@ -202,6 +221,11 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Close(a) => super::device::close(a),
         LuksCommand::Status(a) => super::device::status(a),
         LuksCommand::IsLuks(a) => luks_slots::is_luks(a),
+        LuksCommand::Convert(a) => super::luks_admin::convert(a),
+        LuksCommand::ConvertKey(a) => super::luks_admin::convert_key(a),
+        LuksCommand::Erase(a) => super::luks_admin::erase(a),
+        LuksCommand::Config(a) => super::luks_admin::config(a),
+        LuksCommand::Token(a) => super::luks_admin::token(a),
         LuksCommand::Reencrypt(a) => super::luks_reencrypt::reencrypt(a),
     }
 }
@@ -265,19 +289,27 @@ fn open(a: OpenArgs) -> CliResult {
     };
     let v = a.volume.load(false, want)?;
     let data = v.data(a.read_only || a.test_passphrase)?;
+    let params = |name: String| ActivateParams {
+        name,
+        allow_discards: a.allow_discards,
+        read_only: a.read_only,
+        integrity_no_journal: a.integrity_no_journal,
+    };
+    if let Some(key) = super::luks_admin::token_key(&v, &a.key, a.token_only, a.token_id)? {
+        let Some((name, how)) = serving else {
+            println!("Key slot {} unlocked.", key.slot());
+            return Ok(());
+        };
+        let active = v.activate_unlocked(data, key, &params(name))?;
+        return a.serve.serve(active, how);
+    }
     let pass = passphrase(&a.key, &luks_slots::prompt(&a.volume.device), false)?;
     let Some((name, how)) = serving else {
         let slot = v.test_passphrase(&pass, a.key_slot, a.unbound)?;
         println!("Key slot {slot} unlocked.");
         return Ok(());
     };
-    let params = ActivateParams {
-        name,
-        allow_discards: a.allow_discards,
-        read_only: a.read_only,
-        integrity_no_journal: a.integrity_no_journal,
-    };
-    let active = v.activate(data, &pass, a.key_slot, &params)?;
+    let active = v.activate(data, &pass, a.key_slot, &params(name))?;
     drop(pass);
     a.serve.serve(active, how)
 }

@@ -17,6 +17,7 @@ mod integrity_alg;
 mod integrity_open;
 mod linear;
 mod luks;
+mod luks_admin;
 mod luks_compat;
 mod luks_reencrypt;
 mod luks_slots;
@@ -187,6 +188,12 @@ fn cryptsetup_name(command: &str) -> Option<&'static [&'static str]> {
         ("luksHeaderRestore", &["luks", "header-restore"]),
         ("luksClose", &["close"]),
         ("isLuks", &["luks", "is-luks"]),
+        ("convert", &["luks", "convert"]),
+        ("luksConvertKey", &["luks", "convert-key"]),
+        ("erase", &["luks", "erase"]),
+        ("luksErase", &["luks", "erase"]),
+        ("config", &["luks", "config"]),
+        ("token", &["luks", "token"]),
         ("reencrypt", &["luks", "reencrypt"]),
     ];
     NAMES.iter().find(|(n, _)| *n == command).map(|(_, w)| *w)

@@ -26,17 +26,21 @@
 //! The shared pieces: the AF splitter ([`af`]), the KDFs ([`kdf`]), keyslot area encryption
 //! ([`area`]), hashes by their LUKS names ([`hash`]), the error type and the volume key.
 
+mod admin;
 pub mod af;
 pub mod area;
 mod backup;
+mod convert;
 pub mod files;
 mod format;
 pub mod hash;
 pub mod header;
 pub mod kdf;
+pub mod keyring;
 mod reencrypt;
 mod volume;
 
+pub use admin::Priority;
 pub use backup::{HeaderRestore, RestoreQuestion};
 pub use format::{FormatSpec, Formatter, IntegritySpec};
 pub use header::Header;
@@ -105,6 +109,12 @@ pub enum LuksError {
     /// A device or file named by the caller is missing (cryptsetup's exit code 4).
     #[error("{0}")]
     NoDevice(String),
+    /// The volume is in use and the operation needs it closed (cryptsetup's exit code 5).
+    #[error("{0}")]
+    Busy(String),
+    /// A token could not give a passphrase that opens a keyslot (cryptsetup's exit code 2).
+    #[error("{0}")]
+    TokenDenied(String),
     /// A file could not be opened (missing, busy or refused).
     #[error(transparent)]
     Open(#[from] OpenError),
@@ -126,6 +136,8 @@ impl LuksError {
             LuksError::WrongPassphrase => 2,
             LuksError::NoMemory(_) => 3,
             LuksError::NoDevice(_) => 4,
+            LuksError::Busy(_) => 5,
+            LuksError::TokenDenied(_) => 2,
             LuksError::Open(e) => e.exit_code(),
             LuksError::Claim(ClaimError::Busy { .. }) => 5,
             _ => 1,

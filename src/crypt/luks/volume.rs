@@ -31,8 +31,8 @@ pub struct LuksVolume {
 /// A volume key unlocked from a keyslot, kept inside the library: it can be handed back to
 /// the volume it came from (to add or replace a keyslot) but never read.
 pub struct UnlockedKey {
-    slot: u32,
-    key: VolumeKey,
+    pub(super) slot: u32,
+    pub(super) key: VolumeKey,
 }
 
 impl UnlockedKey {
@@ -133,7 +133,7 @@ impl LuksVolume {
         self.header.has_keyslot(slot)
     }
 
-    fn unlock_for(
+    pub(super) fn unlock_for(
         &self,
         pass: &[u8],
         slot: Option<u32>,
@@ -310,6 +310,30 @@ impl LuksVolume {
         slot: Option<u32>,
         params: &ActivateParams,
     ) -> Result<Activated, LuksError> {
+        if let Header::V2(h) = &self.header {
+            if reencrypt_state::status(&h.metadata) != reencrypt_state::Status::None {
+                let opts = ActivateOptions {
+                    name: params.name.clone(),
+                    allow_discards: params.allow_discards,
+                    read_only: params.read_only,
+                };
+                let seg = data.segment;
+                return self.activate_reencrypt(h, data.dev, data.claim, pass, slot, &opts, &seg);
+            }
+        }
+        let key = self.unlock_key(pass, slot)?;
+        self.activate_unlocked(data, key, params)
+    }
+
+    /// Activate `data` with a key already unlocked from this volume (by a token, say). A
+    /// volume in the middle of a reencryption needs both keys: [`LuksVolume::activate`] with
+    /// the passphrase.
+    pub fn activate_unlocked(
+        &self,
+        data: DataDevice,
+        key: UnlockedKey,
+        params: &ActivateParams,
+    ) -> Result<Activated, LuksError> {
         let seg = data.segment;
         let opts = ActivateOptions {
             name: params.name.clone(),
@@ -318,10 +342,12 @@ impl LuksVolume {
         };
         if let Header::V2(h) = &self.header {
             if reencrypt_state::status(&h.metadata) != reencrypt_state::Status::None {
-                return self.activate_reencrypt(h, data.dev, data.claim, pass, slot, &opts, &seg);
+                return Err(LuksError::Invalid(format!(
+                    "{}: the device is in reencryption: it opens with a passphrase, which unlocks both keys, not with a token",
+                    self.device.display()
+                )));
             }
         }
-        let key = self.unlock_key(pass, slot)?;
         let iopts = IntegrityActivation {
             no_journal: params.integrity_no_journal,
         };

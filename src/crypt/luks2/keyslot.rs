@@ -342,7 +342,7 @@ pub fn check_volume_key(h: &Luks2Header, vk: &[u8]) -> Result<bool, LuksError> {
 }
 
 /// The first 4096-aligned free range of `size` bytes in the keyslots area.
-fn free_area(h: &Luks2Header, size: u64) -> Option<u64> {
+pub fn free_area(h: &Luks2Header, size: u64) -> Option<u64> {
     let mut used: Vec<(u64, u64)> = h
         .metadata
         .keyslots
@@ -391,6 +391,35 @@ pub fn add(
             .find(|i| !m.keyslots.contains_key(i))
             .ok_or_else(|| LuksError::Invalid("all 32 keyslots are in use".into()))?,
     };
+    let ks = store(dev, h, vk, passphrase, params, None)?;
+    let m = &mut h.metadata;
+    m.keyslots.insert(id, ks);
+    let digest_id = match digest.or_else(|| m.segment_digest(0).map(|(i, _)| i)) {
+        Some(i) => i,
+        None => return Err(LuksError::Invalid("no digest for segment 0".into())),
+    };
+    let d = m
+        .digests
+        .get_mut(&digest_id)
+        .ok_or_else(|| LuksError::Invalid(format!("no digest {digest_id}")))?;
+    d.keyslots.push(id);
+    d.keyslots.sort_unstable();
+    h.write(dev)?;
+    Ok(id)
+}
+
+/// Write `vk` under `passphrase` into a keyslot area (at byte `at`, or the first free range of
+/// the keyslots area) and flush it; the keyslot describing it is returned, not yet in the
+/// metadata. The header is not written: the caller decides when the keyslot becomes visible.
+pub fn store(
+    dev: &dyn BlockDevice,
+    h: &Luks2Header,
+    vk: &[u8],
+    passphrase: &[u8],
+    params: &PbkdfParams,
+    at: Option<u64>,
+) -> Result<Keyslot, LuksError> {
+    let m = &h.metadata;
     // Keyslots use the data cipher when it suits a keyslot area, as cryptsetup does; never
     // an authenticated one (`LUKS2_keyslot_cipher_incompatible`: the area has no tags).
     let (encryption, area_key) = match m.segments.get(&0) {
@@ -401,7 +430,7 @@ pub fn add(
     };
     let key_size = vk.len() as u32;
     let size = material_len(key_size, STRIPES).div_ceil(4096) * 4096;
-    let offset = free_area(h, size).ok_or_else(|| {
+    let offset = at.or_else(|| free_area(h, size)).ok_or_else(|| {
         LuksError::Invalid(format!("no room for a {size}-byte keyslot area in the keyslots area (use a larger --luks2-keyslots-size)"))
     })?;
     if offset + size > dev.size() {
@@ -418,7 +447,7 @@ pub fn add(
     area::crypt(&encryption, &key, &mut material, true)?;
     dev.write_at(&material, offset)?;
     dev.flush()?;
-    let ks = Keyslot {
+    Ok(Keyslot {
         kind: "luks2".into(),
         key_size,
         priority: None,
@@ -436,21 +465,7 @@ pub fn add(
         kdf: Some(kdf),
         raw: Default::default(),
         problem: None,
-    };
-    let m = &mut h.metadata;
-    m.keyslots.insert(id, ks);
-    let digest_id = match digest.or_else(|| m.segment_digest(0).map(|(i, _)| i)) {
-        Some(i) => i,
-        None => return Err(LuksError::Invalid("no digest for segment 0".into())),
-    };
-    let d = m
-        .digests
-        .get_mut(&digest_id)
-        .ok_or_else(|| LuksError::Invalid(format!("no digest {digest_id}")))?;
-    d.keyslots.push(id);
-    d.keyslots.sort_unstable();
-    h.write(dev)?;
-    Ok(id)
+    })
 }
 
 /// Destroy keyslot `id`: overwrite its area, then drop it (and references to it) from the

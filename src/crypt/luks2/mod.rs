@@ -9,6 +9,7 @@
 
 pub mod activate;
 pub mod base64;
+pub mod convert_key;
 pub mod copies;
 pub mod digest;
 pub mod dump;
@@ -24,6 +25,7 @@ pub mod reencrypt;
 pub mod reencrypt_open;
 pub mod reencrypt_state;
 pub mod signatures;
+pub mod token;
 pub mod validate;
 
 pub use format::{format, FormatParams};
