@@ -10,6 +10,7 @@ mod claim;
 mod faulty;
 mod file;
 pub mod linear;
+pub mod online;
 mod memory;
 pub mod open;
 pub mod signature;

@@ -34,6 +34,7 @@ mod format;
 pub mod hash;
 pub mod header;
 pub mod kdf;
+mod online;
 mod volume;
 
 pub use backup::{HeaderRestore, RestoreQuestion};

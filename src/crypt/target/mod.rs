@@ -5,6 +5,8 @@
 
 mod aead_device;
 mod device;
+mod served;
 
 pub use aead_device::{AeadCryptDevice, AeadStats};
 pub use device::{CryptDevice, CryptError, CryptParams, CryptStats};
+pub use served::ServedCrypt;
