@@ -55,6 +55,18 @@ pub enum LuksCommand {
     /// Exit 0 when DEVICE holds a LUKS header, 1 otherwise (like `cryptsetup isLuks`).
     #[command(name = "is-luks", alias = "isLuks")]
     IsLuks(luks_slots::IsLuksArgs),
+    /// Grow or shrink an open device (like `cryptsetup resize`; plain devices too).
+    Resize(super::luks_online::ResizeArgs),
+    /// Wipe the volume key of an open device from memory and hold its I/O (like
+    /// `cryptsetup luksSuspend`).
+    #[command(alias = "luksSuspend")]
+    Suspend(super::luks_online::SuspendArgs),
+    /// Unlock a suspended device again and let its I/O through (like `cryptsetup luksResume`).
+    #[command(alias = "luksResume")]
+    Resume(super::luks_online::ResumeArgs),
+    /// Re-read the header and re-apply the activation flags of an open device (like
+    /// `cryptsetup refresh`).
+    Refresh(super::luks_online::RefreshArgs),
 }
 
 /// Arguments of `luks format`.
@@ -201,6 +213,10 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Close(a) => super::device::close(a),
         LuksCommand::Status(a) => super::device::status(a),
         LuksCommand::IsLuks(a) => luks_slots::is_luks(a),
+        LuksCommand::Resize(a) => super::luks_online::resize(a),
+        LuksCommand::Suspend(a) => super::luks_online::suspend(a),
+        LuksCommand::Resume(a) => super::luks_online::resume(a),
+        LuksCommand::Refresh(a) => super::luks_online::refresh(a),
     }
 }
 

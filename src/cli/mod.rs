@@ -17,6 +17,7 @@ mod integrity_alg;
 mod integrity_open;
 mod linear;
 mod luks;
+mod luks_online;
 mod luks_slots;
 mod nbd;
 mod open;
@@ -185,6 +186,10 @@ fn cryptsetup_name(command: &str) -> Option<&'static [&'static str]> {
         ("luksHeaderRestore", &["luks", "header-restore"]),
         ("luksClose", &["close"]),
         ("isLuks", &["luks", "is-luks"]),
+        ("resize", &["luks", "resize"]),
+        ("luksSuspend", &["luks", "suspend"]),
+        ("luksResume", &["luks", "resume"]),
+        ("refresh", &["luks", "refresh"]),
     ];
     NAMES.iter().find(|(n, _)| *n == command).map(|(_, w)| *w)
 }

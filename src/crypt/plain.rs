@@ -19,9 +19,9 @@
 //! # }
 //! ```
 
+use crate::block::online::{Online, OnlineError, RefreshFlags, Unlock};
 use crate::block::{Activated, BlockDevice, Claim, ClaimError, OpenError};
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
-use crate::block::online::{Online, OnlineError, RefreshFlags, Unlock};
 use crate::crypt::target::{CryptDevice, CryptParams, ServedCrypt};
 use serde_json::json;
 use std::path::Path;
@@ -160,9 +160,9 @@ impl PlainVolume {
             allow_discards: p.allow_discards,
             read_only: p.read_only,
         };
-        let dup = dev
-            .reopened()
-            .map_err(|e| PlainError::Invalid(format!("{}: cannot reopen: {e}", device.display())))?;
+        let dup = dev.reopened().map_err(|e| {
+            PlainError::Invalid(format!("{}: cannot reopen: {e}", device.display()))
+        })?;
         let crypt = CryptDevice::new(Arc::new(dup), cipher, params)
             .map_err(|e| PlainError::Invalid(format!("{}: {e}", device.display())))?;
         let implementation = crypt.cipher_implementation();

@@ -44,9 +44,9 @@ pub(super) fn stack(
     vk: &[u8],
     opts: &ActivateOptions,
 ) -> Result<(Stack, Arc<dyn Online>), LuksError> {
-    let dup = lower.reopened().map_err(|e| {
-        LuksError::Invalid(format!("{}: cannot reopen: {e}", src.device.display()))
-    })?;
+    let dup = lower
+        .reopened()
+        .map_err(|e| LuksError::Invalid(format!("{}: cannot reopen: {e}", src.device.display())))?;
     let crypt = activate::crypt_device(seg, Arc::new(dup), vk, opts)?;
     let stats = crypt.stats();
     let served = ServedCrypt::new(crypt, lower, claim)?;
@@ -94,14 +94,16 @@ impl LuksOnline {
         if vol.uuid() != self.src.uuid {
             return Err(OnlineError::invalid(format!(
                 "{}: the header now belongs to volume {} (it was {} at open); refusing",
-                self.src.header.as_ref().unwrap_or(&self.src.device).display(),
+                self.src
+                    .header
+                    .as_ref()
+                    .unwrap_or(&self.src.device)
+                    .display(),
                 vol.uuid(),
                 self.src.uuid
             )));
         }
-        let key = vol
-            .unlock_key(&u.passphrase, u.key_slot)
-            .map_err(failure)?;
+        let key = vol.unlock_key(&u.passphrase, u.key_slot).map_err(failure)?;
         let lower = self.served.lower()?;
         let now = vol
             .header()

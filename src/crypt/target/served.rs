@@ -122,7 +122,10 @@ impl ServedCrypt {
             )));
         }
         let Some(crypt) = live.crypt.clone() else {
-            return Err(OnlineError::invalid(format!("Device {} is suspended.", p.name)));
+            return Err(OnlineError::invalid(format!(
+                "Device {} is suspended.",
+                p.name
+            )));
         };
         let claim = live.claim.retake(size).map_err(|e| OnlineError {
             code: 5,
