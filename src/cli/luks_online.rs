@@ -24,28 +24,23 @@ pub struct SuspendArgs {
     name: String,
 }
 
-/// Arguments of `luks resume` (the passphrase options of `open`).
+/// Arguments of `luks resume`: the device and its passphrase, read as `open` reads it.
 #[derive(clap::Args)]
 pub struct ResumeArgs {
-    /// Name of the suspended device.
+    /// Name of the suspended (or, for refresh, open) device.
     name: String,
-    #[command(flatten)]
-    key: KeyArgs,
     /// Try only this keyslot.
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
+    #[command(flatten)]
+    key: KeyArgs,
 }
 
 /// Arguments of `luks refresh`.
 #[derive(clap::Args)]
 pub struct RefreshArgs {
-    /// Name of the open device.
-    name: String,
     #[command(flatten)]
-    key: KeyArgs,
-    /// Try only this keyslot.
-    #[arg(long, short = 'S')]
-    key_slot: Option<u32>,
+    unlock: ResumeArgs,
     /// Pass discards down from now on (without it, discards go back to the volume's default).
     #[arg(long)]
     allow_discards: bool,
@@ -91,14 +86,15 @@ pub fn resume(a: ResumeArgs) -> CliResult {
 
 /// Run `luks refresh`.
 pub fn refresh(a: RefreshArgs) -> CliResult {
+    let u = &a.unlock;
     if a.readonly {
         return Err(super::CliError::invalid(format!(
             "{}: the read-only mode of an open device cannot be changed by refresh",
-            a.name
+            u.name
         )));
     }
-    let name = export::resolve_target(&a.name)?;
-    let secret = secret(&name, &a.key, a.key_slot)?;
+    let name = export::resolve_target(&u.name)?;
+    let secret = secret(&name, &u.key, u.key_slot)?;
     let req = control::Request::Refresh {
         secret,
         allow_discards: a.allow_discards,
