@@ -517,24 +517,7 @@ fn we_open_what_cryptsetup_formats() {
 
 /// Independent AES-XTS decryption of dm-crypt sectors (plain64 IVs in 512-byte units).
 fn xts_decrypt(key: &[u8], data: &[u8], sector_size: usize, first_iv: u64) -> Vec<u8> {
-    use openssl::symm::{Cipher, Crypter, Mode};
-    let c = if key.len() == 64 {
-        Cipher::aes_256_xts()
-    } else {
-        Cipher::aes_128_xts()
-    };
-    let mut out = Vec::with_capacity(data.len());
-    for (n, sector) in data.chunks(sector_size).enumerate() {
-        let mut iv = [0u8; 16];
-        let iv_sector = first_iv + (n * sector_size / 512) as u64;
-        iv[..8].copy_from_slice(&iv_sector.to_le_bytes());
-        let mut cr = Crypter::new(c, Mode::Decrypt, key, Some(&iv)).unwrap();
-        cr.pad(false);
-        let mut buf = vec![0u8; sector.len() + 16];
-        let k = cr.update(sector, &mut buf).unwrap();
-        out.extend_from_slice(&buf[..k]);
-    }
-    out
+    common::xts::xts(key, data, sector_size, first_iv, false)
 }
 
 #[test]

@@ -67,6 +67,9 @@ pub enum LuksCommand {
     /// Re-read the header and re-apply the activation flags of an open device (like
     /// `cryptsetup refresh`).
     Refresh(super::luks_online::RefreshArgs),
+    /// Re-key a LUKS2 device or change its cipher, offline and resumable by cryptsetup (like
+    /// `cryptsetup reencrypt --force-offline-reencrypt`).
+    Reencrypt(super::luks_reencrypt::ReencryptArgs),
 }
 
 /// Arguments of `luks format`.
@@ -217,6 +220,7 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Suspend(a) => super::luks_online::suspend(a),
         LuksCommand::Resume(a) => super::luks_online::resume(a),
         LuksCommand::Refresh(a) => super::luks_online::refresh(a),
+        LuksCommand::Reencrypt(a) => super::luks_reencrypt::reencrypt(a),
     }
 }
 

@@ -18,6 +18,7 @@ mod integrity_open;
 mod linear;
 mod luks;
 mod luks_online;
+mod luks_reencrypt;
 mod luks_slots;
 mod nbd;
 mod open;
@@ -190,6 +191,7 @@ fn cryptsetup_name(command: &str) -> Option<&'static [&'static str]> {
         ("luksSuspend", &["luks", "suspend"]),
         ("luksResume", &["luks", "resume"]),
         ("refresh", &["luks", "refresh"]),
+        ("reencrypt", &["luks", "reencrypt"]),
     ];
     NAMES.iter().find(|(n, _)| *n == command).map(|(_, w)| *w)
 }

@@ -12,7 +12,7 @@ use crate::crypt::luks::VolumeKey;
 const OLD: &[u8] = b"old passphrase";
 const NEW: &[u8] = b"new passphrase";
 
-fn fast_pbkdf() -> PbkdfParams {
+pub(crate) fn fast_pbkdf() -> PbkdfParams {
     PbkdfParams {
         kind: PbkdfKind::Pbkdf2,
         hash: "sha256".into(),
@@ -125,12 +125,12 @@ fn luks2_add_key_and_kill_survive_a_power_cut_anywhere() {
     let (base, h, vk) = luks2_base();
     let mut h1 = h.clone();
     let log = logged(&base, |d| {
-        keyslot::add(d, &mut h1, &vk, NEW, &fast_pbkdf(), None).unwrap();
+        keyslot::add(d, &mut h1, &vk, NEW, &fast_pbkdf(), None, None).unwrap();
     });
     for_each_crash_state(&base, &log, |what, img| luks2_opens(what, img, &vk, 1));
     let dev = MemoryDevice::from_vec("disk", base);
     let mut h2 = h.clone();
-    keyslot::add(&dev, &mut h2, &vk, NEW, &fast_pbkdf(), None).unwrap();
+    keyslot::add(&dev, &mut h2, &vk, NEW, &fast_pbkdf(), None, None).unwrap();
     let with_new = dev.contents();
     let log = logged(&with_new, |d| keyslot::kill(d, &mut h2, 1).unwrap());
     for_each_crash_state(&with_new, &log, |what, img| {

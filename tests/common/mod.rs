@@ -17,6 +17,7 @@
 //! - [`image_tree`]: a small root tree for the image tests, and what a tree holds.
 //! - [`xor_byte`]: corrupting one byte of an image in place.
 //! - [`status_field`]: one value of `dmkit status` text.
+//! - [`xts`]: AES-XTS over dm-crypt sectors with OpenSSL.
 
 // Not every test file uses every helper.
 #![allow(dead_code)]
@@ -32,6 +33,7 @@ pub mod run;
 pub mod sys;
 pub mod tty;
 pub mod verity_case;
+pub mod xts;
 
 use std::path::Path;
 

@@ -227,7 +227,7 @@ impl Header {
         slot: Option<u32>,
     ) -> Result<u32, LuksError> {
         match self {
-            Header::V2(h) => keyslot::add(dev, h, vk, pass, p, slot),
+            Header::V2(h) => keyslot::add(dev, h, vk, pass, p, slot, None),
             Header::V1(h) => {
                 luks1::add_key(dev, h, vk, pass, p.force_iterations, p.iter_time_ms, slot)
             }

@@ -35,11 +35,13 @@ pub mod hash;
 pub mod header;
 pub mod kdf;
 mod online;
+mod reencrypt;
 mod volume;
 
 pub use backup::{HeaderRestore, RestoreQuestion};
 pub use format::{FormatSpec, Formatter, IntegritySpec};
 pub use header::Header;
+pub use reencrypt::SegmentParams;
 pub use volume::{ActivateParams, DataDevice, LuksVolume, UnlockedKey};
 
 use crate::block::{BlockError, ClaimError, OpenError};

@@ -15,13 +15,13 @@ use std::sync::Arc;
 /// written. Every version-dependent decision is taken here.
 pub struct LuksVolume {
     /// Header device (DEVICE, or the detached header).
-    dev: FileDevice,
+    pub(super) dev: FileDevice,
     /// The header.
-    header: Header,
+    pub(super) header: Header,
     /// The data device's path.
-    device: PathBuf,
+    pub(super) device: PathBuf,
     /// The detached header's path, if any.
-    header_path: Option<PathBuf>,
+    pub(super) header_path: Option<PathBuf>,
     /// Held while the header may be written (see [`LuksVolume::open`]).
     _claim: Option<Claim>,
     /// Why a corrupt LUKS2 copy was skipped, if one was.

@@ -306,6 +306,6 @@ pub fn write(
     } = prepared;
     // Old headers and keyslots must not survive under the new ones.
     keyslot::wipe(hdr_dev, 0, metadata_end)?;
-    keyslot::add(hdr_dev, &mut h, &vk, passphrase, &p.pbkdf, Some(0))?;
+    keyslot::add(hdr_dev, &mut h, &vk, passphrase, &p.pbkdf, Some(0), None)?;
     Ok((h, vk))
 }

@@ -355,7 +355,10 @@ fn free_area(h: &Luks2Header, size: u64) -> Option<u64> {
 }
 
 /// Store `vk` in a new keyslot (`slot`, or the lowest free one) under `passphrase`: writes the
-/// keyslot area, then the header. Returns the keyslot id.
+/// keyslot area, then the header. Returns the keyslot id. The keyslot is bound to digest
+/// `digest` (which must check `vk`), or to the data segment's when `None`: a given digest is a
+/// key no segment uses (yet), as cryptsetup's `CRYPT_VOLUME_KEY_NO_SEGMENT` keyslots during a
+/// reencryption.
 pub fn add(
     dev: &dyn BlockDevice,
     h: &mut Luks2Header,
@@ -363,6 +366,7 @@ pub fn add(
     passphrase: &[u8],
     params: &PbkdfParams,
     slot: Option<u32>,
+    digest: Option<u32>,
 ) -> Result<u32, LuksError> {
     let m = &h.metadata;
     let id = match slot {
@@ -428,11 +432,14 @@ pub fn add(
     };
     let m = &mut h.metadata;
     m.keyslots.insert(id, ks);
-    let digest_id = match m.segment_digest(0) {
-        Some((i, _)) => i,
+    let digest_id = match digest.or_else(|| m.segment_digest(0).map(|(i, _)| i)) {
+        Some(i) => i,
         None => return Err(LuksError::Invalid("no digest for segment 0".into())),
     };
-    let d = m.digests.get_mut(&digest_id).expect("found above");
+    let d = m
+        .digests
+        .get_mut(&digest_id)
+        .ok_or_else(|| LuksError::Invalid(format!("no digest {digest_id}")))?;
     d.keyslots.push(id);
     d.keyslots.sort_unstable();
     h.write(dev)?;
@@ -451,6 +458,12 @@ pub fn kill(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), L
     if offset.saturating_add(size) <= dev.size() {
         wipe(dev, offset, size)?;
     }
+    forget(h, id);
+    h.write(dev)
+}
+
+/// Drop keyslot `id` and every reference to it (digests, tokens) from the metadata, in memory.
+pub fn forget(h: &mut Luks2Header, id: u32) {
     let m = &mut h.metadata;
     m.keyslots.remove(&id);
     for d in m.digests.values_mut() {
@@ -462,7 +475,6 @@ pub fn kill(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), L
             list.retain(|v| v.as_str() != Some(name.as_str()));
         }
     }
-    h.write(dev)
 }
 
 /// Overwrite `[offset, offset + size)` with zeros, in pieces.

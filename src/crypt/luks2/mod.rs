@@ -20,6 +20,7 @@ mod integrity_tests;
 pub mod json;
 pub mod jsonc;
 pub mod keyslot;
+pub mod reencrypt;
 pub mod signatures;
 pub mod validate;
 

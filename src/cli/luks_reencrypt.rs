@@ -1,0 +1,306 @@
+//! `dmkit luks reencrypt` (cryptsetup's `reencrypt`, offline): re-key a LUKS2 device or change
+//! its cipher, key size or sector size, resumable by cryptsetup and resuming what cryptsetup
+//! started. The library does the work and keeps the keys; here the options, passphrases, the
+//! question before resuming and the progress display (a line on a terminal with rate and
+//! estimate, or `--progress-json` lines on stdout).
+
+use super::confirm::Confirm;
+use super::luks_slots::{PbkdfArgs, VolumeArgs};
+use super::passphrase::{is_tty, passphrase, KeyArgs, Passphrase};
+use super::{CliError, CliResult};
+use crate::crypt::cipher::CipherSpec;
+use crate::crypt::luks::LuksVolume;
+use crate::crypt::luks2::reencrypt::RunOutcome;
+use crate::crypt::luks2::reencrypt::{InitParams, NewKeyslot, Progress, Resilience, RunOptions};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// Arguments of `luks reencrypt`.
+#[derive(clap::Args)]
+pub struct ReencryptArgs {
+    #[command(flatten)]
+    volume: VolumeArgs,
+    #[command(flatten)]
+    key: KeyArgs,
+    /// New data cipher (default: the current one).
+    #[arg(long, short = 'c')]
+    cipher: Option<String>,
+    /// New volume key size in bits (default: the current one, or the cipher's default when
+    /// the cipher changes).
+    #[arg(long, short = 's')]
+    key_size: Option<u32>,
+    /// New encryption sector size (default: the current one).
+    #[arg(long)]
+    sector_size: Option<u32>,
+    /// Hotzone protection: checksum (default), journal or none.
+    #[arg(long, default_value = "checksum")]
+    resilience: String,
+    /// Hash of the checksum resilience.
+    #[arg(long, default_value = "sha256")]
+    resilience_hash: String,
+    /// Largest hotzone in bytes (suffixes k, M, G; a multiple of the hotzone alignment).
+    #[arg(long, value_parser = parse_size)]
+    hotzone_size: Option<u64>,
+    /// Only write the reencryption metadata (resume later with --resume-only).
+    #[arg(long, conflicts_with = "resume_only")]
+    init_only: bool,
+    /// Only resume a reencryption already initialized.
+    #[arg(long)]
+    resume_only: bool,
+    /// Only re-key this keyslot (and use it to unlock).
+    #[arg(long, short = 'S')]
+    key_slot: Option<u32>,
+    #[command(flatten)]
+    pbkdf: PbkdfArgs,
+    /// Do not ask before resuming.
+    #[arg(long, short = 'q')]
+    batch_mode: bool,
+    /// Progress as JSON lines on stdout.
+    #[arg(long, alias = "json")]
+    progress_json: bool,
+    /// Accepted for cryptsetup's command lines: dmkit reencrypts offline always.
+    #[arg(long)]
+    force_offline_reencrypt: bool,
+}
+
+/// A byte count with an optional binary suffix (k, M, G, T; cryptsetup's sizes).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_lowercase() {
+                'k' => 1u64 << 10,
+                'm' => 1 << 20,
+                'g' => 1 << 30,
+                't' => 1 << 40,
+                _ => return Err(format!("{s:?}: unknown size suffix {c:?}")),
+            };
+            (&t[..i], m)
+        }
+        _ => (t, 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mul))
+        .ok_or_else(|| format!("{s:?} is not a size"))
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// SIGINT and SIGTERM stop the run at the next hotzone boundary, with metadata to resume.
+fn catch_signals() {
+    // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+    unsafe {
+        libc::signal(libc::SIGINT, on_signal as *const () as libc::sighandler_t);
+        libc::signal(libc::SIGTERM, on_signal as *const () as libc::sighandler_t);
+    }
+}
+
+fn resilience(a: &ReencryptArgs) -> Result<Resilience, CliError> {
+    match a.resilience.as_str() {
+        "checksum" => Ok(Resilience::Checksum {
+            hash: a.resilience_hash.clone(),
+            block: 0,
+        }),
+        "journal" => Ok(Resilience::Journal),
+        "none" => Ok(Resilience::None),
+        o => Err(CliError::invalid(format!(
+            "Unsupported resilience mode {o}"
+        ))),
+    }
+}
+
+fn prompt_for(slot: u32) -> String {
+    format!("Enter passphrase for key slot {slot}: ")
+}
+
+/// Initialize the reencryption; the passphrase of the keyslot used to unlock for the run.
+fn init(a: &ReencryptArgs, v: &mut LuksVolume) -> Result<Passphrase, CliError> {
+    let seg = v.segment_params()?;
+    let cipher = a.cipher.clone().unwrap_or_else(|| seg.cipher.clone());
+    let spec = CipherSpec::parse(&cipher).map_err(|e| {
+        CliError::invalid(format!(
+            "No known cipher specification pattern detected ({e})."
+        ))
+    })?;
+    let key_size = match a.key_size {
+        Some(bits) if bits % 8 == 0 => bits as usize / 8,
+        Some(bits) => {
+            return Err(CliError::invalid(format!(
+                "--key-size {bits} is not a multiple of 8"
+            )))
+        }
+        None if cipher != seg.cipher => spec.default_key_size(),
+        None => seg.key_size,
+    };
+    let slots = match a.key_slot {
+        Some(s) => vec![s],
+        None => v.data_keyslots()?,
+    };
+    if slots.len() > 1 && (a.key.key_file.is_some() || !is_tty(0)) {
+        return Err(CliError::invalid(
+            "Key file can be used only with --key-slot or with exactly one key slot active.",
+        ));
+    }
+    let passes = slots
+        .iter()
+        .map(|&s| passphrase(&a.key, &prompt_for(s), false))
+        .collect::<Result<Vec<_>, _>>()?;
+    let new: Vec<NewKeyslot<'_>> = slots
+        .iter()
+        .zip(&passes)
+        .map(|(&old, p)| NewKeyslot { old, passphrase: p })
+        .collect();
+    let pb = &a.pbkdf;
+    let custom = pb.pbkdf.is_some()
+        || pb.pbkdf_force_iterations.is_some()
+        || pb.pbkdf_memory.is_some()
+        || pb.pbkdf_parallel.is_some();
+    let params = InitParams {
+        cipher,
+        key_size,
+        sector_size: a.sector_size.unwrap_or(seg.sector_size),
+        resilience: resilience(a)?,
+        pbkdf: if custom {
+            Some(pb.params(false)?)
+        } else {
+            None
+        },
+        io_block: 0,
+        hash: pb.hash.clone(),
+        benchmark_digest: pb.pbkdf_force_iterations.is_none(),
+    };
+    v.reencrypt_init(&new, &params)?;
+    Ok(passes.into_iter().next().expect("at least one keyslot"))
+}
+
+/// Run `luks reencrypt`.
+pub fn reencrypt(a: ReencryptArgs) -> CliResult {
+    let mut v = a.volume.load(true, Some(2))?;
+    let device = a.volume.device.display().to_string();
+    let pass = match v.reencryption()? {
+        None if a.resume_only => {
+            return Err(CliError::invalid("Device reencryption not in progress."))
+        }
+        None => {
+            let p = init(&a, &mut v)?;
+            if a.init_only {
+                return Ok(());
+            }
+            p
+        }
+        Some(_) if a.init_only => {
+            return Err(CliError::invalid(
+                "LUKS2 reencryption already initialized. Aborting operation.",
+            ))
+        }
+        Some(_) => {
+            if !a.resume_only {
+                Confirm {
+                    batch: a.batch_mode,
+                    warnings: Vec::new(),
+                    question: format!("Device {device} is already in LUKS2 reencryption. Do you wish to resume previously initialised operation?"),
+                    action: "resume the reencryption",
+                    aborted: "Operation aborted.",
+                    code: 1,
+                }
+                .ask()?;
+            }
+            passphrase(&a.key, &format!("Enter passphrase for {device}: "), false)?
+        }
+    };
+    catch_signals();
+    let mut shown = Shown::new(&device, a.progress_json, !a.batch_mode && is_tty(2));
+    let opts = RunOptions {
+        max_hotzone: a.hotzone_size,
+        io_block: 0,
+    };
+    let outcome = v.reencrypt_run(&pass, a.key_slot, &opts, &mut |p| {
+        shown.show(p);
+        !STOP.load(Ordering::SeqCst)
+    })?;
+    drop(pass);
+    shown.end();
+    match outcome {
+        RunOutcome::Finished => Ok(()),
+        RunOutcome::Stopped => Err(CliError::invalid("Reencryption interrupted.")),
+    }
+}
+
+/// The progress display.
+struct Shown {
+    device: String,
+    json: bool,
+    tty: bool,
+    start: Instant,
+    first: Option<u64>,
+    last: Instant,
+    drawn: bool,
+}
+
+impl Shown {
+    fn new(device: &str, json: bool, tty: bool) -> Shown {
+        Shown {
+            device: device.to_string(),
+            json,
+            tty,
+            start: Instant::now(),
+            first: None,
+            last: Instant::now(),
+            drawn: false,
+        }
+    }
+
+    fn show(&mut self, p: Progress) {
+        let first = *self.first.get_or_insert(p.done);
+        let secs = self.start.elapsed().as_secs_f64();
+        let moved = p.done - first;
+        let rate = if secs > 0.0 { moved as f64 / secs } else { 0.0 };
+        let eta = if rate > 0.0 {
+            (p.size - p.done) as f64 / rate
+        } else {
+            0.0
+        };
+        if self.json {
+            let line = serde_json::json!({
+                "device": self.device,
+                "device_bytes": p.done.to_string(),
+                "device_size": p.size.to_string(),
+                "speed": (rate as u64).to_string(),
+                "eta_ms": ((eta * 1000.0) as u64).to_string(),
+                "time_ms": ((secs * 1000.0) as u64).to_string(),
+            });
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "{line}");
+            let _ = out.flush();
+        }
+        if self.tty && (self.last.elapsed().as_millis() >= 500 || p.done == p.size) {
+            self.last = Instant::now();
+            let pct = if p.size > 0 {
+                p.done as f64 * 100.0 / p.size as f64
+            } else {
+                100.0
+            };
+            let e = eta as u64;
+            eprint!(
+                "\rProgress: {pct:5.1}%, ETA {:02}:{:02}, {:4} MiB written, speed {:5.1} MiB/s",
+                e / 60,
+                e % 60,
+                moved >> 20,
+                rate / (1 << 20) as f64
+            );
+            self.drawn = true;
+        }
+    }
+
+    fn end(&self) {
+        if self.drawn {
+            eprintln!();
+        }
+    }
+}

@@ -1,0 +1,451 @@
+//! The hotzone loop (`crypt_reencrypt_run` and `reencrypt_step`), offline, in cryptsetup's
+//! commit order:
+//!
+//! 1. the segments with the hotzone flagged `in-reencryption` are set in memory;
+//! 2. the hotzone's old ciphertext is read;
+//! 3. its protection is stored (checksum: one hash per block; journal: the ciphertext itself)
+//!    and flushed, then the header saying "this hotzone is being rewritten" is written;
+//! 4. the hotzone is re-keyed on all cores and written, and the data flushed;
+//! 5. the header saying "done up to here" is written.
+//!
+//! Without resilience (`none`) steps 3 and 5 are skipped, as cryptsetup does, and the
+//! header is written once, when the loop ends or is stopped.
+
+use super::layout::Ends;
+use super::parallel::{self, Keyed};
+use super::state::{Mode, Resilience, State};
+use super::{area, recover, verify};
+use crate::block::BlockDevice;
+use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
+use crate::crypt::luks::{LuksError, VolumeKey};
+use crate::crypt::luks2::header::Luks2Header;
+use crate::crypt::luks2::json::{Metadata, Segment};
+use crate::crypt::luks2::keyslot;
+
+/// How far a reencryption is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes of data in all.
+    pub size: u64,
+    /// Bytes reencrypted.
+    pub done: u64,
+}
+
+/// Options of a run.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// Largest hotzone (`--hotzone-size`), bytes; `None` as large as the protection allows.
+    pub max_hotzone: Option<u64>,
+    /// The data device's I/O block (cryptsetup aligns hotzones to it), bytes.
+    pub io_block: u64,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunOutcome {
+    /// The whole device uses the new key and the reencryption metadata is gone.
+    Finished,
+    /// Stopped on request; the metadata says where to resume.
+    Stopped,
+}
+
+/// The old and new volume keys of a reencryption.
+pub struct Keys {
+    /// Key of the `backup-previous` segment.
+    pub old: VolumeKey,
+    /// Key of the `backup-final` segment.
+    pub new: VolumeKey,
+}
+
+/// Unlock both keys of a reencryption with `pass` (`LUKS2_keyslot_open_all_segments`):
+/// for each key, keyslot `slot` when it holds that key, else every keyslot that does.
+pub fn unlock_keys(
+    dev: &dyn BlockDevice,
+    h: &Luks2Header,
+    st: &State,
+    pass: &[u8],
+    slot: Option<u32>,
+) -> Result<Keys, LuksError> {
+    let m = &h.metadata;
+    let open = |digest: Option<u32>| -> Result<VolumeKey, LuksError> {
+        let digest = digest.ok_or_else(|| {
+            LuksError::Invalid("reencryption metadata: a backup segment has no digest".into())
+        })?;
+        let mut ids: Vec<u32> = m
+            .digests
+            .get(&digest)
+            .map(|d| d.keyslots.clone())
+            .unwrap_or_default();
+        if let Some(s) = slot.filter(|s| ids.contains(s)) {
+            ids = vec![s];
+        }
+        let mut err = LuksError::NoUsableKeyslot;
+        for id in ids {
+            match keyslot::unlock(dev, h, pass, Some(id), keyslot::Segment::Any) {
+                Ok((_, k)) => return Ok(k),
+                Err(e @ (LuksError::WrongPassphrase | LuksError::NoUsableKeyslot)) => err = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(err)
+    };
+    Ok(Keys {
+        old: open(st.digest_old)?,
+        new: open(st.digest_new)?,
+    })
+}
+
+/// Drop digests bound to nothing, then write both header copies (cryptsetup's
+/// `LUKS2_hdr_write` erases unused digests the same way).
+pub fn commit(dev: &dyn BlockDevice, h: &mut Luks2Header) -> Result<(), LuksError> {
+    h.metadata
+        .digests
+        .retain(|_, d| !(d.keyslots.is_empty() && d.segments.is_empty()));
+    h.write(dev)
+}
+
+fn keyed(seg: &Segment, key: &[u8]) -> Result<Keyed, LuksError> {
+    let spec =
+        CipherSpec::parse(&seg.encryption).map_err(|e| LuksError::Unsupported(e.to_string()))?;
+    Ok(Keyed {
+        cipher: new_sector_cipher(&spec, key).map_err(|e| LuksError::Unsupported(e.to_string()))?,
+        sector_size: seg.sector_size as usize,
+        iv_base: seg.iv_tweak,
+    })
+}
+
+/// A reencryption under way: the devices, the header, both keys as ciphers.
+pub struct Run<'a> {
+    /// The header device.
+    pub hdr_dev: &'a dyn BlockDevice,
+    /// The data device (the header device unless the header is detached).
+    pub data_dev: &'a dyn BlockDevice,
+    /// The header.
+    pub h: &'a mut Luks2Header,
+    /// The state read when the run began.
+    pub st: State,
+    /// Both ends.
+    pub ends: Ends,
+    /// The old key.
+    pub old: Keyed,
+    /// The new key.
+    pub new: Keyed,
+    /// Byte offset of the data on the data device.
+    pub data_offset: u64,
+    /// The data mapped in memory around the hotzone, when the data device is a file.
+    window: Option<super::mapped::Mapped>,
+}
+
+impl<'a> Run<'a> {
+    /// Check the reencryption metadata with both keys and set up a run.
+    pub fn new(
+        hdr_dev: &'a dyn BlockDevice,
+        data_dev: &'a dyn BlockDevice,
+        h: &'a mut Luks2Header,
+        keys: &Keys,
+    ) -> Result<Run<'a>, LuksError> {
+        let st = State::read(&h.metadata)?.ok_or_else(|| {
+            LuksError::Invalid("Device not marked for LUKS2 reencryption.".into())
+        })?;
+        verify::check(&h.metadata, &st, Some(&keys.old), Some(&keys.new))?;
+        if st.mode != Mode::Reencrypt || !st.forward {
+            return Err(LuksError::Unsupported(format!(
+                "resuming a {} reencryption ({}); dmkit resumes forward re-keying only",
+                st.mode.word(),
+                if st.forward { "forward" } else { "backward" }
+            )));
+        }
+        let m = &h.metadata;
+        let last = &m.segments[&st.last];
+        let data_offset = last.offset;
+        let device_size = data_dev
+            .size()
+            .checked_sub(data_offset)
+            .filter(|&s| s > 0)
+            .ok_or_else(|| {
+                LuksError::Invalid(format!("Device {} is too small.", data_dev.name()))
+            })?;
+        let ends = Ends::read(m, &st, device_size).ok_or_else(|| {
+            LuksError::Invalid("reencryption metadata: backup segments without digests".into())
+        })?;
+        let old = keyed(&ends.previous, &keys.old)?;
+        let new = keyed(&ends.last, &keys.new)?;
+        Ok(Run {
+            hdr_dev,
+            data_dev,
+            h,
+            st,
+            ends,
+            old,
+            new,
+            data_offset,
+            window: None,
+        })
+    }
+
+    /// Bytes of data.
+    pub fn device_size(&self) -> u64 {
+        self.ends.device_size
+    }
+
+    /// Where the next hotzone starts, from a clean (not crashed) header: the size of the
+    /// new-key segment in front, or 0 (`_offset_forward`). `None` when the only segment
+    /// already uses the new key: the loop ended but teardown did not.
+    fn resume_offset(&self) -> Result<Option<u64>, LuksError> {
+        let m = &self.h.metadata;
+        let regular: Vec<(&u32, &Segment)> = m
+            .segments
+            .iter()
+            .filter(|(_, s)| !s.flags.iter().any(|f| f.starts_with("backup-")))
+            .collect();
+        match regular.as_slice() {
+            [(id, _)] => {
+                let d = m.segment_digest(**id).map(|(i, _)| i);
+                let finished = d == Some(self.ends.digest_new) && d != Some(self.ends.digest_old);
+                Ok((!finished).then_some(0))
+            }
+            [(_, first), _] => first.size.filter(|&s| s > 0).map(Some).ok_or_else(|| {
+                LuksError::Invalid("reencryption metadata: bad first segment size".into())
+            }),
+            _ => Err(LuksError::Invalid(format!(
+                "reencryption metadata: {} data segments",
+                regular.len()
+            ))),
+        }
+    }
+
+    /// The hotzone alignment: the checksum block, or the largest of the I/O block and both
+    /// sector sizes (`reencrypt_get_alignment`).
+    fn alignment(&self, io_block: u64) -> u64 {
+        match &self.st.resilience {
+            Resilience::Checksum { block, .. } => u64::from(*block),
+            _ => io_block
+                .max(self.old.sector_size as u64)
+                .max(self.new.sector_size as u64)
+                .max(512),
+        }
+    }
+
+    /// Run to the end (or until `progress` returns `false`).
+    pub fn run(
+        mut self,
+        opts: &RunOptions,
+        progress: &mut dyn FnMut(Progress) -> bool,
+    ) -> Result<RunOutcome, LuksError> {
+        let size = self.device_size();
+        let mut offset = match self.st.in_reencryption {
+            Some(r) => {
+                let seg = self.h.metadata.segments.get(&r).cloned().ok_or_else(|| {
+                    LuksError::Invalid(format!("reencryption metadata: no segment {r}"))
+                })?;
+                let devices = recover::Devices {
+                    hdr_dev: self.hdr_dev,
+                    data_dev: self.data_dev,
+                    resilience: &self.st.resilience,
+                    area: self.st.area,
+                    data_offset: self.data_offset,
+                    device_size: size,
+                    old: &self.old,
+                    new: &self.new,
+                };
+                let done = recover::hotzone(&devices, &seg)?;
+                if done >= size {
+                    self.teardown()?;
+                    progress(Progress { size, done: size });
+                    return Ok(RunOutcome::Finished);
+                }
+                self.ends
+                    .install(&mut self.h.metadata, self.ends.post(done), None);
+                commit(self.hdr_dev, self.h)?;
+                done
+            }
+            None => match self.resume_offset()? {
+                Some(o) => o,
+                None => {
+                    self.teardown()?;
+                    progress(Progress { size, done: size });
+                    return Ok(RunOutcome::Finished);
+                }
+            },
+        };
+        let alignment = self.alignment(opts.io_block);
+        if let Some(m) = opts.max_hotzone {
+            if m % alignment != 0 {
+                return Err(LuksError::Invalid(format!(
+                    "Hotzone size must be multiple of calculated zone alignment ({alignment} bytes)."
+                )));
+            }
+        }
+        let max = area::hotzone_length(
+            &self.st.resilience,
+            self.st.area.1,
+            opts.max_hotzone,
+            alignment,
+        )?;
+        // Re-keyed in place, piece by piece: between hotzones the buffer holds ciphertext only,
+        // so it needs no wiping (a 1 GiB wipe would cost as much as a hotzone's crypto).
+        let mut buf = vec![0u8; max.min(size - offset) as usize];
+        let mut outcome = RunOutcome::Finished;
+        let result = (|| {
+            while offset < size {
+                if !progress(Progress { size, done: offset }) {
+                    outcome = RunOutcome::Stopped;
+                    break;
+                }
+                let length = max.min(size - offset);
+                self.step(&mut buf[..length as usize], offset)?;
+                offset += length;
+            }
+            Ok::<(), LuksError>(())
+        })();
+        drop(buf);
+        result?;
+        if self.st.resilience == Resilience::None {
+            // The one header write of a run without resilience, after the data it describes
+            // is durable (cryptsetup does not flush the data here; a detached header could
+            // then claim more than the disk holds).
+            self.data_dev.flush()?;
+            commit(self.hdr_dev, self.h)?;
+        }
+        if outcome == RunOutcome::Finished {
+            progress(Progress { size, done: size });
+            self.teardown()?;
+        }
+        Ok(outcome)
+    }
+
+    /// One hotzone, `buf.len()` bytes at `offset`, in cryptsetup's commit order. Reads,
+    /// hashing, journal writes, re-keying and data writes each run on all cores, piece by
+    /// piece; the header commits between them keep the order.
+    fn step(&mut self, buf: &mut [u8], offset: u64) -> Result<(), LuksError> {
+        let length = buf.len() as u64;
+        let (segs, rseg) = self.ends.hot(offset, length);
+        self.ends.install(&mut self.h.metadata, segs, Some(rseg));
+        let at = self.data_offset + offset;
+        if !self.window.as_ref().is_some_and(|w| w.covers(at, length)) {
+            self.window = None;
+            let end = self.data_offset + self.ends.device_size;
+            let len = super::mapped::WINDOW.max(length).min(end - at);
+            self.window = super::mapped::Mapped::new(self.data_dev, at, len);
+        }
+        let mapped = self.window.is_some();
+        let mut window = self.window.take();
+        let buf: &mut [u8] = match &mut window {
+            Some(w) => w.range(at, length),
+            None => buf,
+        };
+        let area = self.st.area.0;
+        let (data_dev, hdr_dev) = (self.data_dev, self.hdr_dev);
+        let res = &self.st.resilience;
+        let unit = match res {
+            Resilience::Checksum { block, .. } => *block as usize,
+            _ => parallel::unit(Some(&self.old), Some(&self.new)),
+        };
+        let sums = parallel::pieces(buf, unit, |o, piece| {
+            if !mapped {
+                data_dev.read_at(piece, at + o as u64)?;
+            }
+            match res {
+                Resilience::Checksum { hash, block } => {
+                    parallel::block_hashes(piece, *block as usize, hash)
+                }
+                Resilience::Journal => {
+                    hdr_dev.write_at(piece, area + o as u64)?;
+                    Ok(Vec::new())
+                }
+                Resilience::None => Ok(Vec::new()),
+            }
+        })?;
+        let protected = *res != Resilience::None;
+        if protected {
+            if let Resilience::Checksum { .. } = res {
+                hdr_dev.write_at(&sums.concat(), area)?;
+            }
+            hdr_dev.flush()?;
+            commit(hdr_dev, self.h)?;
+        }
+        let (old, new) = (&self.old, &self.new);
+        parallel::pieces(buf, unit, |o, piece| {
+            parallel::rekey_piece(piece, offset + o as u64, Some(old), Some(new));
+            if !mapped {
+                data_dev.write_at(piece, at + o as u64)?;
+            }
+            Ok(())
+        })?;
+        if let Some(w) = window.as_mut().filter(|_| protected) {
+            w.sync(at, length)
+                .map_err(|e| LuksError::Invalid(format!("{}: {e}", data_dev.name())))?;
+        }
+        self.window = window;
+        if protected {
+            data_dev.flush()?;
+        }
+        let post = self.ends.post(offset + length);
+        self.ends.install(&mut self.h.metadata, post, None);
+        if protected {
+            commit(hdr_dev, self.h)?;
+        }
+        Ok(())
+    }
+
+    /// The end of a finished reencryption (`reencrypt_teardown_ok`): backup segments, the
+    /// requirement and the reencrypt keyslot dropped in one header write, then the keyslots
+    /// of the old key destroyed one by one. cryptsetup destroys the old keyslots first; a
+    /// crash between a keyslot's wipe and the header write after it then leaves a device in
+    /// reencryption whose old key can no longer be unlocked, which nothing can resume. In
+    /// this order every crash leaves a device that opens: in reencryption with both keys, or
+    /// finished with at most some old-key keyslots left unbound (and no data under that key).
+    fn teardown(self) -> Result<(), LuksError> {
+        let Run {
+            hdr_dev,
+            h,
+            st,
+            ends,
+            ..
+        } = self;
+        let m: &mut Metadata = &mut h.metadata;
+        m.segments
+            .retain(|_, s| !s.flags.iter().any(|f| f.starts_with("backup-")));
+        let live: Vec<u32> = m.segments.keys().copied().collect();
+        for d in m.digests.values_mut() {
+            d.segments.retain(|s| live.contains(s));
+        }
+        m.config
+            .requirements
+            .retain(|r| !r.starts_with("online-reencrypt"));
+        m.keyslots.remove(&st.keyslot);
+        for d in m.digests.values_mut() {
+            d.keyslots.retain(|&k| k != st.keyslot);
+        }
+        commit(hdr_dev, h)?;
+        let (off, len) = st.area;
+        keyslot::wipe(hdr_dev, off, len)?;
+        if ends.digest_old == ends.digest_new {
+            return Ok(());
+        }
+        let old_slots: Vec<u32> = h
+            .metadata
+            .digests
+            .get(&ends.digest_old)
+            .map(|d| d.keyslots.clone())
+            .unwrap_or_default();
+        for id in old_slots {
+            destroy_keyslot(hdr_dev, h, id)?;
+        }
+        Ok(())
+    }
+}
+
+/// Wipe keyslot `id`'s area, then drop it (and every reference to it) from the header, and
+/// digests left bound to nothing with it (`crypt_keyslot_destroy`).
+fn destroy_keyslot(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), LuksError> {
+    let Some(k) = h.metadata.keyslots.get(&id) else {
+        return Ok(());
+    };
+    let (off, len) = (k.area.offset, k.area.size);
+    if off.saturating_add(len) <= dev.size() {
+        keyslot::wipe(dev, off, len)?;
+    }
+    keyslot::forget(h, id);
+    commit(dev, h)
+}

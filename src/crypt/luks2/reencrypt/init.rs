@@ -1,0 +1,270 @@
+//! Putting a LUKS2 device into reencryption (`reencrypt_init` and the keyslot part of
+//! cryptsetup's `reencrypt_luks2_init`): a new volume key in new keyslots bound to no segment
+//! (one per old keyslot whose passphrase is given), then, in one header write, the backup
+//! segments, the reencrypt keyslot, its digest and the requirement flag. Until that write
+//! the device is an ordinary LUKS2 device with extra keyslots; after it, it is in
+//! reencryption with nothing of its data changed yet.
+
+use super::area;
+use super::engine::commit;
+use super::layout::{crypt, flagged};
+use super::state::{Mode, Resilience, State};
+use super::verify;
+use crate::block::BlockDevice;
+use crate::crypt::cipher::{random_key, CipherSpec};
+use crate::crypt::luks::kdf::Kdf;
+use crate::crypt::luks::{LuksError, MAX_KEYSLOTS};
+use crate::crypt::luks2::header::Luks2Header;
+use crate::crypt::luks2::keyslot::{self, PbkdfKind, PbkdfParams};
+use crate::crypt::luks2::{activate, digest};
+
+/// What the reencryption changes to, and how it is protected.
+#[derive(Debug, Clone)]
+pub struct InitParams {
+    /// The new data cipher ("aes-xts-plain64").
+    pub cipher: String,
+    /// The new volume key's size, bytes.
+    pub key_size: usize,
+    /// The new encryption sector size.
+    pub sector_size: u32,
+    /// Resilience: a checksum's block size is chosen here (the alignment), whatever is given.
+    pub resilience: Resilience,
+    /// KDF of the new keyslots; `None` copies each old keyslot's (cryptsetup's default).
+    pub pbkdf: Option<PbkdfParams>,
+    /// The data device's I/O block, bytes (cryptsetup aligns hotzones to it).
+    pub io_block: u64,
+    /// Hash of the digests (cryptsetup's `--hash`, "sha256").
+    pub hash: String,
+    /// Benchmark the digests' PBKDF2 iterations (false when KDF iterations are forced, as
+    /// cryptsetup does).
+    pub benchmark_digest: bool,
+}
+
+/// An old keyslot whose passphrase also protects the new key.
+pub struct NewKeyslot<'a> {
+    /// The old keyslot.
+    pub old: u32,
+    /// Its passphrase.
+    pub passphrase: &'a [u8],
+}
+
+/// The KDF of a new keyslot that copies `kdf` without a benchmark.
+fn copy_kdf(kdf: &Kdf, hash: &str) -> PbkdfParams {
+    match kdf {
+        Kdf::Pbkdf2 {
+            hash: h,
+            iterations,
+            ..
+        } => PbkdfParams {
+            kind: PbkdfKind::Pbkdf2,
+            hash: h.clone(),
+            force_iterations: Some(*iterations),
+            ..PbkdfParams::default()
+        },
+        Kdf::Argon2 {
+            variant,
+            time,
+            memory,
+            cpus,
+            ..
+        } => PbkdfParams {
+            kind: match variant {
+                crate::crypt::luks::kdf::Argon2Variant::I => PbkdfKind::Argon2i,
+                crate::crypt::luks::kdf::Argon2Variant::Id => PbkdfKind::Argon2id,
+            },
+            hash: hash.to_string(),
+            force_iterations: Some(*time),
+            memory_kib: *memory,
+            parallel: *cpus,
+            ..PbkdfParams::default()
+        },
+    }
+}
+
+/// Start reencrypting the device whose header `h` is on `dev` and whose data lives on a
+/// device of `data_size` bytes: add the new keyslots for `slots`, then write the reencryption
+/// metadata. Returns the reencrypt keyslot. Nothing is written when a check fails; keyslots
+/// added before a later failure are removed again.
+pub fn init(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    data_size: u64,
+    slots: &[NewKeyslot<'_>],
+    p: &InitParams,
+) -> Result<u32, LuksError> {
+    let invalid = |s: String| LuksError::Invalid(s);
+    if State::read(&h.metadata)?.is_some() {
+        return Err(invalid(
+            "LUKS2 reencryption already initialized in metadata.".into(),
+        ));
+    }
+    activate::check_requirements(h, dev.name())?;
+    let seg0 = match (h.metadata.segments.len(), h.metadata.segments.get(&0)) {
+        (1, Some(s)) if s.kind == "crypt" => s.clone(),
+        _ => {
+            return Err(LuksError::Unsupported(
+                "reencryption of a device whose data is not one crypt segment".into(),
+            ))
+        }
+    };
+    if seg0.integrity_type().is_some() {
+        return Err(invalid(
+            "Reencryption of device with integrity profile is not supported.".into(),
+        ));
+    }
+    let spec = CipherSpec::parse(&p.cipher).map_err(|e| {
+        invalid(format!(
+            "Unable to use cipher specification {}: {e}",
+            p.cipher
+        ))
+    })?;
+    spec.check_key_size(p.key_size)
+        .map_err(|e| invalid(format!("--key-size: {e}")))?;
+    if !(512..=4096).contains(&p.sector_size) || !p.sector_size.is_power_of_two() {
+        return Err(invalid("Unsupported encryption sector size.".into()));
+    }
+    let larger = p.sector_size.max(seg0.sector_size) as u64;
+    let data = data_size.saturating_sub(seg0.offset);
+    if data == 0 || data % larger != 0 {
+        return Err(invalid(format!(
+            "Data device is not aligned to encryption sector size ({larger} bytes)."
+        )));
+    }
+    if slots.is_empty() {
+        return Err(invalid("no keyslot to reencrypt".into()));
+    }
+    let free = (0..MAX_KEYSLOTS)
+        .filter(|i| !h.metadata.keyslots.contains_key(i))
+        .count();
+    if free < slots.len() + 1 {
+        return Err(invalid("Not enough free keyslots for reencryption.".into()));
+    }
+    // Every given passphrase must open its keyslot, and all to the data segment's key.
+    let mut old_key = None;
+    for s in slots {
+        let (_, k) = keyslot::unlock(dev, h, s.passphrase, Some(s.old), keyslot::Segment::Default)?;
+        old_key.get_or_insert(k);
+    }
+    let old_key = old_key.expect("slots is not empty");
+    let digest_old = h
+        .metadata
+        .segment_digest(0)
+        .map(|(i, _)| i)
+        .ok_or_else(|| invalid("no digest for segment 0".into()))?;
+    let new_key = random_key(p.key_size).map_err(|e| LuksError::Crypto(e.to_string()))?;
+    let mut nd = digest::create(&new_key, &p.hash, p.benchmark_digest)?;
+    nd.segments.clear();
+    let digest_new = (0..MAX_KEYSLOTS)
+        .find(|i| !h.metadata.digests.contains_key(i))
+        .ok_or_else(|| invalid("no free digest id".into()))?;
+    h.metadata.digests.insert(digest_new, nd);
+    let mut added = Vec::new();
+    let result = (|| {
+        for s in slots {
+            let params = match &p.pbkdf {
+                Some(x) => x.clone(),
+                None => match h.metadata.keyslots.get(&s.old).and_then(|k| k.kdf.as_ref()) {
+                    Some(kdf) => copy_kdf(kdf, &p.hash),
+                    None => PbkdfParams::default(),
+                },
+            };
+            let id = keyslot::add(
+                dev,
+                h,
+                &new_key,
+                s.passphrase,
+                &params,
+                None,
+                Some(digest_new),
+            )?;
+            added.push(id);
+        }
+        write_metadata(dev, h, &seg0, digest_old, digest_new, &old_key, &new_key, p)
+    })();
+    if result.is_err() {
+        // Back to an ordinary device: the keyslots of a key no segment will use go.
+        for id in added {
+            let _ = keyslot::kill(dev, h, id);
+        }
+    }
+    result
+}
+
+#[allow(clippy::too_many_arguments)]
+fn write_metadata(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    seg0: &crate::crypt::luks2::json::Segment,
+    digest_old: u32,
+    digest_new: u32,
+    old_key: &[u8],
+    new_key: &[u8],
+    p: &InitParams,
+) -> Result<u32, LuksError> {
+    let mut next = h.clone();
+    let m = &mut next.metadata;
+    let first = m.segments.len() as u32;
+    m.segments.insert(first, flagged(seg0, "backup-previous"));
+    m.segments.insert(
+        first + 1,
+        crypt(
+            seg0.offset,
+            None,
+            0,
+            &p.cipher,
+            p.sector_size,
+            &["backup-final"],
+        ),
+    );
+    for (id, d) in [(digest_old, first), (digest_new, first + 1)] {
+        if let Some(x) = m.digests.get_mut(&id) {
+            x.segments.push(d);
+        }
+    }
+    let alignment = p
+        .io_block
+        .max(u64::from(seg0.sector_size))
+        .max(u64::from(p.sector_size))
+        .max(512);
+    let resilience = match &p.resilience {
+        Resilience::Checksum { hash, .. } => {
+            let size = crate::crypt::luks::af::message_digest(hash)
+                .map_err(|_| {
+                    LuksError::Invalid(format!("Hash algorithm {hash} is not available."))
+                })?
+                .size();
+            if hash.is_empty() || hash.len() > 31 || size == 0 {
+                return Err(LuksError::Invalid(format!(
+                    "Hash algorithm {hash} is not available."
+                )));
+            }
+            Resilience::Checksum {
+                hash: hash.clone(),
+                block: alignment as u32,
+            }
+        }
+        other => other.clone(),
+    };
+    let gap = area::max_gap(&next)
+        .ok_or_else(|| LuksError::Invalid("Not enough space in header keyslot area.".into()))?;
+    let ks = (0..MAX_KEYSLOTS)
+        .find(|i| !next.metadata.keyslots.contains_key(i))
+        .ok_or_else(|| LuksError::Invalid("All key slots full.".into()))?;
+    let m = &mut next.metadata;
+    m.keyslots
+        .insert(ks, area::keyslot(Mode::Reencrypt, &resilience, gap));
+    m.config.requirements = vec![format!("online-reencrypt-v{}", super::REQ_VERSION)];
+    let st = State::read(m)?.ok_or_else(|| LuksError::Invalid("reencryption state lost".into()))?;
+    verify::create(
+        m,
+        &st,
+        Some(old_key),
+        Some(new_key),
+        &p.hash,
+        p.benchmark_digest,
+    )?;
+    // The only header write of the initialization: the device is in reencryption from here.
+    commit(dev, &mut next)?;
+    *h = next;
+    Ok(ks)
+}

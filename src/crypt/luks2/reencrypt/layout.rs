@@ -1,0 +1,175 @@
+//! The segments of a device in reencryption, as cryptsetup computes them for a forward
+//! reencryption (`reencrypt_make_hot_segments_forward`, `..._post_segments_forward`,
+//! `reencrypt_assign_segments`): before a hotzone is written, the hotzone is a segment of its
+//! own flagged `in-reencryption` (bound to both keys); after, it joins the new-key segment in
+//! front of it. The backup segments follow with the next free ids.
+
+use super::state::{Mode, State};
+use crate::crypt::luks2::json::{Metadata, Segment};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// A `crypt` segment as cryptsetup creates one (`json_segment_create_crypt`).
+pub fn crypt(
+    offset: u64,
+    size: Option<u64>,
+    iv_tweak: u64,
+    cipher: &str,
+    sector_size: u32,
+    flags: &[&str],
+) -> Segment {
+    let mut raw = Map::new();
+    if !flags.is_empty() {
+        raw.insert("flags".into(), Value::from(flags.to_vec()));
+    }
+    Segment {
+        kind: "crypt".into(),
+        offset,
+        size,
+        iv_tweak,
+        encryption: cipher.into(),
+        sector_size,
+        flags: flags.iter().map(|f| f.to_string()).collect(),
+        raw,
+        problem: None,
+    }
+}
+
+/// `seg` with `flag` added (`LUKS2_segment_set_flag`).
+pub fn flagged(seg: &Segment, flag: &str) -> Segment {
+    let mut s = seg.clone();
+    s.flags.push(flag.into());
+    s.raw.insert("flags".into(), Value::from(s.flags.clone()));
+    s
+}
+
+/// The two ends of a reencryption: the device as it was and as it will be.
+pub struct Ends {
+    /// The `backup-previous` segment.
+    pub previous: Segment,
+    /// The `backup-final` segment.
+    pub last: Segment,
+    /// Digest of the old key.
+    pub digest_old: u32,
+    /// Digest of the new key.
+    pub digest_new: u32,
+    /// Bytes of data the segments cover (to the device's end).
+    pub device_size: u64,
+}
+
+impl Ends {
+    /// The ends recorded in `m`.
+    pub fn read(m: &Metadata, st: &State, device_size: u64) -> Option<Ends> {
+        if st.mode != Mode::Reencrypt || !st.forward {
+            return None;
+        }
+        Some(Ends {
+            previous: m.segments.get(&st.previous)?.clone(),
+            last: m.segments.get(&st.last)?.clone(),
+            digest_old: st.digest_old?,
+            digest_new: st.digest_new?,
+            device_size,
+        })
+    }
+
+    /// The part from byte `offset` on (`size` bytes, or to the end) of `end`, a backup
+    /// segment: its cipher and sector size, its IVs.
+    fn part(end: &Segment, offset: u64, size: Option<u64>, flags: &[&str]) -> Segment {
+        crypt(
+            end.offset + offset,
+            size,
+            end.iv_tweak + (offset >> 9),
+            &end.encryption,
+            end.sector_size,
+            flags,
+        )
+    }
+
+    fn new_seg(&self, offset: u64, size: Option<u64>, flags: &[&str]) -> Segment {
+        Self::part(&self.last, offset, size, flags)
+    }
+
+    fn old_seg(&self, offset: u64) -> Segment {
+        Self::part(&self.previous, offset, None, &[])
+    }
+
+    /// The segments while the hotzone `offset..offset + length` is rewritten, and the id of
+    /// the one in reencryption.
+    pub fn hot(&self, offset: u64, length: u64) -> (BTreeMap<u32, Segment>, u32) {
+        let mut segs = BTreeMap::new();
+        if offset > 0 {
+            segs.insert(0, self.new_seg(0, Some(offset), &[]));
+        }
+        let rseg = segs.len() as u32;
+        segs.insert(
+            rseg,
+            self.new_seg(offset, Some(length), &["in-reencryption"]),
+        );
+        if offset + length < self.device_size {
+            segs.insert(rseg + 1, self.old_seg(offset + length));
+        }
+        (segs, rseg)
+    }
+
+    /// The segments once `0..done` is rewritten.
+    pub fn post(&self, done: u64) -> BTreeMap<u32, Segment> {
+        let mut segs = BTreeMap::new();
+        let rest = done < self.device_size;
+        segs.insert(0, self.new_seg(0, rest.then_some(done), &[]));
+        if rest {
+            segs.insert(1, self.old_seg(done));
+        }
+        segs
+    }
+
+    /// Make `segs` the header's segments, the backups after them, and bind each to its key's
+    /// digest as cryptsetup does. `rseg` is the segment in reencryption, if any.
+    pub fn install(&self, m: &mut Metadata, segs: BTreeMap<u32, Segment>, rseg: Option<u32>) {
+        for d in m.digests.values_mut() {
+            d.segments.clear();
+        }
+        let count = segs.len() as u32;
+        let bind = |m: &mut Metadata, seg: u32, digest: u32| {
+            if let Some(d) = m.digests.get_mut(&digest) {
+                if !d.segments.contains(&seg) {
+                    d.segments.push(seg);
+                }
+            }
+        };
+        m.segments = segs;
+        match rseg {
+            Some(r) => {
+                bind(m, r, self.digest_new);
+                bind(m, r, self.digest_old);
+                if r > 0 {
+                    bind(m, 0, self.digest_new);
+                }
+                if count > r + 1 {
+                    bind(m, r + 1, self.digest_old);
+                }
+            }
+            None => {
+                bind(m, 0, self.digest_new);
+                if count > 1 {
+                    bind(m, 1, self.digest_old);
+                }
+            }
+        }
+        let prev = m.segments.len() as u32;
+        m.segments
+            .insert(prev, flagged_as(&self.previous, "backup-previous"));
+        bind(m, prev, self.digest_old);
+        m.segments
+            .insert(prev + 1, flagged_as(&self.last, "backup-final"));
+        bind(m, prev + 1, self.digest_new);
+    }
+}
+
+/// A backup segment as stored: the flag exactly once.
+fn flagged_as(seg: &Segment, flag: &str) -> Segment {
+    if seg.flags.iter().any(|f| f == flag) {
+        seg.clone()
+    } else {
+        flagged(seg, flag)
+    }
+}

@@ -1,0 +1,42 @@
+//! Offline LUKS2 reencryption with cryptsetup 2.6's on-disk metadata, so that either tool
+//! resumes what the other started (`lib/luks2/luks2_reencrypt*.c`).
+//!
+//! While a device is reencrypted its header carries:
+//! - the requirement `online-reencrypt-v2` in `config.requirements.mandatory` (older tools
+//!   refuse the device);
+//! - a `reencrypt` keyslot: `mode`, `direction` and an area in the keyslots area that protects
+//!   the hotzone (the range being rewritten): per-block hashes of its old ciphertext
+//!   (`checksum`), a copy of it (`journal`), or nothing (`none`);
+//! - the data segments as they are (new key before the hotzone, old key after it), plus two
+//!   backup segments flagged `backup-previous` and `backup-final` that describe the device
+//!   before and after;
+//! - a digest bound to the reencrypt keyslot over both volume keys, the keyslot's parameters
+//!   and the backup segments (`verify`): metadata changed without the keys is refused.
+//!
+//! Every hotzone is committed in cryptsetup's order ([`engine`]): the segments with the
+//! hotzone flagged `in-reencryption` and its protection are written first, then the data,
+//! then the segments that say the hotzone is done. A crash leaves either state, and
+//! `recover` finishes a hotzone left `in-reencryption` with cryptsetup's rules.
+
+mod area;
+pub mod engine;
+mod init;
+mod layout;
+mod mapped;
+mod parallel;
+mod recover;
+mod state;
+#[cfg(test)]
+mod tests;
+mod verify;
+
+pub use engine::{Progress, RunOptions, RunOutcome};
+pub use init::{init, InitParams, NewKeyslot};
+pub use state::{Mode, Resilience, State};
+
+/// cryptsetup's largest hotzone (`LUKS2_REENCRYPT_MAX_HOTZONE_LENGTH`, 1 GiB).
+pub const MAX_HOTZONE: u64 = 1 << 30;
+/// cryptsetup's hotzone without resilience when none is asked for (20 MiB).
+pub const DEFAULT_NONE_HOTZONE: u64 = 0x140_0000;
+/// The requirement version cryptsetup 2.6 writes for reencryption (`LUKS2_REENCRYPT_REQ_VERSION`).
+pub const REQ_VERSION: u8 = 2;
