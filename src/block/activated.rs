@@ -27,4 +27,7 @@ pub struct Activated {
     pub claims: Vec<Claim>,
     /// Whether discards are passed down (`--allow-discards`, or the volume's persistent flag).
     pub allow_discards: bool,
+    /// What the server may ask of the volume while it is open (resize, suspend, resume,
+    /// refresh); `None` for volumes that support none of it.
+    pub online: Option<Arc<dyn super::online::Online>>,
 }

@@ -174,6 +174,33 @@ impl Claim {
         Ok(Claim { _file: dup, info })
     }
 
+    /// The claim of `len` bytes from the same start instead (a resized mapping), taken on the
+    /// same open file description so that it never conflicts with this one; what this one
+    /// covered beyond the new end is released.
+    pub fn retake(&self, len: u64) -> Result<Claim, ClaimError> {
+        let i = &self.info;
+        let new = Claim::take(&self._file, &i.path, i.start, len, i.exclusive)?;
+        let new_end = i.start.saturating_add(len);
+        let old_end = if i.len == 0 {
+            0
+        } else {
+            i.start.saturating_add(i.len)
+        };
+        if len != 0 && (old_end == 0 || old_end > new_end) {
+            let fl = libc::flock {
+                l_type: libc::F_UNLCK as libc::c_short,
+                l_whence: libc::SEEK_SET as libc::c_short,
+                l_start: libc::off_t::try_from(new_end).unwrap_or(libc::off_t::MAX),
+                l_len: libc::off_t::try_from(old_end.saturating_sub(new_end)).unwrap_or(0),
+                l_pid: 0,
+            };
+            // SAFETY: fcntl(2) F_OFD_SETLK reads a `struct flock` that outlives the call, on
+            // a descriptor we own. An unlock that fails leaves a larger claim: harmless.
+            unsafe { libc::fcntl(new._file.as_raw_fd(), libc::F_OFD_SETLK, &fl) };
+        }
+        Ok(new)
+    }
+
     /// What this claim covers.
     pub fn info(&self) -> &ClaimInfo {
         &self.info

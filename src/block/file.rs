@@ -52,6 +52,19 @@ impl FileDevice {
         })
     }
 
+    /// The same open file (one open file description: its claims are this one's), with its
+    /// size as it is now (the file or block device may have grown or shrunk since).
+    pub fn reopened(&self) -> io::Result<FileDevice> {
+        let file = self.file.try_clone()?;
+        let size = file_size(&file)?;
+        Ok(FileDevice {
+            name: self.name.clone(),
+            file,
+            size,
+            read_only: self.read_only,
+        })
+    }
+
     /// The open file.
     pub fn file(&self) -> &File {
         &self.file

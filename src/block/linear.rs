@@ -91,5 +91,6 @@ pub fn activate(path: &Path, o: &LinearOptions) -> Result<Activated, LinearError
         stats: None,
         claims: vec![claim],
         allow_discards: o.allow_discards,
+        online: None,
     })
 }

@@ -11,6 +11,7 @@ mod faulty;
 mod file;
 pub mod linear;
 mod memory;
+pub mod online;
 pub mod open;
 pub mod signature;
 mod window;

@@ -371,7 +371,13 @@ fn human(v: &Value) -> String {
     } else {
         "read/write"
     };
-    rows.add("mode", mode);
+    // cryptsetup's words for a suspended device.
+    let suspended = if v["suspended"].as_bool() == Some(true) {
+        " (suspended)"
+    } else {
+        ""
+    };
+    rows.add("mode", format!("{mode}{suspended}"));
     if v["allow_discards"].as_bool() == Some(true) {
         rows.add("flags", "discards");
     }

@@ -65,6 +65,18 @@ pub enum LuksCommand {
     Config(super::luks_admin::ConfigArgs),
     /// Add, remove, import or export LUKS2 tokens (like `cryptsetup token`).
     Token(super::luks_admin::TokenArgs),
+    /// Grow or shrink an open device (like `cryptsetup resize`; plain devices too).
+    Resize(super::luks_online::ResizeArgs),
+    /// Wipe the volume key of an open device from memory and hold its I/O (like
+    /// `cryptsetup luksSuspend`).
+    #[command(alias = "luksSuspend")]
+    Suspend(super::luks_online::SuspendArgs),
+    /// Unlock a suspended device again and let its I/O through (like `cryptsetup luksResume`).
+    #[command(alias = "luksResume")]
+    Resume(super::luks_online::ResumeArgs),
+    /// Re-read the header and re-apply the activation flags of an open device (like
+    /// `cryptsetup refresh`).
+    Refresh(super::luks_online::RefreshArgs),
     /// Re-key a LUKS2 device or change its cipher, offline and resumable by cryptsetup (like
     /// `cryptsetup reencrypt --force-offline-reencrypt`).
     Reencrypt(super::luks_reencrypt::ReencryptArgs),
@@ -226,6 +238,10 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Erase(a) => super::luks_admin::erase(a),
         LuksCommand::Config(a) => super::luks_admin::config(a),
         LuksCommand::Token(a) => super::luks_admin::token(a),
+        LuksCommand::Resize(a) => super::luks_online::resize(a),
+        LuksCommand::Suspend(a) => super::luks_online::suspend(a),
+        LuksCommand::Resume(a) => super::luks_online::resume(a),
+        LuksCommand::Refresh(a) => super::luks_online::refresh(a),
         LuksCommand::Reencrypt(a) => super::luks_reencrypt::reencrypt(a),
     }
 }

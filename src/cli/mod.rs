@@ -19,6 +19,7 @@ mod linear;
 mod luks;
 mod luks_admin;
 mod luks_compat;
+mod luks_online;
 mod luks_reencrypt;
 mod luks_slots;
 mod nbd;
@@ -194,6 +195,10 @@ fn cryptsetup_name(command: &str) -> Option<&'static [&'static str]> {
         ("luksErase", &["luks", "erase"]),
         ("config", &["luks", "config"]),
         ("token", &["luks", "token"]),
+        ("resize", &["luks", "resize"]),
+        ("luksSuspend", &["luks", "suspend"]),
+        ("luksResume", &["luks", "resume"]),
+        ("refresh", &["luks", "refresh"]),
         ("reencrypt", &["luks", "reencrypt"]),
     ];
     NAMES.iter().find(|(n, _)| *n == command).map(|(_, w)| *w)

@@ -19,9 +19,10 @@
 //! # }
 //! ```
 
+use crate::block::online::{Online, OnlineError, RefreshFlags, Unlock};
 use crate::block::{Activated, BlockDevice, Claim, ClaimError, OpenError};
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
-use crate::crypt::target::{CryptDevice, CryptParams};
+use crate::crypt::target::{CryptDevice, CryptParams, ServedCrypt};
 use serde_json::json;
 use std::path::Path;
 use std::sync::Arc;
@@ -159,7 +160,10 @@ impl PlainVolume {
             allow_discards: p.allow_discards,
             read_only: p.read_only,
         };
-        let crypt = CryptDevice::new(Arc::new(dev), cipher, params)
+        let dup = dev.reopened().map_err(|e| {
+            PlainError::Invalid(format!("{}: cannot reopen: {e}", device.display()))
+        })?;
+        let crypt = CryptDevice::new(Arc::new(dup), cipher, params)
             .map_err(|e| PlainError::Invalid(format!("{}: {e}", device.display())))?;
         let implementation = crypt.cipher_implementation();
         let stats = crypt.stats();
@@ -174,14 +178,54 @@ impl PlainVolume {
             "iv_large_sectors": p.iv_large_sectors,
             "implementation": implementation,
         });
+        let served = ServedCrypt::new(crypt, dev, &claim)?;
+        let device = served.device();
         Ok(Activated {
             name: name.to_string(),
-            device: Arc::new(crypt),
+            device,
             kind: "crypt".to_string(),
             details,
             stats: Some(Arc::new(move || stats.to_json())),
             claims: vec![claim],
             allow_discards: p.allow_discards,
+            online: Some(Arc::new(PlainOnline(served))),
         })
+    }
+}
+
+/// A plain volume open online: it can be resized (cryptsetup `resize` works on plain
+/// devices); suspend, resume and refresh are LUKS verbs.
+struct PlainOnline(ServedCrypt);
+
+impl PlainOnline {
+    fn luks_only<T>(&self) -> Result<T, OnlineError> {
+        Err(OnlineError::invalid(format!(
+            "{}: This operation is supported only for LUKS device.",
+            self.0.params().name
+        )))
+    }
+}
+
+impl Online for PlainOnline {
+    fn resize(&self, sectors: Option<u64>) -> Result<u64, OnlineError> {
+        self.0.resize(sectors, None)
+    }
+    fn suspend(&self) -> Result<(), OnlineError> {
+        self.luks_only()
+    }
+    fn resume(&self, _: &Unlock) -> Result<(), OnlineError> {
+        self.luks_only()
+    }
+    fn refresh(&self, _: &Unlock, _: RefreshFlags) -> Result<(), OnlineError> {
+        self.luks_only()
+    }
+    fn suspended(&self) -> bool {
+        false
+    }
+    fn allow_discards(&self) -> bool {
+        self.0.params().allow_discards
+    }
+    fn closing(&self) {
+        self.0.close();
     }
 }

@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 const LOOP_CLR_FD: u64 = 0x4C01;
+const LOOP_SET_CAPACITY: u64 = 0x4C07;
 const LOOP_GET_STATUS64: u64 = 0x4C05;
 const LOOP_CONFIGURE: u64 = 0x4C0A;
 const LOOP_CTL_GET_FREE: u64 = 0x4C82;
@@ -193,6 +194,18 @@ fn status_flags(dev: &File) -> io::Result<u32> {
         return Err(io::Error::last_os_error());
     }
     Ok(info.lo_flags)
+}
+
+/// Make the loop device `dev` take the size its file has now (`LOOP_SET_CAPACITY`, after the
+/// served device was resized).
+pub fn set_capacity(dev: &Path) -> io::Result<()> {
+    let f = std::fs::File::open(dev)?;
+    // SAFETY: LOOP_SET_CAPACITY takes no argument.
+    let rc = unsafe { libc::ioctl(f.as_raw_fd(), LOOP_SET_CAPACITY as _, 0) };
+    if rc < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Detach the loop device at `dev` (`/dev/loopN`). Detaching one that is not attached is not

@@ -367,6 +367,7 @@ impl IntegrityVolume {
             stats: Some(Arc::new(move || stats.to_json())),
             claims: vec![claim],
             allow_discards: false,
+            online: None,
         })
     }
 }

@@ -378,6 +378,7 @@ impl VerityVolume {
             stats: Some(Arc::new(move || stats.to_json())),
             claims: self.claims,
             allow_discards: false,
+            online: None,
         })
     }
 }

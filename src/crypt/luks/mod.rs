@@ -37,6 +37,7 @@ pub mod hash;
 pub mod header;
 pub mod kdf;
 pub mod keyring;
+mod online;
 mod reencrypt;
 mod volume;
 

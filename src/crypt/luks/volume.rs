@@ -36,6 +36,11 @@ pub struct UnlockedKey {
 }
 
 impl UnlockedKey {
+    /// The volume key, for the activation that uses it (a resume in the serving process).
+    pub(super) fn volume_key(&self) -> &[u8] {
+        &self.key
+    }
+
     /// The keyslot that opened.
     pub fn slot(&self) -> u32 {
         self.slot
@@ -351,7 +356,25 @@ impl LuksVolume {
         let iopts = IntegrityActivation {
             no_journal: params.integrity_no_journal,
         };
-        let active = super::header::stack(&seg, Arc::new(data.dev), &key.key, &opts, &iopts)?;
+        // Without integrity, served through a gate its server can resize and suspend.
+        let (active, online) = match seg.integrity {
+            Some(_) => {
+                let s = super::header::stack(&seg, Arc::new(data.dev), &key.key, &opts, &iopts)?;
+                (s, None)
+            }
+            None => {
+                let src = super::online::Source {
+                    device: self.device.clone(),
+                    header: self.header_path.clone(),
+                    uuid: self.uuid().to_string(),
+                    params: params.clone(),
+                    fixed_size: super::online::fixed_size(&self.header),
+                };
+                let (s, o) =
+                    super::online::stack(src, &seg, data.dev, &data.claim, &key.key, &opts)?;
+                (s, Some(o))
+            }
+        };
         drop(key.key);
         let size = active.device.size();
         let mut details = self.status_details(&seg, size, key.slot);
@@ -371,6 +394,7 @@ impl LuksVolume {
             stats: Some(active.stats),
             claims: vec![data.claim],
             allow_discards: params.allow_discards || seg.allow_discards,
+            online,
         })
     }
 }
@@ -424,6 +448,8 @@ impl LuksVolume {
             stats: None,
             claims: vec![claim],
             allow_discards: opts.allow_discards || area.allow_discards,
+            // Two keys over moving segments: not resized or suspended while in reencryption.
+            online: None,
         })
     }
 }

@@ -95,7 +95,9 @@ impl CryptStats {
 /// A dm-crypt target.
 pub struct CryptDevice {
     lower: Arc<dyn BlockDevice>,
-    cipher: Box<dyn SectorCipher>,
+    /// Shared with the targets [`CryptDevice::reshaped`] makes from this one: the key
+    /// schedule is wiped when the last of them goes.
+    cipher: Arc<dyn SectorCipher>,
     p: CryptParams,
     /// log2(sector_size / 512).
     shift: u32,
@@ -115,6 +117,14 @@ impl CryptDevice {
     pub fn new(
         lower: Arc<dyn BlockDevice>,
         cipher: Box<dyn SectorCipher>,
+        p: CryptParams,
+    ) -> std::result::Result<CryptDevice, CryptError> {
+        Self::build(lower, Arc::from(cipher), p)
+    }
+
+    fn build(
+        lower: Arc<dyn BlockDevice>,
+        cipher: Arc<dyn SectorCipher>,
         p: CryptParams,
     ) -> std::result::Result<CryptDevice, CryptError> {
         let bad = |field: &'static str, reason: String| CryptError::Invalid {
@@ -179,6 +189,22 @@ impl CryptDevice {
             shift,
             stats: Arc::new(CryptStats::default()),
         })
+    }
+
+    /// The same target (same key, same counters) over `lower` with `size` bytes and discards
+    /// as `allow_discards` says: a table reload of dm-crypt that keeps its key (`resize`).
+    pub fn reshaped(
+        &self,
+        lower: Arc<dyn BlockDevice>,
+        size: u64,
+        allow_discards: bool,
+    ) -> std::result::Result<CryptDevice, CryptError> {
+        let mut p = self.p.clone();
+        p.size = size;
+        p.allow_discards = allow_discards;
+        let mut d = CryptDevice::build(lower, self.cipher.clone(), p)?;
+        d.stats = self.stats.clone();
+        Ok(d)
     }
 
     /// The parameters (with `read_only` set if the lower device is read-only).

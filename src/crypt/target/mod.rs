@@ -6,7 +6,9 @@
 mod aead_device;
 mod device;
 mod segment_map;
+mod served;
 
 pub use aead_device::{AeadCryptDevice, AeadStats};
 pub use device::{CryptDevice, CryptError, CryptParams, CryptStats};
 pub use segment_map::SegmentMap;
+pub use served::ServedCrypt;

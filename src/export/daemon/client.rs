@@ -1,6 +1,7 @@
 //! The commands that talk to running servers: `close` (now or deferred), `status`, and naming
 //! the holder of a claim.
 
+use super::control::{self, CloseHow, FailKind, Reply, Request};
 use super::namelock::NameLock;
 use super::rundir::{run_dir, validate_name, Paths, DEFAULT_RUN_DIR};
 use super::stale::{busy, cleanup_stale, loops_backed_by};
@@ -10,8 +11,8 @@ use crate::block::ClaimError;
 use crate::export::mountinfo::is_mounted;
 use serde_json::{json, Value};
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read};
-use std::os::fd::AsRawFd;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -21,6 +22,8 @@ use std::time::{Duration, Instant};
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long `close` waits for an unresponsive server to exit after SIGTERM before SIGKILL.
 const TERM_GRACE: Duration = Duration::from_secs(5);
+/// How long a resize, suspend, resume or refresh may take (a resume runs the keyslot's KDF).
+const ONLINE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// How `close` goes about it (cryptsetup's `close`, `close --deferred`,
 /// `close --cancel-deferred`).
@@ -47,34 +50,92 @@ pub enum Closed {
     CleanedUp,
 }
 
-/// Send one control command to a server and read its one-line JSON answer.
-fn request(sock: &Path, cmd: &str, timeout: Duration) -> io::Result<Value> {
-    let s = UnixStream::connect(sock)?;
+/// Send one request to a server and read its replies: progress frames go to `progress`, the
+/// final reply is returned. A request carrying a passphrase goes only to a server of our own
+/// user (or root), checked with `SO_PEERCRED`.
+fn call(
+    sock: &Path,
+    req: &Request,
+    timeout: Duration,
+    mut progress: impl FnMut(u64, u64),
+) -> io::Result<Reply> {
+    let mut s = UnixStream::connect(sock)?;
     s.set_read_timeout(Some(timeout))?;
     s.set_write_timeout(Some(timeout))?;
-    let line = format!("{cmd}\n");
-    // MSG_NOSIGNAL: a server that died between connect and send is an error, not a SIGPIPE
-    // (the command line leaves SIGPIPE at its default so that `| head` ends it quietly).
-    // SAFETY: send(2) from a buffer that outlives the call, on a connected socket we own.
-    let n = unsafe {
-        libc::send(
-            s.as_raw_fd(),
-            line.as_ptr().cast(),
-            line.len(),
-            libc::MSG_NOSIGNAL,
-        )
-    };
-    if n != line.len() as isize {
-        return Err(io::Error::last_os_error());
+    if req.has_secret() {
+        let uid = control::peer_uid(s.as_fd())?;
+        if !control::peer_allowed(uid) {
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{}: the server runs as uid {uid}, not as you; not sending it a passphrase",
+                    sock.display()
+                ),
+            ));
+        }
     }
-    let mut answer = String::new();
-    BufReader::new((&s).take(1 << 20)).read_line(&mut answer)?;
-    serde_json::from_str(&answer).map_err(|e| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("{}: bad answer: {e}", sock.display()),
-        )
-    })
+    let frame = req.encode();
+    let mut sent = 0;
+    while sent < frame.len() {
+        // MSG_NOSIGNAL: a server that died between connect and send is an error, not a SIGPIPE
+        // (the command line leaves SIGPIPE at its default so that `| head` ends it quietly).
+        // SAFETY: send(2) from a buffer that outlives the call, on a connected socket we own.
+        let n = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                frame[sent..].as_ptr().cast(),
+                frame.len() - sent,
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n <= 0 {
+            return Err(io::Error::last_os_error());
+        }
+        sent += n as usize;
+    }
+    loop {
+        let f = control::read_frame(&mut s)?;
+        match Reply::decode(&f).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: bad answer: {e}", sock.display()),
+            )
+        })? {
+            Reply::Progress { done, total } => progress(done, total),
+            r => return Ok(r),
+        }
+    }
+}
+
+/// [`call`] without progress.
+fn request(sock: &Path, req: &Request, timeout: Duration) -> io::Result<Reply> {
+    call(sock, req, timeout, |_, _| {})
+}
+
+/// Send `req` to the server of `name` (resize, suspend, resume, refresh) and return its
+/// answer; `progress` gets a long request's progress. A refusal carries the server's exit
+/// code.
+pub fn ask(name: &str, req: &Request, progress: impl FnMut(u64, u64)) -> Result<Value> {
+    let p = Paths::new(name, false)?;
+    if !NameLock::held(&p.lock) {
+        return Err(ExportError::NotOpen {
+            name: name.to_string(),
+        });
+    }
+    match call(&p.sock, req, ONLINE_TIMEOUT, progress) {
+        Ok(Reply::Done(v)) => Ok(v),
+        Ok(Reply::Failed { code, message, .. }) => Err(ExportError::Refused {
+            code: i32::from(code),
+            message,
+        }),
+        Ok(Reply::Progress { .. }) => unreachable!("call returns the final reply"),
+        Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+            Err(ExportError::Permission(e.to_string()))
+        }
+        Err(e) => Err(ExportError::Failed(format!(
+            "{name}: the server does not answer: {e}"
+        ))),
+    }
 }
 
 /// Whether the state's pid is still the server that wrote it: the pid runs, is not a zombie,
@@ -125,13 +186,13 @@ pub fn close(name: &str, mode: CloseMode) -> Result<Closed> {
         if state::process_state(st.pid) == Some('T') {
             signal(&st, libc::SIGCONT);
         }
-        let cmd = match mode {
-            CloseMode::Now => "close",
-            CloseMode::Deferred => "close-deferred",
-            CloseMode::CancelDeferred => "cancel-deferred",
+        let how = match mode {
+            CloseMode::Now => CloseHow::Now,
+            CloseMode::Deferred => CloseHow::Deferred,
+            CloseMode::CancelDeferred => CloseHow::CancelDeferred,
         };
-        match request(&p.sock, cmd, REQUEST_TIMEOUT) {
-            Ok(v) if v["ok"].as_bool() == Some(true) => {
+        match request(&p.sock, &Request::Close(how), REQUEST_TIMEOUT) {
+            Ok(Reply::Done(v)) => {
                 if mode == CloseMode::CancelDeferred {
                     return Ok(Closed::Cancelled);
                 }
@@ -141,10 +202,11 @@ pub fn close(name: &str, mode: CloseMode) -> Result<Closed> {
                 // The server answers after its teardown, then exits.
                 wait_gone(&st, Duration::from_secs(5));
             }
-            Ok(v) => {
-                let m = v["error"].as_str().unwrap_or("unknown error").to_string();
-                return Err(match v["kind"].as_str() {
-                    Some("busy") => ExportError::InUse {
+            Ok(Reply::Progress { .. }) => unreachable!("call returns the final reply"),
+            Ok(Reply::Failed { kind, message, .. }) => {
+                let m = message;
+                return Err(match kind {
+                    FailKind::Busy => ExportError::InUse {
                         name: name.to_string(),
                         reason: m,
                     },
@@ -239,8 +301,14 @@ pub fn status(name: Option<&str>) -> Result<Vec<Value>> {
             None => json!({"name": n, "path": p.dev}),
         };
         if live {
-            match request(&p.sock, "status", Duration::from_secs(10)) {
-                Ok(v) => out.push(v),
+            match request(&p.sock, &Request::Status, Duration::from_secs(10)) {
+                Ok(Reply::Done(v)) => out.push(v),
+                Ok(Reply::Failed { message, .. }) => {
+                    base["state"] = json!("unresponsive");
+                    base["error"] = json!(message);
+                    out.push(base);
+                }
+                Ok(Reply::Progress { .. }) => unreachable!("call returns the final reply"),
                 Err(e) => {
                     base["state"] = json!(if state.is_some() {
                         "unresponsive"

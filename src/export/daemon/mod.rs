@@ -9,6 +9,7 @@
 //! - `client`: `close`, `status`, naming a claim's holder; `stale`: cleaning up after the dead.
 
 mod client;
+pub mod control;
 mod inuse;
 mod namelock;
 mod rundir;
@@ -18,7 +19,7 @@ mod stale;
 mod state;
 mod target;
 
-pub use client::{claim_holder, close, path_holder, status, CloseMode, Closed};
+pub use client::{ask, claim_holder, close, path_holder, status, CloseMode, Closed};
 pub use rundir::{run_dir, validate_name, DEFAULT_RUN_DIR, RUN_DIR_ENV};
 pub use spawn::{
     check_loop_allowed, open, open_tree, serve_foreground, serve_foreground_with,
@@ -91,6 +92,15 @@ pub enum ExportError {
     /// The server failed (to start, or to stop cleanly); the message says why.
     #[error("{0}")]
     Failed(String),
+    /// The server refused a request to the volume (resize, suspend, ...), with cryptsetup's
+    /// exit code for it.
+    #[error("{message}")]
+    Refused {
+        /// cryptsetup's exit code.
+        code: i32,
+        /// The server's message.
+        message: String,
+    },
 }
 
 impl ExportError {
@@ -101,6 +111,7 @@ impl ExportError {
             ExportError::Busy { .. } | ExportError::InUse { .. } => 5,
             ExportError::NotOpen { .. } | ExportError::NotOpenAt { .. } => 4,
             ExportError::Permission(_) => 2,
+            ExportError::Refused { code, .. } => *code,
             _ => 1,
         }
     }
@@ -109,7 +120,9 @@ impl ExportError {
         match self {
             ExportError::Busy { .. } | ExportError::InUse { .. } => "busy",
             ExportError::NotOpen { .. } | ExportError::NotOpenAt { .. } => "not-open",
-            ExportError::InvalidName { .. } | ExportError::Invalid(_) => "invalid",
+            ExportError::InvalidName { .. }
+            | ExportError::Invalid(_)
+            | ExportError::Refused { .. } => "invalid",
             ExportError::Permission(_) | ExportError::Io { .. } | ExportError::Failed(_) => {
                 "failed"
             }
@@ -170,6 +183,8 @@ pub struct ExportSpec {
     /// The claims on backing storage this device holds while it is open (see
     /// [`crate::block::Claim`]); recorded in the state so a refused claim can name us.
     pub claims: Vec<Claim>,
+    /// What the server may ask of the volume while it is open (resize, suspend, ...).
+    pub online: Option<Arc<dyn crate::block::online::Online>>,
 }
 
 impl ExportSpec {
@@ -188,6 +203,7 @@ impl ExportSpec {
             details: volume.details,
             stats: volume.stats,
             claims: volume.claims,
+            online: volume.online,
         }
     }
 }

@@ -1,11 +1,13 @@
 //! One device's server: it mounts the FUSE export (and the loop device), answers control
 //! requests (`status`, `close`, deferred close), and tears everything down in reverse order.
 
+use super::control::{self, CloseHow, FailKind, Reply, Request};
 use super::inuse;
 use super::namelock::NameLock;
 use super::rundir::{prune_logs, Paths};
 use super::state::{self, State};
 use super::{io_err, ExportError, ExportSpec, Job, Result, StatsFn, TreeSpec};
+use crate::block::online::{Online, RefreshFlags, Unlock};
 use crate::block::Claim;
 use crate::export::bytes::ByteDevice;
 use crate::export::fuse::{self, ExportStats, FuseOptions, Mounted, TransportChoice};
@@ -14,10 +16,11 @@ use crate::export::mountinfo::is_mounted;
 use crate::export::nbd::{ExportInfo, NbdConfig, NbdServer};
 use serde_json::{json, Value};
 use std::fs;
-use std::io::{self, BufRead, BufReader, Read, Write};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// How often a pending deferred close looks whether the device is still used.
@@ -56,6 +59,7 @@ enum Mount {
 /// What a job brings besides its state.
 struct Serve {
     stats: Option<StatsFn>,
+    online: Option<Arc<dyn Online>>,
     want_loop: bool,
     want_direct_io: bool,
     claims: Vec<Claim>,
@@ -72,6 +76,7 @@ pub(super) struct Server {
     sigfd: Option<OwnedFd>,
     old_mask: libc::sigset_t,
     stats: Option<StatsFn>,
+    online: Option<Arc<dyn Online>>,
     pub state: State,
     want_loop: bool,
     want_direct_io: bool,
@@ -105,6 +110,7 @@ impl Server {
             sigfd: None,
             old_mask,
             stats: serve.stats,
+            online: serve.online,
             want_loop: serve.want_loop,
             want_direct_io: serve.want_direct_io,
             _claims: serve.claims,
@@ -168,6 +174,7 @@ impl Server {
         };
         let serve = Serve {
             stats: spec.stats,
+            online: spec.online,
             want_loop: spec.loop_device,
             want_direct_io: spec.direct_io_loop,
             claims: spec.claims,
@@ -203,6 +210,7 @@ impl Server {
         };
         let serve = Serve {
             stats: spec.stats,
+            online: None,
             want_loop: false,
             want_direct_io: false,
             claims: Vec::new(),
@@ -451,6 +459,10 @@ impl Server {
             );
             m.insert("open_handles".into(), json!(self.open_handles().max(0)));
             m.insert("deferred_close".into(), json!(self.deferred));
+            if let Some(o) = &self.online {
+                m.insert("suspended".into(), json!(o.suspended()));
+                m.insert("allow_discards".into(), json!(o.allow_discards()));
+            }
             if let Some(f) = &self.fuse {
                 m.insert("export".into(), export_json(&export));
                 m.insert("fuse_transport".into(), transport_json(&f.transport()));
@@ -527,52 +539,153 @@ impl Server {
     fn handle(&mut self, stream: UnixStream) -> Option<Ending> {
         let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
         let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
-        let mut line = String::new();
-        let mut r = BufReader::new((&stream).take(4096));
-        if r.read_line(&mut line).is_err() {
-            return None;
-        }
-        drop(r);
         let mut stream = stream;
-        let mut answer = |v: Value| {
-            let _ = writeln!(stream, "{v}");
+        let peer = control::peer_uid(stream.as_fd());
+        let req = control::read_frame(&mut stream)
+            .map_err(|e| e.to_string())
+            .and_then(|f| Request::decode(&f).map_err(|e| e.to_string()));
+        let req = match (req, peer) {
+            (Err(e), _) => {
+                send(&mut stream, failed(1, FailKind::Invalid, e));
+                return None;
+            }
+            (Ok(_), Ok(uid)) if !control::peer_allowed(uid) => {
+                eprintln!("dmkit: control request from uid {uid} refused");
+                send(
+                    &mut stream,
+                    failed(
+                        2,
+                        FailKind::Failed,
+                        format!("{}: permission denied (uid {uid})", self.state.name),
+                    ),
+                );
+                return None;
+            }
+            (Ok(_), Err(e)) => {
+                send(
+                    &mut stream,
+                    failed(1, FailKind::Failed, format!("SO_PEERCRED: {e}")),
+                );
+                return None;
+            }
+            (Ok(r), Ok(_)) => r,
         };
-        match line.trim() {
-            "status" => answer(self.status_json()),
-            "close" => match self.users_after_patience() {
+        let reply = match req {
+            Request::Status => Reply::Done(self.status_json()),
+            Request::Close(CloseHow::Now) => match self.users_after_patience() {
                 Some(why) => {
                     eprintln!("dmkit: close refused: {why}");
-                    answer(json!({"ok": false, "kind": "busy", "error": why}));
+                    failed(5, FailKind::Busy, why)
                 }
                 None => {
                     eprintln!("dmkit: close requested");
                     return Some(Ending::Close(stream));
                 }
             },
-            "close-deferred" => {
+            Request::Close(CloseHow::Deferred) => {
                 if self.users().is_none() {
                     eprintln!("dmkit: deferred close requested; nothing uses the device");
                     return Some(Ending::Close(stream));
                 }
                 eprintln!("dmkit: deferred close requested: closing when the last user goes");
                 self.deferred = true;
-                answer(json!({"ok": true, "deferred": true}));
+                Reply::Done(json!({"ok": true, "deferred": true}))
             }
-            "cancel-deferred" => {
+            Request::Close(CloseHow::CancelDeferred) => {
                 if self.deferred {
                     eprintln!("dmkit: deferred close cancelled");
                 }
                 self.deferred = false;
-                answer(json!({"ok": true}));
+                Reply::Done(json!({"ok": true}))
             }
-            other => answer(json!({"ok": false, "error": format!("unknown command {other:?}")})),
-        }
+            other => self.online_request(other),
+        };
+        send(&mut stream, reply);
         None
+    }
+
+    /// A request to the volume itself: resize, suspend, resume, refresh.
+    fn online_request(&mut self, req: Request) -> Reply {
+        let Some(o) = self.online.clone() else {
+            return failed(
+                1,
+                FailKind::Invalid,
+                format!(
+                    "{}: a {} device cannot be resized, suspended or refreshed while open",
+                    self.state.name, self.state.kind
+                ),
+            );
+        };
+        let unlock = |s: control::Secret| Unlock {
+            passphrase: s.passphrase,
+            key_slot: s.key_slot,
+        };
+        let r = match req {
+            Request::Resize(sectors) => o.resize(sectors).map(|size| {
+                self.resized(size);
+                json!({"ok": true, "size": size})
+            }),
+            Request::Suspend => o.suspend().map(|()| {
+                eprintln!("dmkit: suspended: the volume key is wiped, I/O is held");
+                json!({"ok": true})
+            }),
+            Request::Resume(s) => o.resume(&unlock(s)).map(|()| {
+                eprintln!("dmkit: resumed");
+                json!({"ok": true})
+            }),
+            Request::Refresh {
+                secret,
+                allow_discards,
+            } => o
+                .refresh(&unlock(secret), RefreshFlags { allow_discards })
+                .map(|()| {
+                    self.state.allow_discards = o.allow_discards();
+                    let _ = state::write(&self.paths, &self.state);
+                    eprintln!(
+                        "dmkit: refreshed (discards {})",
+                        if o.allow_discards() { "on" } else { "off" }
+                    );
+                    json!({"ok": true})
+                }),
+            Request::Status | Request::Close(_) => unreachable!("answered by handle"),
+        };
+        match r {
+            Ok(v) => Reply::Done(v),
+            Err(e) => {
+                eprintln!("dmkit: {e}");
+                failed(e.code.clamp(1, 255) as u8, FailKind::Invalid, e.message)
+            }
+        }
+    }
+
+    /// The device now has `size` bytes: record it, and make the exporters see it (the FUSE
+    /// file's cached size, the loop device's capacity). NBD clients see it when they connect.
+    fn resized(&mut self, size: u64) {
+        eprintln!("dmkit: resized to {size} bytes ({} sectors)", size / 512);
+        self.state.size = size;
+        if let Err(e) = state::write(&self.paths, &self.state) {
+            eprintln!("dmkit: {e}");
+        }
+        if let Some(f) = &self.fuse {
+            f.invalidate();
+            // A stat asks the serving threads for the new size: the kernel's cached size, which
+            // the loop device reads, follows.
+            let _ = fs::metadata(&self.paths.dev);
+        }
+        if let Some(l) = &self.loop_dev {
+            if let Err(e) = loopdev::set_capacity(&l.path) {
+                eprintln!("dmkit: {}: LOOP_SET_CAPACITY: {e}", l.path.display());
+            }
+        }
     }
 
     /// Undo everything, in reverse order; idempotent. Removes the files (not the log).
     pub fn teardown(&mut self) -> Result<()> {
         let mut errors = Vec::new();
+        // Requests held by a suspended device fail: nothing will resume it.
+        if let Some(o) = &self.online {
+            o.closing();
+        }
         self.listener = None;
         let _ = fs::remove_file(&self.paths.sock);
         if let Some(mut n) = self.nbd.take() {
@@ -650,6 +763,19 @@ pub(super) fn remove_export_file(dev: &std::path::Path) -> std::result::Result<(
     }
 }
 
+fn failed(code: u8, kind: FailKind, message: String) -> Reply {
+    Reply::Failed {
+        code,
+        kind,
+        message,
+    }
+}
+
+/// Send the final reply of a request (a client that went away is not our problem).
+fn send(s: &mut UnixStream, r: Reply) {
+    let _ = control::write_frame(s, &r.encode());
+}
+
 /// The transport as `status` shows it: its description, and the numbers a script wants.
 fn transport_json(t: &fuse::Transport) -> Value {
     match t {
@@ -676,10 +802,10 @@ fn export_json(s: &ExportStats) -> Value {
 pub(super) fn finish(ending: Ending, result: &Result<()>) {
     if let Ending::Close(mut s) = ending {
         let reply = match result {
-            Ok(()) => json!({"ok": true}),
-            Err(e) => json!({"ok": false, "error": e.to_string()}),
+            Ok(()) => Reply::Done(json!({"ok": true})),
+            Err(e) => failed(1, FailKind::Failed, e.to_string()),
         };
-        let _ = writeln!(s, "{reply}");
+        send(&mut s, reply);
     }
     match result {
         Ok(()) => eprintln!("dmkit: closed"),

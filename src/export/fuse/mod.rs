@@ -75,6 +75,9 @@ pub trait Mounted: Send {
     fn transport(&self) -> Transport;
     /// Whether fusermount3 mounted it (a non-root user's mount).
     fn via_fusermount(&self) -> bool;
+    /// Drop the kernel's cached attributes and pages of the root (the served file changed
+    /// size: a resize).
+    fn invalidate(&self) {}
     /// Unmount and wait (up to `wait`) for the serving threads; whether it had to be lazy.
     fn unmount(&mut self, wait: Duration) -> io::Result<bool>;
 }

@@ -490,6 +490,10 @@ impl<F: Filesystem> super::Mounted for Session<F> {
     fn unmount(&mut self, wait: Duration) -> io::Result<bool> {
         Session::unmount(self, wait)
     }
+    fn invalidate(&self) {
+        // The root is inode 1.
+        super::proto::notify_inval_inode(self.shared.state.notify_fd, 1, 0, 0);
+    }
 }
 
 impl<F: Filesystem> Drop for Session<F> {
