@@ -27,6 +27,7 @@ mod open;
 mod passphrase;
 mod plain;
 mod verity;
+mod verity_fec;
 
 use clap::{Parser, Subcommand};
 

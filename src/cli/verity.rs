@@ -1,7 +1,9 @@
 //! `dmkit verity format|verify|dump|open|sign`, with veritysetup's options and argument order.
 
+use super::verity_fec::{self, FecArgs};
 use super::{CliError, CliResult};
 use crate::block::FileDevice;
+use crate::verity::fec::FecGeometry;
 use crate::verity::superblock::{format_uuid, parse_uuid};
 use crate::verity::volume::{
     self, params_json, Backing, ParamsSource, SignatureSource, VerityVolume, VolumeError,
@@ -69,6 +71,8 @@ pub struct FormatArgs {
     /// UUID for the superblock (default: random).
     #[arg(long)]
     uuid: Option<String>,
+    #[command(flatten)]
+    fec: FecArgs,
     /// Also write the root hash (hex) to this file.
     #[arg(long)]
     root_hash_file: Option<PathBuf>,
@@ -327,18 +331,51 @@ fn describe(p: &VerityParams, layout: &TreeLayout, device: &Path) -> Vec<(&'stat
     ]
 }
 
+/// A FEC area as the header block shows it.
+struct FecShown<'a> {
+    geometry: &'a FecGeometry,
+    /// In a file of its own at offset 0: veritysetup then prints its size too.
+    own_file: bool,
+    /// In the hash device.
+    in_hash: bool,
+}
+
 /// Print veritysetup's header block ("VERITY header information for ...").
-fn print_header(p: &VerityParams, layout: &TreeLayout, device: &Path, root: Option<&[u8]>) {
+fn print_header(
+    p: &VerityParams,
+    layout: &TreeLayout,
+    device: &Path,
+    root: Option<&[u8]>,
+    fec: Option<FecShown>,
+) {
     println!("VERITY header information for {}", device.display());
     for (k, v) in describe(p, layout, device) {
         if k != "Device" {
             println!("{:<17}\t{}", format!("{k}:"), v);
         }
+        if let (Some(f), "Hash algorithm") = (&fec, k) {
+            verity_fec::header_lines(f.geometry)
+                .iter()
+                .for_each(|l| println!("{l}"));
+        }
     }
     if let Some(r) = root {
         println!("Root hash:      \t{}", hex::encode(r));
     }
-    println!("Hash device size: \t{} [bytes]", layout.hash_device_size());
+    // veritysetup prints the size only for a hash area at offset 0, and counts a FEC area
+    // in the hash device as if it followed the tree.
+    if p.hash_offset == 0 {
+        let fec_in_hash = fec.as_ref().filter(|f| f.in_hash).map_or(0, |f| {
+            f.geometry.rounds * u64::from(f.geometry.roots) * u64::from(p.hash_block_size)
+        });
+        println!(
+            "Hash device size: \t{} [bytes]",
+            layout.hash_device_size() + fec_in_hash
+        );
+    }
+    if let Some(f) = fec.filter(|f| f.own_file) {
+        println!("{}", verity_fec::size_line(f.geometry));
+    }
 }
 
 fn format(a: FormatArgs) -> CliResult {
@@ -353,19 +390,34 @@ fn format(a: FormatArgs) -> CliResult {
         None => random_uuid(),
     };
     let layout = TreeLayout::new(&p).map_err(invalid)?;
-    let root = VerityVolume::format_device(&data, &a.data, &a.hash_device, &p, || {
-        confirm_overwrite(&a.hash_device, p.hash_offset, a.batch_mode)
-    })?;
+    let fec = a.fec.fec_device.as_deref().map(|f| (f, a.fec.options()));
+    let (root, fec_geometry) =
+        VerityVolume::format_device(&data, &a.data, &a.hash_device, &p, fec, || {
+            confirm_overwrite(&a.hash_device, p.hash_offset, a.batch_mode)
+        })?;
     if let Some(f) = &a.root_hash_file {
         std::fs::write(f, hex::encode(&root))
             .map_err(|e| invalid(format!("{}: cannot write root hash file: {e}", f.display())))?;
     }
+    let in_hash = a
+        .fec
+        .fec_device
+        .as_deref()
+        .is_some_and(|f| volume::same_file(f, &a.hash_device));
+    let fec_shown = fec_geometry.as_ref().map(|g| FecShown {
+        geometry: g,
+        own_file: a.fec.fec_offset == 0 && !in_hash,
+        in_hash,
+    });
     if a.json {
         let mut j = params_json(&p, &layout);
         j["root_hash"] = hex::encode(&root).into();
+        if let (Some(g), Some(f)) = (&fec_geometry, &a.fec.fec_device) {
+            j["fec"] = verity_fec::json(g, f, a.fec.fec_offset);
+        }
         println!("{j:#}");
     } else {
-        print_header(&p, &layout, &a.hash_device, Some(&root));
+        print_header(&p, &layout, &a.hash_device, Some(&root), fec_shown);
     }
     Ok(())
 }
@@ -478,7 +530,7 @@ fn dump(a: DumpArgs) -> CliResult {
     if a.json {
         println!("{:#}", params_json(&p, &layout));
     } else {
-        print_header(&p, &layout, &a.hash_device, None);
+        print_header(&p, &layout, &a.hash_device, None, None);
     }
     Ok(())
 }

@@ -24,6 +24,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use super::fec::write::{write_fec, Covered};
+use super::fec::{FecGeometry, FecOptions};
 use super::sig::{SignatureError, VerifiedSigner};
 use super::superblock::format_uuid;
 use super::{TreeLayout, VerifyReport, VerityDevice, VerityError, VerityOptions, VerityParams};
@@ -71,6 +73,9 @@ pub enum VolumeError {
     /// The root hash signature does not check out.
     #[error(transparent)]
     Signature(#[from] SignatureError),
+    /// Forward error correction could not be computed or read.
+    #[error(transparent)]
+    Fec(#[from] super::fec::FecError),
 }
 
 crate::block::open::volume_failure!(VolumeError);
@@ -93,6 +98,7 @@ impl VolumeError {
             VolumeError::Signature(
                 S::SignatureUnreadable { .. } | S::CertificateUnreadable { .. },
             ) => 4,
+            VolumeError::Fec(e) => e.exit_code(),
             _ => 1,
         }
     }
@@ -233,17 +239,20 @@ impl VerityVolume {
         confirm: impl FnOnce() -> std::result::Result<(), E>,
     ) -> std::result::Result<Vec<u8>, E> {
         let data_dev = crate::block::open_device(data, true, false).map_err(VolumeError::from)?;
-        Self::format_device(&data_dev, data, hash, params, confirm)
+        Ok(Self::format_device(&data_dev, data, hash, params, None, confirm)?.0)
     }
 
-    /// [`format`](Self::format) over a data device already open (at `data`).
+    /// [`format`](Self::format) over a data device already open (at `data`), and with `fec`,
+    /// the FEC area written into its file after the tree (while the hash file is still
+    /// claimed); returns the root hash and the FEC geometry.
     pub fn format_device<E: From<VolumeError>>(
         data_dev: &dyn BlockDevice,
         data: &Path,
         hash: &Path,
         params: &VerityParams,
+        fec: Option<(&Path, FecOptions)>,
         confirm: impl FnOnce() -> std::result::Result<(), E>,
-    ) -> std::result::Result<Vec<u8>, E> {
+    ) -> std::result::Result<(Vec<u8>, Option<FecGeometry>), E> {
         let layout = TreeLayout::new(params).map_err(|e| VolumeError::Invalid(e.to_string()))?;
         let same = same_file(data, hash);
         if same && params.data_size() > params.hash_offset {
@@ -267,7 +276,20 @@ impl VerityVolume {
             })?;
         }
         let hash_dev = crate::block::open_device(hash, false, false).map_err(VolumeError::from)?;
-        Ok(super::format(data_dev, &hash_dev, params, same).map_err(VolumeError::from)?)
+        let root = super::format(data_dev, &hash_dev, params, same).map_err(VolumeError::from)?;
+        let geometry = match fec {
+            Some((path, opts)) => {
+                let covered = Covered {
+                    data: data_dev,
+                    hash: &hash_dev,
+                    fec_in_hash: same_file(hash, path),
+                    fec_in_data: same_file(data, path),
+                };
+                Some(write_fec(&covered, params, path, &opts).map_err(VolumeError::from)?)
+            }
+            None => None,
+        };
+        Ok((root, geometry))
     }
 
     /// Open the data and hash areas read-only, claim them shared when `claim` (other verity

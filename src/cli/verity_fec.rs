@@ -1,0 +1,58 @@
+//! The FEC options of `dmkit verity`, as veritysetup spells them (`--fec-device`,
+//! `--fec-offset`, `--fec-roots`), and the lines veritysetup prints about FEC.
+
+use crate::verity::fec::{FecGeometry, FecOptions, DEFAULT_ROOTS};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Forward error correction options. The verity superblock has no FEC fields, so they are
+/// given on every command, as with veritysetup.
+#[derive(clap::Args, Clone, Default)]
+pub struct FecArgs {
+    /// FEC device or file: Reed-Solomon parity of the data and the hash tree (created 0600 if
+    /// missing; may be the hash device with --fec-offset past the tree).
+    #[arg(long)]
+    pub fec_device: Option<PathBuf>,
+    /// Byte offset of the FEC area in the FEC device.
+    #[arg(long, default_value_t = 0, requires = "fec_device")]
+    pub fec_offset: u64,
+    /// Parity bytes per Reed-Solomon codeword (2 to 24): more corrects more, costs more space.
+    #[arg(long, default_value_t = DEFAULT_ROOTS, requires = "fec_device",
+          value_parser = clap::value_parser!(u8).range(2..=24))]
+    pub fec_roots: u8,
+}
+
+impl FecArgs {
+    /// The library's options.
+    pub fn options(&self) -> FecOptions {
+        FecOptions {
+            roots: self.fec_roots,
+            offset: self.fec_offset,
+        }
+    }
+}
+
+/// What veritysetup prints about a FEC area after "Hash algorithm:".
+pub fn header_lines(g: &FecGeometry) -> [String; 2] {
+    [
+        format!("FEC RS roots:   \t{}", g.roots),
+        format!("FEC blocks:     \t{}", g.rounds * u64::from(g.roots)),
+    ]
+}
+
+/// veritysetup's last line, shown for a FEC area at offset 0 of a file of its own.
+pub fn size_line(g: &FecGeometry) -> String {
+    format!("FEC device size: \t{} [bytes]", g.parity_bytes())
+}
+
+/// The FEC part of `verity format --json`.
+pub fn json(g: &FecGeometry, device: &Path, offset: u64) -> Value {
+    serde_json::json!({
+        "device": device.display().to_string(),
+        "offset": offset,
+        "roots": g.roots,
+        "blocks_covered": g.blocks,
+        "rs_blocks": g.rounds * u64::from(g.roots),
+        "size": g.parity_bytes(),
+    })
+}
