@@ -5,7 +5,7 @@
 //! parity bytes per codeword (`roots`) are given on every command, as with veritysetup.
 //! [`FecGeometry`] is what they imply (the blocks covered and the rounds of codewords),
 //! [`rs`] the code, [`encode`] the area veritysetup's `format --fec-device` writes, and
-//! [`write`] puts it in its file.
+//! [`write`](mod@write) puts it in its file.
 
 pub mod encode;
 pub mod rs;
