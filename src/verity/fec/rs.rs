@@ -2,7 +2,7 @@
 //! polynomial 0x11d, first consecutive root 0, primitive element 1 (`FEC_PARAMS` in
 //! cryptsetup's `lib/verity/verity_fec.c`, Phil Karn's `init_rs_char` in the kernel's
 //! `lib/reed_solomon`). [`Rs::encode`] is the reference encoder, byte for byte the shift
-//! register of `encode_rs_char`; [`Rs::encode_columns`] runs the same register over many
+//! register of `encode_rs_char`; [`Rs::feed_column`] runs the same register over many
 //! codewords at once, one per byte of a block, which is how the FEC area interleaves them.
 
 /// Symbols per codeword (2^8 − 1).
