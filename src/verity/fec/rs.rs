@@ -13,6 +13,12 @@ pub const MIN_ROOTS: u8 = 2;
 pub const MAX_ROOTS: u8 = 24;
 /// The field's generator polynomial, x^8 + x^4 + x^3 + x^2 + 1.
 const GF_POLY: u16 = 0x11d;
+/// The index form of zero (log 0 = −∞), as Karn's code writes it.
+const A0: usize = NN;
+
+fn modnn(x: usize) -> usize {
+    x % NN
+}
 
 /// GF(2^8) log and antilog tables.
 struct Field {
@@ -26,6 +32,8 @@ impl Field {
     fn new() -> Field {
         let mut exp = [0u8; 256];
         let mut log = [0u8; 256];
+        // log 0 is −∞, written as 255 (Karn's A0); α^255 stands for 0.
+        log[0] = A0 as u8;
         let mut sr: u16 = 1;
         for (i, e) in exp.iter_mut().take(NN).enumerate() {
             *e = sr as u8;
@@ -49,6 +57,7 @@ impl Field {
 /// A Reed-Solomon code with `roots` parity bytes per codeword.
 pub struct Rs {
     roots: usize,
+    field: Field,
     /// The generator polynomial's coefficients g_0 .. g_roots (g_roots = 1), as values.
     generator: Vec<u8>,
     /// For each coefficient g_k (k < roots), the table x ↦ x·g_k.
@@ -80,6 +89,7 @@ impl Rs {
             .collect();
         Some(Rs {
             roots,
+            field: f,
             generator: g,
             products,
         })
@@ -110,6 +120,168 @@ impl Rs {
             parity.copy_within(1.., 0);
             parity[r - 1] = self.products[0][feedback as usize];
         }
+    }
+
+    /// Correct the codeword `word` (255 bytes: 255 − roots of data, then the parity) in
+    /// place, as the kernel's `decode_rs8` does: `erasures` are positions known to be bad
+    /// (blocks whose hash failed), which lets 2·errors + erasures ≤ roots be corrected.
+    /// Returns the number of symbols corrected, or `None` when the word is beyond repair (it
+    /// is then left unchanged).
+    pub fn decode(&self, word: &mut [u8], erasures: &[usize]) -> Option<usize> {
+        let (exp, log) = (&self.field.exp, &self.field.log);
+        let nroots = self.roots;
+        let ex = |i: usize| usize::from(exp[i]);
+        let lg = |v: usize| usize::from(log[v]);
+        if word.len() != NN || erasures.len() > nroots || erasures.iter().any(|&p| p >= NN) {
+            return None;
+        }
+        // Syndromes: the word evaluated at the roots α^i of the generator.
+        let mut s = vec![0usize; nroots];
+        for si in s.iter_mut() {
+            *si = usize::from(word[0]);
+        }
+        for &d in &word[1..] {
+            for (i, si) in s.iter_mut().enumerate() {
+                *si = if *si == 0 {
+                    usize::from(d)
+                } else {
+                    usize::from(d) ^ ex(modnn(lg(*si) + i))
+                };
+            }
+        }
+        if s.iter().all(|&x| x == 0) {
+            return Some(0);
+        }
+        for si in s.iter_mut() {
+            *si = lg(*si);
+        }
+        // The erasure locator starts lambda; Berlekamp-Massey extends it with the errors.
+        let mut lambda = vec![0usize; nroots + 1];
+        lambda[0] = 1;
+        if let Some(&first) = erasures.first() {
+            lambda[1] = ex(modnn(NN - 1 - first));
+            for (i, &pos) in erasures.iter().enumerate().skip(1) {
+                let u = modnn(NN - 1 - pos);
+                for j in (1..=i + 1).rev() {
+                    let tmp = lg(lambda[j - 1]);
+                    if tmp != A0 {
+                        lambda[j] ^= ex(modnn(u + tmp));
+                    }
+                }
+            }
+        }
+        let no_eras = erasures.len();
+        let mut b: Vec<usize> = lambda.iter().map(|&l| lg(l)).collect();
+        let mut t = vec![0usize; nroots + 1];
+        let mut el = no_eras;
+        for r in no_eras + 1..=nroots {
+            let mut discr = 0usize;
+            for i in 0..r {
+                if lambda[i] != 0 && s[r - i - 1] != A0 {
+                    discr ^= ex(modnn(lg(lambda[i]) + s[r - i - 1]));
+                }
+            }
+            let discr = lg(discr);
+            if discr == A0 {
+                b.copy_within(0..nroots, 1);
+                b[0] = A0;
+                continue;
+            }
+            t[0] = lambda[0];
+            for i in 0..nroots {
+                t[i + 1] = if b[i] != A0 {
+                    lambda[i + 1] ^ ex(modnn(discr + b[i]))
+                } else {
+                    lambda[i + 1]
+                };
+            }
+            if 2 * el < r + no_eras {
+                el = r + no_eras - el;
+                for (bi, &li) in b.iter_mut().zip(&lambda) {
+                    *bi = if li == 0 {
+                        A0
+                    } else {
+                        modnn(lg(li) + NN - discr)
+                    };
+                }
+            } else {
+                b.copy_within(0..nroots, 1);
+                b[0] = A0;
+            }
+            lambda.copy_from_slice(&t);
+        }
+        // lambda in index form, and its degree.
+        let mut deg_lambda = 0;
+        for (i, l) in lambda.iter_mut().enumerate() {
+            *l = lg(*l);
+            if *l != A0 {
+                deg_lambda = i;
+            }
+        }
+        // Chien search: the roots of lambda are the inverses of the error locations.
+        let mut reg = lambda.clone();
+        let (mut roots, mut locs) = (Vec::new(), Vec::new());
+        // The location of root α^i: k = i − 1 (iprim = 1 with prim = 1).
+        let mut k = 0;
+        for i in 1..=NN {
+            let mut q = 1usize;
+            for j in (1..=deg_lambda).rev() {
+                if reg[j] != A0 {
+                    reg[j] = modnn(reg[j] + j);
+                    q ^= ex(reg[j]);
+                }
+            }
+            if q == 0 {
+                roots.push(i);
+                locs.push(k);
+                if roots.len() == deg_lambda {
+                    break;
+                }
+            }
+            k = modnn(k + 1);
+        }
+        if deg_lambda != roots.len() {
+            return None;
+        }
+        // The evaluator omega = s·lambda mod x^roots, index form.
+        let deg_omega = deg_lambda - 1;
+        let mut omega = vec![A0; deg_omega + 1];
+        for (i, o) in omega.iter_mut().enumerate() {
+            let mut tmp = 0usize;
+            for j in 0..=i {
+                if s[i - j] != A0 && lambda[j] != A0 {
+                    tmp ^= ex(modnn(s[i - j] + lambda[j]));
+                }
+            }
+            *o = lg(tmp);
+        }
+        // Forney: the error values (fcr = 0), applied to a copy first so that a word found
+        // beyond repair is left as it was.
+        let mut fixed = word.to_vec();
+        for (&root, &loc) in roots.iter().zip(&locs).rev() {
+            let mut num1 = 0usize;
+            for (i, &o) in omega.iter().enumerate().rev() {
+                if o != A0 {
+                    num1 ^= ex(modnn(o + i * root));
+                }
+            }
+            let num2 = ex(modnn(root * (NN - 1) + NN));
+            let mut den = 0usize;
+            let top = deg_lambda.min(nroots - 1) & !1;
+            for i in (0..=top).rev().step_by(2) {
+                if lambda[i + 1] != A0 {
+                    den ^= ex(modnn(lambda[i + 1] + i * root));
+                }
+            }
+            if den == 0 {
+                return None;
+            }
+            if num1 != 0 {
+                fixed[loc] ^= exp[modnn(lg(num1) + lg(num2) + NN - lg(den))];
+            }
+        }
+        word.copy_from_slice(&fixed);
+        Some(roots.len())
     }
 
     /// The generator polynomial's coefficients, lowest degree first (for tests).
@@ -300,6 +472,101 @@ mod tests {
                 assert_eq!(&out[b * rs.roots()..][..rs.roots()], &p[..], "codeword {b}");
             }
         }
+    }
+
+    /// A codeword of random data and its parity.
+    fn codeword(rs: &Rs, seed: u64) -> Vec<u8> {
+        let mut w = noise(rs.data_len(), seed);
+        let mut p = vec![0u8; rs.roots()];
+        rs.encode(&w, &mut p);
+        w.extend_from_slice(&p);
+        w
+    }
+
+    /// `n` distinct positions of a codeword, from `seed`.
+    fn positions(n: usize, seed: u64) -> Vec<usize> {
+        let mut out = Vec::new();
+        for b in noise(4 * NN, seed) {
+            let p = b as usize % NN;
+            if out.len() < n && !out.contains(&p) {
+                out.push(p);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn up_to_half_the_roots_in_errors_are_corrected() {
+        for roots in [2u8, 3, 4, 7, 16, 24] {
+            let rs = Rs::new(roots).unwrap();
+            for t in 0..=rs.roots() / 2 {
+                for seed in 0..6u64 {
+                    let good = codeword(&rs, seed * 31 + t as u64);
+                    let mut w = good.clone();
+                    let at = positions(t, seed + 1000 * t as u64);
+                    for (k, &p) in at.iter().enumerate() {
+                        w[p] ^= 1 + (k as u8 % 255);
+                    }
+                    assert_eq!(rs.decode(&mut w, &[]), Some(t), "roots {roots}, {t} errors");
+                    assert!(w == good, "roots {roots}, {t} errors: restored");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn erasures_count_half_as_much_as_errors() {
+        for roots in [2u8, 5, 8, 24] {
+            let rs = Rs::new(roots).unwrap();
+            let r = rs.roots();
+            for e in 1..=r {
+                let t = (r - e) / 2;
+                let good = codeword(&rs, e as u64 * 7 + u64::from(roots));
+                let mut w = good.clone();
+                let at = positions(e + t, e as u64 * 13 + u64::from(roots));
+                for &p in &at {
+                    w[p] ^= 0x5a;
+                }
+                // Erasures are the first e positions, the rest are errors nobody marked.
+                let got = rs.decode(&mut w, &at[..e]);
+                assert_eq!(got, Some(e + t), "roots {roots}: {e} erasures + {t} errors");
+                assert!(
+                    w == good,
+                    "roots {roots}: {e} erasures + {t} errors restored"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_word_beyond_repair_is_left_as_it_was() {
+        // Five errors with eight roots: mostly detected (with two roots every word decodes to
+        // some codeword: only the hash tree can tell a miscorrection).
+        let rs = Rs::new(8).unwrap();
+        let mut found = 0;
+        for seed in 0..200u64 {
+            let mut w = codeword(&rs, seed);
+            for &p in &positions(5, seed + 7) {
+                w[p] ^= 0x33;
+            }
+            let before = w.clone();
+            if rs.decode(&mut w, &[]).is_none() {
+                assert_eq!(w, before);
+                found += 1;
+            }
+        }
+        assert!(
+            found > 100,
+            "five errors with eight roots are mostly detected: {found}/200"
+        );
+        let mut w = vec![0u8; 10];
+        assert_eq!(rs.decode(&mut w, &[]), None, "a short word is refused");
+        let mut w = vec![0u8; NN];
+        assert_eq!(
+            rs.decode(&mut w, &[0, 1, 2, 3, 4, 5, 6, 7, 8]),
+            None,
+            "more erasures than roots"
+        );
     }
 
     #[test]
