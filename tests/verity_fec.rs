@@ -301,3 +301,179 @@ fn fec_refusals_match_veritysetup() {
     assert_eq!(d.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&d.stderr).contains("overlaps the hash area"));
 }
+
+/// Format `data` (4 MiB of noise) with dmkit and FEC of `roots`; returns (root hash, rounds).
+fn format_fec(e: &Workspace, roots: u32) -> (String, u64) {
+    fs::write(e.path("data"), common::rng::bytes(11, 4 << 20)).unwrap();
+    let out = run(
+        DMKIT,
+        &[
+            "verity",
+            "format",
+            "-q",
+            &e.s("data"),
+            &e.s("hash"),
+            "--fec-device",
+            &e.s("fec"),
+            "--fec-roots",
+            &roots.to_string(),
+            "--json",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rounds = j["fec"]["rs_blocks"].as_u64().unwrap() / u64::from(roots);
+    (j["root_hash"].as_str().unwrap().to_string(), rounds)
+}
+
+fn dmkit_with_fec(e: &Workspace, verb: &[&str], root: &str, roots: u32) -> common::run::Run {
+    let mut a = vec!["verity"];
+    a.extend_from_slice(verb);
+    let (data, hash, fec, r) = (e.s("data"), e.s("hash"), e.s("fec"), roots.to_string());
+    a.extend_from_slice(&[&data, &hash, root, "--fec-device", &fec, "--fec-roots", &r]);
+    common::run::text(DMKIT, &a)
+}
+
+#[test]
+fn verify_corrects_and_repair_writes_back_what_verifies() {
+    let e = Workspace::new();
+    let (root, _) = format_fec(&e, 4);
+    let (data0, hash0) = (
+        fs::read(e.path("data")).unwrap(),
+        fs::read(e.path("hash")).unwrap(),
+    );
+    // Three data blocks and a tree block (four roots correct two unknown errors per
+    // codeword; data block 24 hides under the corrupt tree block until that is rebuilt).
+    for (file, block) in [("data", 24u64), ("data", 488), ("hash", 2), ("data", 1000)] {
+        common::xor_byte(&e.path(file), block * 4096 + 77, 0xa5);
+    }
+    let plain = common::run::text(
+        DMKIT,
+        &["verity", "verify", &e.s("data"), &e.s("hash"), &root],
+    );
+    assert_eq!(plain.code, Some(2), "{}", plain.describe());
+
+    let v = dmkit_with_fec(&e, &["verify"], &root, 4);
+    assert_eq!(v.code, Some(0), "{}", v.describe());
+    assert!(
+        v.stderr.contains("corrected from the FEC device"),
+        "{}",
+        v.describe()
+    );
+    assert!(v.stderr.contains("data: 24, 488, 1000"), "{}", v.describe());
+    assert!(v.stderr.contains("1 hash block(s)"), "{}", v.describe());
+    assert_ne!(
+        fs::read(e.path("data")).unwrap(),
+        data0,
+        "verify writes nothing"
+    );
+
+    let dry = dmkit_with_fec(&e, &["repair", "--dry-run"], &root, 4);
+    assert_eq!(dry.code, Some(0), "{}", dry.describe());
+    assert!(dry.stderr.contains("would repair"), "{}", dry.describe());
+    assert_ne!(
+        fs::read(e.path("data")).unwrap(),
+        data0,
+        "a dry run writes nothing"
+    );
+
+    let fix = dmkit_with_fec(&e, &["repair"], &root, 4);
+    assert_eq!(fix.code, Some(0), "{}", fix.describe());
+    assert!(
+        fix.stderr.contains("repaired from the FEC device"),
+        "{}",
+        fix.describe()
+    );
+    assert!(
+        fs::read(e.path("data")).unwrap() == data0,
+        "data restored byte for byte"
+    );
+    assert!(
+        fs::read(e.path("hash")).unwrap() == hash0,
+        "hash restored byte for byte"
+    );
+    if !tool_missing("veritysetup", "cryptsetup-bin") {
+        let r = run(
+            "veritysetup",
+            &["verify", &e.s("data"), &e.s("hash"), &root],
+        );
+        assert!(
+            r.status.success(),
+            "veritysetup accepts the repaired volume"
+        );
+    }
+    let again = dmkit_with_fec(&e, &["repair"], &root, 4);
+    assert_eq!(again.code, Some(0), "{}", again.describe());
+    assert!(
+        again.stderr.is_empty(),
+        "nothing left to repair: {}",
+        again.describe()
+    );
+}
+
+#[test]
+fn damage_beyond_the_parity_fails_and_changes_nothing() {
+    let e = Workspace::new();
+    let (root, rounds) = format_fec(&e, 2);
+    // Three blocks of one round, the same byte of each: three errors in codewords that
+    // correct one (and three erasures where two are the most).
+    for i in 0..3 {
+        common::xor_byte(&e.path("data"), (5 + i * rounds) * 4096 + 9, 0x3c);
+    }
+    let (data1, hash1) = (
+        fs::read(e.path("data")).unwrap(),
+        fs::read(e.path("hash")).unwrap(),
+    );
+    let v = dmkit_with_fec(&e, &["verify"], &root, 2);
+    assert_eq!(v.code, Some(2), "{}", v.describe());
+    assert!(
+        v.stderr.contains("beyond what the FEC area corrects"),
+        "{}",
+        v.describe()
+    );
+    let r = dmkit_with_fec(&e, &["repair"], &root, 2);
+    assert_eq!(r.code, Some(2), "{}", r.describe());
+    assert!(
+        fs::read(e.path("data")).unwrap() == data1,
+        "no block written"
+    );
+    assert!(fs::read(e.path("hash")).unwrap() == hash1);
+}
+
+#[test]
+fn a_veritysetup_fec_area_repairs_in_dmkit() {
+    if tool_missing("veritysetup", "cryptsetup-bin") {
+        return;
+    }
+    let e = Workspace::new();
+    fs::write(e.path("data"), common::rng::bytes(12, 3 << 20)).unwrap();
+    let out = common::run::ok(
+        "veritysetup",
+        &[
+            "format",
+            &e.s("data"),
+            &e.s("hash"),
+            "--fec-device",
+            &e.s("fec"),
+            "--fec-roots",
+            "6",
+        ],
+    );
+    let root = out
+        .lines()
+        .find_map(|l| l.strip_prefix("Root hash:"))
+        .unwrap()
+        .trim()
+        .to_string();
+    let data0 = fs::read(e.path("data")).unwrap();
+    for b in [0u64, 100, 700] {
+        common::xor_byte(&e.path("data"), b * 4096 + 4095, 0xff);
+    }
+    let fix = dmkit_with_fec(&e, &["repair"], &root, 6);
+    assert_eq!(fix.code, Some(0), "{}", fix.describe());
+    assert!(fs::read(e.path("data")).unwrap() == data0);
+}

@@ -26,6 +26,7 @@ mod nbd;
 mod open;
 mod passphrase;
 mod plain;
+mod ranges;
 mod verity;
 mod verity_fec;
 

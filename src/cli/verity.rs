@@ -1,10 +1,13 @@
 //! `dmkit verity format|verify|dump|open|sign`, with veritysetup's options and argument order.
 
+use super::ranges::ranges;
 use super::verity_fec::{self, FecArgs};
 use super::{CliError, CliResult};
 use crate::block::FileDevice;
+use crate::verity::fec::repair::FecOutcome;
 use crate::verity::fec::FecGeometry;
 use crate::verity::superblock::{format_uuid, parse_uuid};
+use crate::verity::tree::VerifyReport;
 use crate::verity::volume::{
     self, params_json, Backing, ParamsSource, SignatureSource, VerityVolume, VolumeError,
 };
@@ -20,6 +23,9 @@ pub enum VerityCommand {
     Verify(VerifyArgs),
     /// Print the superblock of HASH (like `veritysetup dump`).
     Dump(DumpArgs),
+    /// Correct corrupt data and hash blocks from the FEC device and write them back, each
+    /// only after the volume verifies with it.
+    Repair(RepairArgs),
     /// Serve the verified DATA read-only at /run/dmkit/NAME (veritysetup's argument order).
     Open(OpenArgs),
     /// Sign a root hash: detached DER PKCS#7 over the lowercase hex string, as the kernel checks.
@@ -112,6 +118,31 @@ pub struct VerifyArgs {
     tree: TreeArgs,
     #[command(flatten)]
     root: RootArgs,
+    #[command(flatten)]
+    fec: FecArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `verity repair`.
+#[derive(clap::Args)]
+pub struct RepairArgs {
+    /// Data device or image.
+    data: PathBuf,
+    /// Hash device or image.
+    hash_device: PathBuf,
+    /// Root hash (hex); omit with --root-hash-file.
+    root_hash: Option<String>,
+    #[command(flatten)]
+    tree: TreeArgs,
+    #[command(flatten)]
+    root: RootArgs,
+    #[command(flatten)]
+    fec: FecArgs,
+    /// Report what would be repaired, change nothing.
+    #[arg(long)]
+    dry_run: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -187,6 +218,7 @@ pub fn run(c: VerityCommand) -> CliResult {
         VerityCommand::Format(a) => format(a),
         VerityCommand::Verify(a) => verify(a),
         VerityCommand::Dump(a) => dump(a),
+        VerityCommand::Repair(a) => repair(a),
         VerityCommand::Open(a) => open(a),
         VerityCommand::Sign(a) => sign(a),
         VerityCommand::Close(a) => super::device::close(a),
@@ -422,46 +454,67 @@ fn format(a: FormatArgs) -> CliResult {
     Ok(())
 }
 
-/// Block numbers as ranges ("3, 7-9"): every block named, even when thousands are corrupt.
-fn ranges(blocks: &[u64]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < blocks.len() {
-        let mut j = i;
-        while j + 1 < blocks.len() && blocks[j + 1] == blocks[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j {
-            blocks[i].to_string()
-        } else {
-            format!("{}-{}", blocks[i], blocks[j])
-        });
-        i = j + 1;
-    }
-    out.join(", ")
-}
-
 fn verify(a: VerifyArgs) -> CliResult {
     let volume = open_volume(&a.data, &a.hash_device, &a.tree, false)?;
-    let p = volume.params().clone();
-    let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
-    let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
-    check_signature(&root_hex, &a.root)?;
-    let report = volume.verify(&root)?;
-    let covered = p.data_size();
+    let root = checked_root(&volume, &a.root_hash, &a.root)?;
+    let (report, fec) = match &a.fec.fec_device {
+        Some(f) => volume.verify_with_fec(&root, f, &a.fec.options())?,
+        None => (volume.verify(&root)?, None),
+    };
+    if let Some(o) = &fec {
+        verity_fec::report_corrected(o, &a.data, &a.hash_device, "corrected");
+    }
+    conclude(
+        &volume,
+        &a.data,
+        &a.hash_device,
+        &report,
+        fec.as_ref(),
+        a.json,
+    )
+}
+
+/// The root hash of verify and repair, parsed for the volume's hash and its signature
+/// checked.
+fn checked_root(
+    volume: &VerityVolume,
+    positional: &Option<String>,
+    root: &RootArgs,
+) -> Result<Vec<u8>, CliError> {
+    let root_hex = root_hash_text(positional, &root.root_hash_file)?;
+    let bytes = verity::parse_root_hash(&root_hex, volume.params()).map_err(verity_err)?;
+    check_signature(&root_hex, root)?;
+    Ok(bytes)
+}
+
+/// Print the outcome of a verification (corrected by FEC when `fec`), and fail with every
+/// block still corrupt.
+fn conclude(
+    volume: &VerityVolume,
+    data: &Path,
+    hash: &Path,
+    before: &VerifyReport,
+    fec: Option<&FecOutcome>,
+    json: bool,
+) -> CliResult {
+    let p = volume.params();
+    let report = fec.map_or(before, |o| &o.after);
     let data_bytes = volume.data_size();
-    if a.json {
-        let mut j = serde_json::to_value(&report).expect("report serializes");
+    if json {
+        let mut j = serde_json::to_value(before).expect("report serializes");
         j["ok"] = report.ok().into();
-        j["covered_bytes"] = covered.into();
+        j["covered_bytes"] = p.data_size().into();
         j["data_device_bytes"] = data_bytes.into();
+        if let Some(o) = fec {
+            j["fec"] = serde_json::to_value(o).expect("outcome serializes");
+        }
         println!("{j:#}");
     }
     if report.ok() {
-        if !a.json {
+        if !json {
             println!(
                 "{}",
-                coverage(&a.data, p.data_blocks, p.data_block_size, data_bytes)
+                coverage(data, p.data_blocks, p.data_block_size, data_bytes)
             );
         }
         return Ok(());
@@ -469,7 +522,7 @@ fn verify(a: VerifyArgs) -> CliResult {
     if report.root_hash_mismatch {
         return Err(CliError::verification(format!(
             "{}: root hash does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data (the data gives root {})",
-            a.hash_device.display(),
+            hash.display(),
             report.computed_root
         )));
     }
@@ -478,16 +531,16 @@ fn verify(a: VerifyArgs) -> CliResult {
         parts.push(format!(
             "{} corrupt data block(s) in {}: {}",
             report.corrupt_data_blocks.len(),
-            a.data.display(),
-            ranges(&report.corrupt_data_blocks)
+            data.display(),
+            ranges(&report.corrupt_data_blocks, 1)
         ));
     }
     if !report.corrupt_hash_blocks.is_empty() {
         parts.push(format!(
             "{} corrupt hash block(s) in {}: {}",
             report.corrupt_hash_blocks.len(),
-            a.hash_device.display(),
-            ranges(&report.corrupt_hash_blocks)
+            hash.display(),
+            ranges(&report.corrupt_hash_blocks, 1)
         ));
     }
     if !report.spare_not_zeroed.is_empty() {
@@ -495,15 +548,51 @@ fn verify(a: VerifyArgs) -> CliResult {
             "{} hash block(s) in {} hold digests past the {} data blocks the superblock \
              covers (spare area is not zeroed; was the tree built for more data?): {}",
             report.spare_not_zeroed.len(),
-            a.hash_device.display(),
+            hash.display(),
             p.data_blocks,
-            ranges(&report.spare_not_zeroed)
+            ranges(&report.spare_not_zeroed, 1)
         ));
     }
+    let beyond = if fec.is_some() {
+        " (beyond what the FEC area corrects)"
+    } else {
+        ""
+    };
     Err(CliError::verification(format!(
-        "verification failed: {}",
+        "verification failed: {}{beyond}",
         parts.join("; ")
     )))
+}
+
+fn repair(a: RepairArgs) -> CliResult {
+    let volume = VerityVolume::open_writable(
+        Backing::whole(&a.data),
+        Backing::whole(&a.hash_device),
+        a.tree.source(),
+    )?;
+    let root = checked_root(&volume, &a.root_hash, &a.root)?;
+    let fec = a
+        .fec
+        .fec_device
+        .as_deref()
+        .expect("clap requires --fec-device");
+    let (report, outcome) = volume.repair(&root, fec, &a.fec.options(), a.dry_run)?;
+    if let Some(o) = &outcome {
+        let verb = if a.dry_run {
+            "would repair"
+        } else {
+            "repaired"
+        };
+        verity_fec::report_corrected(o, &a.data, &a.hash_device, verb);
+    }
+    conclude(
+        &volume,
+        &a.data,
+        &a.hash_device,
+        &report,
+        outcome.as_ref(),
+        a.json,
+    )
 }
 
 /// What a verified root hash vouches for: "verified: 4096 data blocks of 4096 bytes, all
@@ -571,16 +660,4 @@ fn sign(a: SignArgs) -> CliResult {
         ))
     })?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_ranges() {
-        assert_eq!(ranges(&[]), "");
-        assert_eq!(ranges(&[3]), "3");
-        assert_eq!(ranges(&[0, 1, 2, 5, 7, 8]), "0-2, 5, 7-8");
-    }
 }

@@ -1,6 +1,8 @@
 //! The FEC options of `dmkit verity`, as veritysetup spells them (`--fec-device`,
 //! `--fec-offset`, `--fec-roots`), and the lines veritysetup prints about FEC.
 
+use super::ranges::ranges;
+use crate::verity::fec::repair::FecOutcome;
 use crate::verity::fec::{FecGeometry, FecOptions, DEFAULT_ROOTS};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -55,4 +57,29 @@ pub fn json(g: &FecGeometry, device: &Path, offset: u64) -> Value {
         "rs_blocks": g.rounds * u64::from(g.roots),
         "size": g.parity_bytes(),
     })
+}
+
+/// One line on stderr naming the blocks FEC rebuilt ("corrected", "repaired", "would
+/// repair"), when there are any.
+pub fn report_corrected(o: &FecOutcome, data: &Path, hash: &Path, verb: &str) {
+    let mut parts = Vec::new();
+    if !o.corrected_data_blocks.is_empty() {
+        parts.push(format!(
+            "{} data block(s) in {}: {}",
+            o.corrected_data_blocks.len(),
+            data.display(),
+            ranges(&o.corrected_data_blocks, 1)
+        ));
+    }
+    if !o.corrected_hash_blocks.is_empty() {
+        parts.push(format!(
+            "{} hash block(s) in {}: {}",
+            o.corrected_hash_blocks.len(),
+            hash.display(),
+            ranges(&o.corrected_hash_blocks, 1)
+        ));
+    }
+    if !parts.is_empty() {
+        eprintln!("dmkit: {verb} from the FEC device: {}", parts.join("; "));
+    }
 }

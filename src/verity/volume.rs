@@ -300,13 +300,37 @@ impl VerityVolume {
         source: ParamsSource,
         claim: bool,
     ) -> Result<Self> {
-        let data_file = crate::block::open_device(data.path, true, false)?;
-        let hash_file = crate::block::open_device(hash.path, true, false)?;
+        Self::open_mode(data, hash, source, claim, false)
+    }
+
+    /// [`open`](Self::open) read-write with both areas claimed exclusively: for `verity
+    /// repair`, the one writer of a volume nobody else has open.
+    pub fn open_writable(
+        data: Backing<'_>,
+        hash: Backing<'_>,
+        source: ParamsSource,
+    ) -> Result<Self> {
+        Self::open_mode(data, hash, source, true, true)
+    }
+
+    fn open_mode(
+        data: Backing<'_>,
+        hash: Backing<'_>,
+        source: ParamsSource,
+        claim: bool,
+        writable: bool,
+    ) -> Result<Self> {
+        let data_file = crate::block::open_device(data.path, !writable, false)?;
+        let hash_file = crate::block::open_device(hash.path, !writable, false)?;
         let mut claims = Vec::new();
         if claim {
             for (f, b) in [(&data_file, &data), (&hash_file, &hash)] {
                 let (start, len) = b.region.unwrap_or((0, 0));
-                claims.push(Claim::take(f.file(), b.path, start, len, false)?);
+                // One file holding both areas is claimed once when exclusive.
+                if writable && claims.len() == 1 && same_file(data.path, hash.path) {
+                    continue;
+                }
+                claims.push(Claim::take(f.file(), b.path, start, len, writable)?);
             }
         }
         let data_dev = windowed(data_file, &data)?;
@@ -415,6 +439,8 @@ fn windowed(file: crate::block::FileDevice, b: &Backing<'_>) -> Result<Arc<dyn B
     })?;
     Ok(Arc::new(w))
 }
+
+mod fec_verbs;
 
 /// Create (or open) the hash file to format and claim its hash area exclusively.
 fn create_hash_file(path: &Path, hash_offset: u64) -> Result<(std::fs::File, Claim)> {

@@ -20,7 +20,11 @@ const ROUNDS_PER_PASS: u64 = 32;
 
 /// Read `buf.len()` bytes at `offset` of the covered area (the inputs back to back, zeros
 /// after them).
-fn read_covered(inputs: &[FecInput<'_>], mut offset: u64, buf: &mut [u8]) -> Result<(), FecError> {
+pub(super) fn read_covered(
+    inputs: &[FecInput<'_>],
+    mut offset: u64,
+    buf: &mut [u8],
+) -> Result<(), FecError> {
     let mut done = 0;
     for input in inputs {
         if done == buf.len() {

@@ -7,7 +7,9 @@
 //! [`rs`] the code, [`encode`] the area veritysetup's `format --fec-device` writes, and
 //! [`write`](mod@write) puts it in its file.
 
+pub mod correct;
 pub mod encode;
+pub mod repair;
 pub mod rs;
 pub mod write;
 
