@@ -173,6 +173,8 @@ pub struct OpenArgs {
     /// Root hash (hex); omit with --root-hash-file.
     root_hash: Option<String>,
     #[command(flatten)]
+    fec: FecArgs,
+    #[command(flatten)]
     tree: TreeArgs,
     #[command(flatten)]
     root: RootArgs,
@@ -636,6 +638,7 @@ fn open(a: OpenArgs) -> CliResult {
         ignore_corruption: a.ignore_corruption,
         cache_blocks: a.cache_blocks,
         data_cache_bytes: a.data_cache,
+        fec: a.fec.fec_device.clone().map(|f| (f, a.fec.options())),
     };
     let mut activated = volume.activate(&root, opts).map_err(|e| match e {
         VolumeError::RootMismatch { .. } => CliError::verification(format!(
