@@ -564,3 +564,28 @@ fn an_open_device_serves_corrected_blocks_and_counts_them() {
     drop(f);
     e.run.close("broken");
 }
+
+#[test]
+fn damage_to_the_fec_area_is_reported_and_repair_writes_it_anew() {
+    let e = Workspace::new();
+    let (root, _) = format_fec(&e, 2);
+    let fec0 = fs::read(e.path("fec")).unwrap();
+    common::xor_byte(&e.path("fec"), 4096 + 17, 0x81);
+    let v = dmkit_with_fec(&e, &["verify"], &root, 2);
+    assert_eq!(v.code, Some(0), "the data verifies: {}", v.describe());
+    assert!(
+        v.stderr
+            .contains("1 block(s) of the FEC area do not match the verified volume: 1"),
+        "{}",
+        v.describe()
+    );
+    let r = dmkit_with_fec(&e, &["repair"], &root, 2);
+    assert_eq!(r.code, Some(0), "{}", r.describe());
+    assert!(r.stderr.contains("written anew"), "{}", r.describe());
+    assert!(
+        fs::read(e.path("fec")).unwrap() == fec0,
+        "the FEC area is as formatted"
+    );
+    let again = dmkit_with_fec(&e, &["verify"], &root, 2);
+    assert!(again.stderr.is_empty(), "{}", again.describe());
+}

@@ -463,8 +463,8 @@ fn verify(a: VerifyArgs) -> CliResult {
         Some(f) => volume.verify_with_fec(&root, f, &a.fec.options())?,
         None => (volume.verify(&root)?, None),
     };
-    if let Some(o) = &fec {
-        verity_fec::report_corrected(o, &a.data, &a.hash_device, "corrected");
+    if let (Some(o), Some(f)) = (&fec, &a.fec.fec_device) {
+        verity_fec::report_corrected(o, [&a.data, &a.hash_device, f], "corrected");
     }
     conclude(
         &volume,
@@ -585,7 +585,7 @@ fn repair(a: RepairArgs) -> CliResult {
         } else {
             "repaired"
         };
-        verity_fec::report_corrected(o, &a.data, &a.hash_device, verb);
+        verity_fec::report_corrected(o, [&a.data, &a.hash_device, fec], verb);
     }
     conclude(
         &volume,
