@@ -82,13 +82,16 @@ fn encode_rounds(
     Ok(())
 }
 
+/// What receives a run of rounds' parity: the first round's number and the bytes.
+type ParitySink<'a> = dyn Fn(u64, &[u8]) -> Result<(), FecError> + Sync + 'a;
+
 /// Compute the parity of every round of `inputs` on `threads` threads, handing each run of
 /// rounds to `sink(first_round, parity)`; runs are disjoint, in no particular order.
 fn for_each_pass(
     inputs: &[FecInput<'_>],
     g: &FecGeometry,
     threads: usize,
-    sink: &(dyn Fn(u64, &[u8]) -> Result<(), FecError> + Sync),
+    sink: &ParitySink<'_>,
 ) -> Result<(), FecError> {
     let rs = Rs::new(g.roots).ok_or(FecError::Roots(g.roots))?;
     let round_bytes = g.block_size as u64 * u64::from(g.roots);
