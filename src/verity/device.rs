@@ -72,6 +72,8 @@ pub struct VerityStats {
     pub fec_corrected: AtomicU64,
     /// Blocks that failed their digest and the FEC area could not rebuild.
     pub fec_uncorrectable: AtomicU64,
+    /// Whether the device has a FEC area (the FEC counters are shown only then).
+    pub fec: std::sync::atomic::AtomicBool,
 }
 
 /// A dm-verity target.
@@ -140,6 +142,7 @@ impl VerityDevice {
     /// The device with `fec` to rebuild corrupt blocks from.
     pub fn with_fec(mut self, fec: FecSource) -> Self {
         self.fec = Some(fec);
+        self.stats.fec.store(true, Ordering::Relaxed);
         self
     }
 
@@ -432,7 +435,7 @@ impl VerityStats {
     pub fn to_json(&self) -> serde_json::Value {
         let data = self.data_corruptions.load(Ordering::Relaxed);
         let hash = self.hash_corruptions.load(Ordering::Relaxed);
-        serde_json::json!({
+        let mut j = serde_json::json!({
             // Every corrupt block detected, whether the reader got EIO or (with
             // ignore_corruption) the data: the figure `status` shows as "corruptions".
             "corruptions": data + hash,
@@ -441,8 +444,11 @@ impl VerityStats {
             "verified_blocks": self.verified_blocks.load(Ordering::Relaxed),
             "hash_block_reads": self.hash_block_reads.load(Ordering::Relaxed),
             "data_cache_hits": self.data_cache_hits.load(Ordering::Relaxed),
-            "fec_corrected": self.fec_corrected.load(Ordering::Relaxed),
-            "fec_uncorrectable": self.fec_uncorrectable.load(Ordering::Relaxed),
-        })
+        });
+        if self.fec.load(Ordering::Relaxed) {
+            j["fec_corrected"] = self.fec_corrected.load(Ordering::Relaxed).into();
+            j["fec_uncorrectable"] = self.fec_uncorrectable.load(Ordering::Relaxed).into();
+        }
+        j
     }
 }
