@@ -570,6 +570,25 @@ mod tests {
     }
 
     #[test]
+    fn any_bytes_and_erasures_decode_without_panic() {
+        // Parity comes from disk: the decoder must take anything.
+        for roots in [2u8, 3, 13, 24] {
+            let rs = Rs::new(roots).unwrap();
+            for seed in 0..300u64 {
+                let mut w = noise(NN, seed * 97 + u64::from(roots));
+                let n = (seed as usize) % (rs.roots() + 1);
+                let mut eras: Vec<usize> =
+                    noise(n, seed).iter().map(|&b| b as usize % NN).collect();
+                eras.sort_unstable();
+                eras.dedup();
+                if let Some(k) = rs.decode(&mut w, &eras) {
+                    assert!(k <= NN);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn roots_outside_2_to_24_are_refused() {
         assert!(Rs::new(1).is_none());
         assert!(Rs::new(25).is_none());
