@@ -28,6 +28,9 @@ pub struct Metadata {
     pub keyslots: BTreeMap<u32, Keyslot>,
     /// Tokens by id, kept verbatim.
     pub tokens: BTreeMap<u32, Value>,
+    /// Each token as json-c read it or `token import` was given it: the key order and bytes
+    /// [`Metadata::to_text`] writes it back in (see [`super::token_order`]).
+    pub token_json: BTreeMap<u32, super::jsonc::Value>,
     /// Segments by id.
     pub segments: BTreeMap<u32, Segment>,
     /// Digests by id.
@@ -332,6 +335,18 @@ impl Metadata {
             .into_iter()
             .map(|(id, v)| (id, v.clone()))
             .collect();
+        let token_json = tree
+            .get("tokens")
+            .and_then(super::jsonc::Value::as_object)
+            .map(|o| {
+                o.iter()
+                    .filter_map(|(k, v)| {
+                        let id = canonical_id(std::str::from_utf8(k).ok()?)?;
+                        Some((id, v.clone()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         let segments = sec("segments")
             .into_iter()
             .map(|(id, v)| {
@@ -369,6 +384,7 @@ impl Metadata {
         Metadata {
             keyslots,
             tokens,
+            token_json,
             segments,
             digests,
             config,
@@ -402,7 +418,8 @@ impl Metadata {
                 "keyslots".to_string(),
                 sec(&self.keyslots, Keyslot::to_value),
             ),
-            ("tokens".to_string(), sec(&self.tokens, Value::clone)),
+            // Written below from `tokens`, each in its own key order.
+            ("tokens".to_string(), Value::Null),
             (
                 "segments".to_string(),
                 sec(&self.segments, Segment::to_value),
@@ -411,9 +428,20 @@ impl Metadata {
             ("config".to_string(), self.config.to_value()),
         ];
         parts.extend(self.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
+        let tokens: Vec<String> = self
+            .tokens
+            .iter()
+            .map(|(id, t)| {
+                let text = super::token_order::text(t, self.token_json.get(id));
+                format!("\"{id}\":{}", String::from_utf8_lossy(&text))
+            })
+            .collect();
         let body: Vec<String> = parts
             .iter()
-            .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), v))
+            .map(|(k, v)| match k.as_str() {
+                "tokens" => format!("\"tokens\":{{{}}}", tokens.join(",")),
+                _ => format!("{}:{}", Value::String(k.clone()), v),
+            })
             .collect();
         format!("{{{}}}", body.join(","))
     }

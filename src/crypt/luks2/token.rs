@@ -60,8 +60,11 @@ pub fn set(h: &mut Luks2Header, id: Option<u32>, json: &str) -> Result<u32, Luks
         }
         check_keyring(o).map_err(|e| bad(&e))?;
     }
+    // json-c's tree of the text: the key order `token export` gives back.
+    let (tree, _) = super::jsonc::parse_area(json.as_bytes()).map_err(|e| bad(&e.to_string()))?;
     let mut m = h.metadata.clone();
     m.tokens.insert(id, value);
+    m.token_json.insert(id, tree);
     m.validate(h.hdr_size).map_err(|e| bad(&e))?;
     h.metadata = m;
     Ok(id)
@@ -80,6 +83,7 @@ fn check_keyring(o: &Map<String, Value>) -> Result<(), String> {
 
 /// Remove token `id`.
 pub fn remove(h: &mut Luks2Header, id: u32) -> Result<(), LuksError> {
+    h.metadata.token_json.remove(&id);
     h.metadata
         .tokens
         .remove(&id)
@@ -106,23 +110,16 @@ pub fn assign(h: &mut Luks2Header, id: u32, slot: u32) -> Result<(), LuksError> 
     Ok(())
 }
 
-/// The text of token `id` as cryptsetup exports it: the bytes as stored when the token came
-/// from disk unchanged (json-c's plain layout, keys in their order), else compact JSON.
+/// The text of token `id` as cryptsetup exports it (json-c's plain layout): its keys in the
+/// order they were read or imported in, keys added since after them.
 pub fn export(h: &Luks2Header, id: u32) -> Result<String, LuksError> {
     let t = h
         .metadata
         .tokens
         .get(&id)
         .ok_or_else(|| LuksError::Invalid(format!("Failed to get token {id} for export.")))?;
-    let stored = h
-        .raw
-        .as_ref()
-        .and_then(|r| r.json.get("tokens")?.get(&id.to_string()).cloned())
-        .filter(|raw| super::json::to_serde(raw) == *t);
-    Ok(match stored {
-        Some(raw) => String::from_utf8_lossy(&raw.to_json(super::jsonc::Style::Plain)).into_owned(),
-        None => t.to_string(),
-    })
+    let text = super::token_order::text(t, h.metadata.token_json.get(&id));
+    Ok(String::from_utf8_lossy(&text).into_owned())
 }
 
 /// Key descriptions of the `luks2-keyring` tokens that may open keyslot `slot` (any keyslot
