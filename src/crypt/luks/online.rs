@@ -4,11 +4,11 @@
 //! travels between processes.
 
 use super::header::Stack;
+use super::online_reencrypt::{Place, Reencryptor};
 use super::{ActivateParams, Header, LuksError, LuksVolume};
 use crate::block::online::{Online, OnlineError, RefreshFlags, Unlock};
 use crate::block::{BlockDevice, Claim, FileDevice};
 use crate::crypt::luks2::activate::{self, ActivateOptions, DataSegment};
-use super::online_reencrypt::{Place, Reencryptor};
 use crate::crypt::target::{CryptDevice, ServedCrypt};
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -275,7 +275,10 @@ impl Reencryptor {
             if j.running {
                 return Err(OnlineError {
                     code: 5,
-                    message: format!("Device {} is already being reencrypted.", self.place.opts.name),
+                    message: format!(
+                        "Device {} is already being reencrypted.",
+                        self.place.opts.name
+                    ),
                 });
             }
             if self.stop.load(Ordering::SeqCst) {
@@ -336,7 +339,9 @@ impl Reencryptor {
                 Some(d) => d.reopened(),
                 None => dev.reopened(),
             }
-            .map_err(|e| OnlineError::invalid(format!("{}: cannot reopen: {e}", p.device.display())))?,
+            .map_err(|e| {
+                OnlineError::invalid(format!("{}: cannot reopen: {e}", p.device.display()))
+            })?,
         );
         let hdr_dev: &dyn BlockDevice = dev;
         let run = engine::Run::new(hdr_dev, data_dev, h, &keys).map_err(failure)?;
@@ -350,10 +355,26 @@ impl Reencryptor {
         }
         let (prev, last) = (&run.ends.previous, &run.ends.last);
         let at = run.data_offset;
-        let old = segment_view(prev, lower.clone(), at, size, prev.iv_tweak, Some(&keys.old), &p.opts)
-            .map_err(failure)?;
-        let new = segment_view(last, lower, at, size, last.iv_tweak, Some(&keys.new), &p.opts)
-            .map_err(failure)?;
+        let old = segment_view(
+            prev,
+            lower.clone(),
+            at,
+            size,
+            prev.iv_tweak,
+            Some(&keys.old),
+            &p.opts,
+        )
+        .map_err(failure)?;
+        let new = segment_view(
+            last,
+            lower,
+            at,
+            size,
+            last.iv_tweak,
+            Some(&keys.new),
+            &p.opts,
+        )
+        .map_err(failure)?;
         drop(keys);
         let dev = Arc::new(Reencrypting {
             name: p.opts.name.clone(),

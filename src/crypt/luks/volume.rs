@@ -442,8 +442,7 @@ impl LuksVolume {
             header: self.header_path.clone(),
             opts: opts.clone(),
         };
-        let (device, online) =
-            super::online_reencrypt::serve_in_reencryption(active.device, place);
+        let (device, online) = super::online_reencrypt::serve_in_reencryption(active.device, place);
         let mut details = self.status_details(area, size, active.keyslot);
         if let (Some(d), Some(r)) = (details.as_object_mut(), active.details.as_object()) {
             d.extend(r.clone());

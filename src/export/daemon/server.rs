@@ -815,7 +815,10 @@ fn reencrypt(
             let mut last: Option<Instant> = None;
             let mut gone = false;
             let r = o.reencrypt(&unlock, max_hotzone, &mut |done, total| {
-                if gone || last.is_some_and(|l| l.elapsed() < Duration::from_millis(200) && done < total) {
+                if gone
+                    || last
+                        .is_some_and(|l| l.elapsed() < Duration::from_millis(200) && done < total)
+                {
                     return;
                 }
                 last = Some(Instant::now());
