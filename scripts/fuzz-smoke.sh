@@ -39,20 +39,48 @@ fi
 # Build everything first, so the time limit is spent fuzzing.
 cargo +nightly fuzz build
 
-failed=()
-for t in "${targets[@]}"; do
-    echo "fuzz-smoke: $t for ${seconds}s"
+# libFuzzer runs one thread: as many targets at once as there are cores, each logging to its
+# own file (printed when it fails), so the smoke costs SECONDS x targets / cores.
+jobs="$(nproc 2>/dev/null || echo 1)"
+logs="$(mktemp -d)"
+trap 'rm -rf "$logs"' EXIT
+
+fuzz_one() {
+    local t="$1"
     mkdir -p "corpus/$t"
     # Committed seeds (fuzz/seeds/<target>/) start the search from real headers; new inputs
     # go to the first directory, corpus/<target>.
-    seeds=()
+    local seeds=()
     if [ -d "seeds/$t" ]; then seeds=("seeds/$t"); fi
     # -max_total_time bounds the run; a crash, leak or timeout makes libFuzzer exit non-zero.
-    if ! cargo +nightly fuzz run "$t" "corpus/$t" "${seeds[@]}" -- \
-        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1; then
+    cargo +nightly fuzz run "$t" "corpus/$t" "${seeds[@]}" -- \
+        -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+        >"$logs/$t.log" 2>&1
+}
+
+failed=()
+declare -A running=()
+# Wait for any one run to end (bash 5.1+: -p names it) and report it.
+reap() {
+    local pid st=0
+    wait -n -p pid || st=$?
+    local t="${running[$pid]}"
+    unset "running[$pid]"
+    if [ "$st" -eq 0 ]; then
+        echo "fuzz-smoke: $t: $(grep -a -m1 'stat::number_of_executed_units' "$logs/$t.log" || echo done)"
+    else
+        echo "fuzz-smoke: $t FAILED (exit $st); its log:" >&2
+        tail -n 60 "$logs/$t.log" >&2
         failed+=("$t")
     fi
+}
+for t in "${targets[@]}"; do
+    while [ "${#running[@]}" -ge "$jobs" ]; do reap; done
+    echo "fuzz-smoke: $t for ${seconds}s"
+    fuzz_one "$t" &
+    running[$!]="$t"
 done
+while [ "${#running[@]}" -gt 0 ]; do reap; done
 
 if [ "${#failed[@]}" -ne 0 ]; then
     echo "fuzz-smoke: crashes in: ${failed[*]} (inputs in fuzz/artifacts/)" >&2

@@ -277,3 +277,38 @@ fn refresh_changes_discards_and_needs_the_passphrase() {
     let r = e.run.run(&["luks", "resize", "rf"]);
     assert_eq!(r.code, Some(4), "{}", r.describe());
 }
+
+#[test]
+fn a_new_nbd_connection_sees_the_resized_device() {
+    // No FUSE, no root: the export is a Unix socket.
+    let e = Workspace::new();
+    let img = e.sparse("nbd-plain.img", 8 << 20);
+    let key = e.s("key");
+    fs::write(&key, pattern(64, 5)).unwrap();
+    let sock = e.path("p2.sock");
+    let addr = format!("unix:{}", sock.display());
+    e.run.ok(&[
+        "plain",
+        "open",
+        &img,
+        "p2",
+        "--key-file",
+        &key,
+        "--no-fuse",
+        "--nbd",
+        &addr,
+    ]);
+    e.run.track("p2");
+    let first = common::nbd::Client::connect(&sock).unwrap();
+    assert_eq!(first.size, 8 << 20);
+    e.run.ok(&["luks", "resize", "p2", "--size", "4096"]);
+    let second = common::nbd::Client::connect(&sock).unwrap();
+    assert_eq!(
+        second.size,
+        4096 * 512,
+        "the handshake tells the size after resize"
+    );
+    first.disconnect();
+    second.disconnect();
+    e.run.close("p2");
+}

@@ -289,7 +289,7 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
                 "{name}: {} blocks with stale tags, explained by the journal or bitmap: \
                  sectors {}",
                 r.stale_sectors.len(),
-                ranges(&r.stale_sectors, u64::from(g.sectors_per_block()))
+                super::ranges::ranges(&r.stale_sectors, u64::from(g.sectors_per_block()))
             );
         }
         if r.bad_sectors.is_empty() {
@@ -303,7 +303,7 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
                 "{name}: {} of {} blocks corrupt: sectors {}",
                 r.bad_sectors.len(),
                 r.blocks_checked,
-                ranges(&r.bad_sectors, u64::from(g.sectors_per_block()))
+                super::ranges::ranges(&r.bad_sectors, u64::from(g.sectors_per_block()))
             );
         }
     }
@@ -321,23 +321,4 @@ fn verify_cmd(a: VerifyArgs) -> CliResult {
             r.bad_sectors.len()
         )))
     }
-}
-
-/// Sector numbers of blocks as ranges ("0, 8-24" with 8-sector blocks): every block named.
-fn ranges(sectors: &[u64], step: u64) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < sectors.len() {
-        let mut j = i;
-        while j + 1 < sectors.len() && sectors[j + 1] == sectors[j] + step {
-            j += 1;
-        }
-        out.push(if i == j {
-            sectors[i].to_string()
-        } else {
-            format!("{}-{}", sectors[i], sectors[j])
-        });
-        i = j + 1;
-    }
-    out.join(", ")
 }

@@ -27,7 +27,9 @@ mod nbd;
 mod open;
 mod passphrase;
 mod plain;
+mod ranges;
 mod verity;
+mod verity_fec;
 
 use clap::{Parser, Subcommand};
 

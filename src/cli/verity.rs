@@ -1,8 +1,13 @@
 //! `dmkit verity format|verify|dump|open|sign`, with veritysetup's options and argument order.
 
+use super::ranges::ranges;
+use super::verity_fec::{self, FecArgs};
 use super::{CliError, CliResult};
 use crate::block::FileDevice;
+use crate::verity::fec::repair::FecOutcome;
+use crate::verity::fec::FecGeometry;
 use crate::verity::superblock::{format_uuid, parse_uuid};
+use crate::verity::tree::VerifyReport;
 use crate::verity::volume::{
     self, params_json, Backing, ParamsSource, SignatureSource, VerityVolume, VolumeError,
 };
@@ -18,6 +23,9 @@ pub enum VerityCommand {
     Verify(VerifyArgs),
     /// Print the superblock of HASH (like `veritysetup dump`).
     Dump(DumpArgs),
+    /// Correct corrupt data and hash blocks from the FEC device and write them back, each
+    /// only after the volume verifies with it.
+    Repair(RepairArgs),
     /// Serve the verified DATA read-only at /run/dmkit/NAME (veritysetup's argument order).
     Open(OpenArgs),
     /// Sign a root hash: detached DER PKCS#7 over the lowercase hex string, as the kernel checks.
@@ -69,6 +77,8 @@ pub struct FormatArgs {
     /// UUID for the superblock (default: random).
     #[arg(long)]
     uuid: Option<String>,
+    #[command(flatten)]
+    fec: FecArgs,
     /// Also write the root hash (hex) to this file.
     #[arg(long)]
     root_hash_file: Option<PathBuf>,
@@ -108,6 +118,31 @@ pub struct VerifyArgs {
     tree: TreeArgs,
     #[command(flatten)]
     root: RootArgs,
+    #[command(flatten)]
+    fec: FecArgs,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `verity repair`.
+#[derive(clap::Args)]
+pub struct RepairArgs {
+    /// Data device or image.
+    data: PathBuf,
+    /// Hash device or image.
+    hash_device: PathBuf,
+    /// Root hash (hex); omit with --root-hash-file.
+    root_hash: Option<String>,
+    #[command(flatten)]
+    tree: TreeArgs,
+    #[command(flatten)]
+    root: RootArgs,
+    #[command(flatten)]
+    fec: FecArgs,
+    /// Report what would be repaired, change nothing.
+    #[arg(long)]
+    dry_run: bool,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -137,6 +172,8 @@ pub struct OpenArgs {
     hash_device: PathBuf,
     /// Root hash (hex); omit with --root-hash-file.
     root_hash: Option<String>,
+    #[command(flatten)]
+    fec: FecArgs,
     #[command(flatten)]
     tree: TreeArgs,
     #[command(flatten)]
@@ -183,6 +220,7 @@ pub fn run(c: VerityCommand) -> CliResult {
         VerityCommand::Format(a) => format(a),
         VerityCommand::Verify(a) => verify(a),
         VerityCommand::Dump(a) => dump(a),
+        VerityCommand::Repair(a) => repair(a),
         VerityCommand::Open(a) => open(a),
         VerityCommand::Sign(a) => sign(a),
         VerityCommand::Close(a) => super::device::close(a),
@@ -327,18 +365,51 @@ fn describe(p: &VerityParams, layout: &TreeLayout, device: &Path) -> Vec<(&'stat
     ]
 }
 
+/// A FEC area as the header block shows it.
+struct FecShown<'a> {
+    geometry: &'a FecGeometry,
+    /// In a file of its own at offset 0: veritysetup then prints its size too.
+    own_file: bool,
+    /// In the hash device.
+    in_hash: bool,
+}
+
 /// Print veritysetup's header block ("VERITY header information for ...").
-fn print_header(p: &VerityParams, layout: &TreeLayout, device: &Path, root: Option<&[u8]>) {
+fn print_header(
+    p: &VerityParams,
+    layout: &TreeLayout,
+    device: &Path,
+    root: Option<&[u8]>,
+    fec: Option<FecShown>,
+) {
     println!("VERITY header information for {}", device.display());
     for (k, v) in describe(p, layout, device) {
         if k != "Device" {
             println!("{:<17}\t{}", format!("{k}:"), v);
         }
+        if let (Some(f), "Hash algorithm") = (&fec, k) {
+            verity_fec::header_lines(f.geometry)
+                .iter()
+                .for_each(|l| println!("{l}"));
+        }
     }
     if let Some(r) = root {
         println!("Root hash:      \t{}", hex::encode(r));
     }
-    println!("Hash device size: \t{} [bytes]", layout.hash_device_size());
+    // veritysetup prints the size only for a hash area at offset 0, and counts a FEC area
+    // in the hash device as if it followed the tree.
+    if p.hash_offset == 0 {
+        let fec_in_hash = fec.as_ref().filter(|f| f.in_hash).map_or(0, |f| {
+            f.geometry.rounds * u64::from(f.geometry.roots) * u64::from(p.hash_block_size)
+        });
+        println!(
+            "Hash device size: \t{} [bytes]",
+            layout.hash_device_size() + fec_in_hash
+        );
+    }
+    if let Some(f) = fec.filter(|f| f.own_file) {
+        println!("{}", verity_fec::size_line(f.geometry));
+    }
 }
 
 fn format(a: FormatArgs) -> CliResult {
@@ -353,63 +424,99 @@ fn format(a: FormatArgs) -> CliResult {
         None => random_uuid(),
     };
     let layout = TreeLayout::new(&p).map_err(invalid)?;
-    let root = VerityVolume::format_device(&data, &a.data, &a.hash_device, &p, || {
-        confirm_overwrite(&a.hash_device, p.hash_offset, a.batch_mode)
-    })?;
+    let fec = a.fec.fec_device.as_deref().map(|f| (f, a.fec.options()));
+    let (root, fec_geometry) =
+        VerityVolume::format_device(&data, &a.data, &a.hash_device, &p, fec, || {
+            confirm_overwrite(&a.hash_device, p.hash_offset, a.batch_mode)
+        })?;
     if let Some(f) = &a.root_hash_file {
         std::fs::write(f, hex::encode(&root))
             .map_err(|e| invalid(format!("{}: cannot write root hash file: {e}", f.display())))?;
     }
+    let in_hash = a
+        .fec
+        .fec_device
+        .as_deref()
+        .is_some_and(|f| volume::same_file(f, &a.hash_device));
+    let fec_shown = fec_geometry.as_ref().map(|g| FecShown {
+        geometry: g,
+        own_file: a.fec.fec_offset == 0 && !in_hash,
+        in_hash,
+    });
     if a.json {
         let mut j = params_json(&p, &layout);
         j["root_hash"] = hex::encode(&root).into();
+        if let (Some(g), Some(f)) = (&fec_geometry, &a.fec.fec_device) {
+            j["fec"] = verity_fec::json(g, f, a.fec.fec_offset);
+        }
         println!("{j:#}");
     } else {
-        print_header(&p, &layout, &a.hash_device, Some(&root));
+        print_header(&p, &layout, &a.hash_device, Some(&root), fec_shown);
     }
     Ok(())
 }
 
-/// Block numbers as ranges ("3, 7-9"): every block named, even when thousands are corrupt.
-fn ranges(blocks: &[u64]) -> String {
-    let mut out: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < blocks.len() {
-        let mut j = i;
-        while j + 1 < blocks.len() && blocks[j + 1] == blocks[j] + 1 {
-            j += 1;
-        }
-        out.push(if i == j {
-            blocks[i].to_string()
-        } else {
-            format!("{}-{}", blocks[i], blocks[j])
-        });
-        i = j + 1;
-    }
-    out.join(", ")
-}
-
 fn verify(a: VerifyArgs) -> CliResult {
     let volume = open_volume(&a.data, &a.hash_device, &a.tree, false)?;
-    let p = volume.params().clone();
-    let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
-    let root = verity::parse_root_hash(&root_hex, &p).map_err(verity_err)?;
-    check_signature(&root_hex, &a.root)?;
-    let report = volume.verify(&root)?;
-    let covered = p.data_size();
+    let root = checked_root(&volume, &a.root_hash, &a.root)?;
+    let (report, fec) = match &a.fec.fec_device {
+        Some(f) => volume.verify_with_fec(&root, f, &a.fec.options())?,
+        None => (volume.verify(&root)?, None),
+    };
+    if let (Some(o), Some(f)) = (&fec, &a.fec.fec_device) {
+        verity_fec::report_corrected(o, [&a.data, &a.hash_device, f], "corrected");
+    }
+    conclude(
+        &volume,
+        &a.data,
+        &a.hash_device,
+        &report,
+        fec.as_ref(),
+        a.json,
+    )
+}
+
+/// The root hash of verify and repair, parsed for the volume's hash and its signature
+/// checked.
+fn checked_root(
+    volume: &VerityVolume,
+    positional: &Option<String>,
+    root: &RootArgs,
+) -> Result<Vec<u8>, CliError> {
+    let root_hex = root_hash_text(positional, &root.root_hash_file)?;
+    let bytes = verity::parse_root_hash(&root_hex, volume.params()).map_err(verity_err)?;
+    check_signature(&root_hex, root)?;
+    Ok(bytes)
+}
+
+/// Print the outcome of a verification (corrected by FEC when `fec`), and fail with every
+/// block still corrupt.
+fn conclude(
+    volume: &VerityVolume,
+    data: &Path,
+    hash: &Path,
+    before: &VerifyReport,
+    fec: Option<&FecOutcome>,
+    json: bool,
+) -> CliResult {
+    let p = volume.params();
+    let report = fec.map_or(before, |o| &o.after);
     let data_bytes = volume.data_size();
-    if a.json {
-        let mut j = serde_json::to_value(&report).expect("report serializes");
+    if json {
+        let mut j = serde_json::to_value(before).expect("report serializes");
         j["ok"] = report.ok().into();
-        j["covered_bytes"] = covered.into();
+        j["covered_bytes"] = p.data_size().into();
         j["data_device_bytes"] = data_bytes.into();
+        if let Some(o) = fec {
+            j["fec"] = serde_json::to_value(o).expect("outcome serializes");
+        }
         println!("{j:#}");
     }
     if report.ok() {
-        if !a.json {
+        if !json {
             println!(
                 "{}",
-                coverage(&a.data, p.data_blocks, p.data_block_size, data_bytes)
+                coverage(data, p.data_blocks, p.data_block_size, data_bytes)
             );
         }
         return Ok(());
@@ -417,7 +524,7 @@ fn verify(a: VerifyArgs) -> CliResult {
     if report.root_hash_mismatch {
         return Err(CliError::verification(format!(
             "{}: root hash does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data (the data gives root {})",
-            a.hash_device.display(),
+            hash.display(),
             report.computed_root
         )));
     }
@@ -426,16 +533,16 @@ fn verify(a: VerifyArgs) -> CliResult {
         parts.push(format!(
             "{} corrupt data block(s) in {}: {}",
             report.corrupt_data_blocks.len(),
-            a.data.display(),
-            ranges(&report.corrupt_data_blocks)
+            data.display(),
+            ranges(&report.corrupt_data_blocks, 1)
         ));
     }
     if !report.corrupt_hash_blocks.is_empty() {
         parts.push(format!(
             "{} corrupt hash block(s) in {}: {}",
             report.corrupt_hash_blocks.len(),
-            a.hash_device.display(),
-            ranges(&report.corrupt_hash_blocks)
+            hash.display(),
+            ranges(&report.corrupt_hash_blocks, 1)
         ));
     }
     if !report.spare_not_zeroed.is_empty() {
@@ -443,15 +550,51 @@ fn verify(a: VerifyArgs) -> CliResult {
             "{} hash block(s) in {} hold digests past the {} data blocks the superblock \
              covers (spare area is not zeroed; was the tree built for more data?): {}",
             report.spare_not_zeroed.len(),
-            a.hash_device.display(),
+            hash.display(),
             p.data_blocks,
-            ranges(&report.spare_not_zeroed)
+            ranges(&report.spare_not_zeroed, 1)
         ));
     }
+    let beyond = if fec.is_some() {
+        " (beyond what the FEC area corrects)"
+    } else {
+        ""
+    };
     Err(CliError::verification(format!(
-        "verification failed: {}",
+        "verification failed: {}{beyond}",
         parts.join("; ")
     )))
+}
+
+fn repair(a: RepairArgs) -> CliResult {
+    let volume = VerityVolume::open_writable(
+        Backing::whole(&a.data),
+        Backing::whole(&a.hash_device),
+        a.tree.source(),
+    )?;
+    let root = checked_root(&volume, &a.root_hash, &a.root)?;
+    let fec = a
+        .fec
+        .fec_device
+        .as_deref()
+        .expect("clap requires --fec-device");
+    let (report, outcome) = volume.repair(&root, fec, &a.fec.options(), a.dry_run)?;
+    if let Some(o) = &outcome {
+        let verb = if a.dry_run {
+            "would repair"
+        } else {
+            "repaired"
+        };
+        verity_fec::report_corrected(o, [&a.data, &a.hash_device, fec], verb);
+    }
+    conclude(
+        &volume,
+        &a.data,
+        &a.hash_device,
+        &report,
+        outcome.as_ref(),
+        a.json,
+    )
 }
 
 /// What a verified root hash vouches for: "verified: 4096 data blocks of 4096 bytes, all
@@ -478,7 +621,7 @@ fn dump(a: DumpArgs) -> CliResult {
     if a.json {
         println!("{:#}", params_json(&p, &layout));
     } else {
-        print_header(&p, &layout, &a.hash_device, None);
+        print_header(&p, &layout, &a.hash_device, None, None);
     }
     Ok(())
 }
@@ -495,6 +638,7 @@ fn open(a: OpenArgs) -> CliResult {
         ignore_corruption: a.ignore_corruption,
         cache_blocks: a.cache_blocks,
         data_cache_bytes: a.data_cache,
+        fec: a.fec.fec_device.clone().map(|f| (f, a.fec.options())),
     };
     let mut activated = volume.activate(&root, opts).map_err(|e| match e {
         VolumeError::RootMismatch { .. } => CliError::verification(format!(
@@ -519,16 +663,4 @@ fn sign(a: SignArgs) -> CliResult {
         ))
     })?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn block_ranges() {
-        assert_eq!(ranges(&[]), "");
-        assert_eq!(ranges(&[3]), "3");
-        assert_eq!(ranges(&[0, 1, 2, 5, 7, 8]), "0-2, 5, 7-8");
-    }
 }

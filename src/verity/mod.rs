@@ -11,6 +11,7 @@
 pub mod cache;
 pub mod data_cache;
 pub mod device;
+pub mod fec;
 pub mod params;
 pub mod sig;
 pub mod spec;

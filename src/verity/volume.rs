@@ -24,6 +24,9 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use super::fec::source::FecSource;
+use super::fec::write::{write_fec, Covered};
+use super::fec::{FecGeometry, FecOptions};
 use super::sig::{SignatureError, VerifiedSigner};
 use super::superblock::format_uuid;
 use super::{TreeLayout, VerifyReport, VerityDevice, VerityError, VerityOptions, VerityParams};
@@ -71,6 +74,9 @@ pub enum VolumeError {
     /// The root hash signature does not check out.
     #[error(transparent)]
     Signature(#[from] SignatureError),
+    /// Forward error correction could not be computed or read.
+    #[error(transparent)]
+    Fec(#[from] super::fec::FecError),
 }
 
 crate::block::open::volume_failure!(VolumeError);
@@ -93,6 +99,7 @@ impl VolumeError {
             VolumeError::Signature(
                 S::SignatureUnreadable { .. } | S::CertificateUnreadable { .. },
             ) => 4,
+            VolumeError::Fec(e) => e.exit_code(),
             _ => 1,
         }
     }
@@ -233,17 +240,20 @@ impl VerityVolume {
         confirm: impl FnOnce() -> std::result::Result<(), E>,
     ) -> std::result::Result<Vec<u8>, E> {
         let data_dev = crate::block::open_device(data, true, false).map_err(VolumeError::from)?;
-        Self::format_device(&data_dev, data, hash, params, confirm)
+        Ok(Self::format_device(&data_dev, data, hash, params, None, confirm)?.0)
     }
 
-    /// [`format`](Self::format) over a data device already open (at `data`).
+    /// [`format`](Self::format) over a data device already open (at `data`), and with `fec`,
+    /// the FEC area written into its file after the tree (while the hash file is still
+    /// claimed); returns the root hash and the FEC geometry.
     pub fn format_device<E: From<VolumeError>>(
         data_dev: &dyn BlockDevice,
         data: &Path,
         hash: &Path,
         params: &VerityParams,
+        fec: Option<(&Path, FecOptions)>,
         confirm: impl FnOnce() -> std::result::Result<(), E>,
-    ) -> std::result::Result<Vec<u8>, E> {
+    ) -> std::result::Result<(Vec<u8>, Option<FecGeometry>), E> {
         let layout = TreeLayout::new(params).map_err(|e| VolumeError::Invalid(e.to_string()))?;
         let same = same_file(data, hash);
         if same && params.data_size() > params.hash_offset {
@@ -267,7 +277,20 @@ impl VerityVolume {
             })?;
         }
         let hash_dev = crate::block::open_device(hash, false, false).map_err(VolumeError::from)?;
-        Ok(super::format(data_dev, &hash_dev, params, same).map_err(VolumeError::from)?)
+        let root = super::format(data_dev, &hash_dev, params, same).map_err(VolumeError::from)?;
+        let geometry = match fec {
+            Some((path, opts)) => {
+                let covered = Covered {
+                    data: data_dev,
+                    hash: &hash_dev,
+                    fec_in_hash: same_file(hash, path),
+                    fec_in_data: same_file(data, path),
+                };
+                Some(write_fec(&covered, params, path, &opts).map_err(VolumeError::from)?)
+            }
+            None => None,
+        };
+        Ok((root, geometry))
     }
 
     /// Open the data and hash areas read-only, claim them shared when `claim` (other verity
@@ -278,13 +301,37 @@ impl VerityVolume {
         source: ParamsSource,
         claim: bool,
     ) -> Result<Self> {
-        let data_file = crate::block::open_device(data.path, true, false)?;
-        let hash_file = crate::block::open_device(hash.path, true, false)?;
+        Self::open_mode(data, hash, source, claim, false)
+    }
+
+    /// [`open`](Self::open) read-write with both areas claimed exclusively: for `verity
+    /// repair`, the one writer of a volume nobody else has open.
+    pub fn open_writable(
+        data: Backing<'_>,
+        hash: Backing<'_>,
+        source: ParamsSource,
+    ) -> Result<Self> {
+        Self::open_mode(data, hash, source, true, true)
+    }
+
+    fn open_mode(
+        data: Backing<'_>,
+        hash: Backing<'_>,
+        source: ParamsSource,
+        claim: bool,
+        writable: bool,
+    ) -> Result<Self> {
+        let data_file = crate::block::open_device(data.path, !writable, false)?;
+        let hash_file = crate::block::open_device(hash.path, !writable, false)?;
         let mut claims = Vec::new();
         if claim {
             for (f, b) in [(&data_file, &data), (&hash_file, &hash)] {
                 let (start, len) = b.region.unwrap_or((0, 0));
-                claims.push(Claim::take(f.file(), b.path, start, len, false)?);
+                // One file holding both areas is claimed once when exclusive.
+                if writable && claims.len() == 1 && same_file(data.path, hash.path) {
+                    continue;
+                }
+                claims.push(Claim::take(f.file(), b.path, start, len, writable)?);
             }
         }
         let data_dev = windowed(data_file, &data)?;
@@ -363,8 +410,34 @@ impl VerityVolume {
         details["data_cache_bytes"] = opts.data_cache_bytes.into();
         let name = opts.name.clone();
         let ignore = opts.ignore_corruption;
-        let dev = VerityDevice::new(self.data, self.hash, self.params, root.to_vec(), opts)
+        let mut claims = self.claims;
+        let fec = match &opts.fec {
+            Some((path, fo)) => {
+                let file = crate::block::open_device(path, true, false)?;
+                let in_hash = same_file(&self.hash_path, path);
+                if !in_hash {
+                    claims.push(Claim::take(file.file(), path, fo.offset, 0, false)?);
+                }
+                details["fec_device"] = absolute(path).display().to_string().into();
+                details["fec_offset"] = fo.offset.into();
+                details["fec_roots"] = fo.roots.into();
+                let source = FecSource::new(
+                    &self.params,
+                    fo,
+                    Arc::new(file),
+                    &*self.data,
+                    &*self.hash,
+                    in_hash,
+                )?;
+                Some(source)
+            }
+            None => None,
+        };
+        let mut dev = VerityDevice::new(self.data, self.hash, self.params, root.to_vec(), opts)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
+        if let Some(f) = fec {
+            dev = dev.with_fec(f);
+        }
         let matches = dev.check_root().map_err(VolumeError::ReadRoot)?;
         if !matches && !ignore {
             return Err(VolumeError::RootMismatch { root_hex });
@@ -376,7 +449,7 @@ impl VerityVolume {
             kind: "verity".to_string(),
             details,
             stats: Some(Arc::new(move || stats.to_json())),
-            claims: self.claims,
+            claims,
             allow_discards: false,
             online: None,
         })
@@ -393,6 +466,8 @@ fn windowed(file: crate::block::FileDevice, b: &Backing<'_>) -> Result<Arc<dyn B
     })?;
     Ok(Arc::new(w))
 }
+
+mod fec_verbs;
 
 /// Create (or open) the hash file to format and claim its hash area exclusively.
 fn create_hash_file(path: &Path, hash_offset: u64) -> Result<(std::fs::File, Claim)> {

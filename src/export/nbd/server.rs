@@ -558,8 +558,14 @@ fn negotiate_and_serve(
     client: &Client,
     fd: RawFd,
 ) -> io::Result<Option<Ending>> {
+    // Each connection is told the size the device has now: an online resize changes what
+    // new connections see (NBD has no way to tell a connected client).
+    let export = ExportInfo {
+        size: shared.bytes.size(),
+        ..shared.export.clone()
+    };
     let mut wire = Wire::new(sock);
-    let mut hs = Handshake::greet(&shared.export, &mut wire)?;
+    let mut hs = Handshake::greet(&export, &mut wire)?;
     let mode = if shared.tls.is_some() {
         Tls::Required
     } else {
@@ -567,7 +573,9 @@ fn negotiate_and_serve(
     };
     match hs.options(&mut wire, mode)? {
         Outcome::Aborted => Ok(None),
-        Outcome::Go { structured } => serve(shared, wire, client, fd, structured).map(Some),
+        Outcome::Go { structured } => {
+            serve(shared, &export, wire, client, fd, structured).map(Some)
+        }
         Outcome::StartTls => {
             let sock = wire.into_stream()?.ok_or_else(|| {
                 io::Error::new(
@@ -583,7 +591,9 @@ fn negotiate_and_serve(
             client.tls.store(true, Ordering::Relaxed);
             let mut wire = Wire::new(stream);
             match hs.options(&mut wire, Tls::Active)? {
-                Outcome::Go { structured } => serve(shared, wire, client, fd, structured).map(Some),
+                Outcome::Go { structured } => {
+                    serve(shared, &export, wire, client, fd, structured).map(Some)
+                }
                 Outcome::Aborted | Outcome::StartTls => {
                     wire.close();
                     Ok(None)
@@ -595,6 +605,7 @@ fn negotiate_and_serve(
 
 fn serve<S: Stream>(
     shared: &Shared,
+    export: &ExportInfo,
     mut wire: Wire<S>,
     client: &Client,
     fd: RawFd,
@@ -617,7 +628,7 @@ fn serve<S: Stream>(
     // Clients may stay idle between requests as long as they like.
     set_timeout(fd, libc::SO_RCVTIMEO, None);
     let mut t = Transmission::new(
-        &shared.export,
+        export,
         &shared.bytes,
         structured,
         &client.counters,
