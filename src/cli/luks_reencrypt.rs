@@ -189,9 +189,6 @@ pub(super) fn init(
 
 /// Run `luks reencrypt`.
 pub fn reencrypt(a: ReencryptArgs) -> CliResult {
-    if let Some(served) = super::luks_reencrypt_online::served(&a.volume.device)? {
-        return super::luks_reencrypt_online::reencrypt(a, served);
-    }
     let mut v = a.volume.load(true, Some(2))?;
     let device = a.volume.device.display().to_string();
     let pass = match v.reencryption()? {

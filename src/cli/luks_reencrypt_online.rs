@@ -51,6 +51,14 @@ pub(super) fn served(arg: &Path) -> Result<Option<Served>, CliError> {
     }))
 }
 
+/// Run `luks reencrypt`: online when it names a device dmkit has open, offline otherwise.
+pub fn dispatch(a: ReencryptArgs) -> CliResult {
+    match served(&a.volume.device)? {
+        Some(s) => reencrypt(a, s),
+        None => super::luks_reencrypt::reencrypt(a),
+    }
+}
+
 /// Run `luks reencrypt` on an open device.
 pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
     let mut v = load(&s.device, s.header.as_deref(), true, Some(2))?;

@@ -6,8 +6,8 @@
 //! is committed, the others go on. No request sees a mix: the boundary only moves over the
 //! hotzone, and only while no request touches it.
 
-use super::volume::LuksVolume;
 use super::LuksError;
+use super::LuksVolume;
 use crate::block::online::{Gate, Online, OnlineError, Unlock};
 use crate::block::{check_range, BlockDevice, BlockError, Result as BlockResult};
 use crate::crypt::luks2::activate::ActivateOptions;
