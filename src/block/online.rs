@@ -62,8 +62,27 @@ pub trait Online: Send + Sync {
     fn suspended(&self) -> bool;
     /// Whether discards pass down now.
     fn allow_discards(&self) -> bool;
-    /// The device is being closed: fail held requests instead of holding them.
+    /// The device is being closed: stop a reencryption at a hotzone boundary, then fail held
+    /// requests instead of holding them.
     fn closing(&self);
+    /// Reencrypt the volume while it is served (its header already in reencryption), hotzone
+    /// by hotzone, with the keys `unlock` opens; `progress` gets (bytes done, bytes in all).
+    /// Returns when finished, stopped by a close, or failed. Volumes that cannot refuse.
+    fn reencrypt(
+        &self,
+        unlock: &Unlock,
+        max_hotzone: Option<u64>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> std::result::Result<(), OnlineError> {
+        let _ = (unlock, max_hotzone, progress);
+        Err(OnlineError::invalid(
+            "this device cannot be reencrypted while it is open",
+        ))
+    }
+    /// What `status` shows of an online reencryption (none when never started).
+    fn reencryption(&self) -> Option<serde_json::Value> {
+        None
+    }
 }
 
 /// The device an exporter serves when its volume can change under it: the current device,

@@ -385,6 +385,23 @@ fn human(v: &Value) -> String {
     if let Some(n) = v["open_handles"].as_u64() {
         rows.add("open handles", n);
     }
+    let r = &v["reencryption"];
+    if let (Some(done), Some(size)) = (r["done"].as_u64(), r["size"].as_u64()) {
+        let state = match (r["running"].as_bool(), r["finished"].as_bool()) {
+            (_, Some(true)) => "finished",
+            (Some(true), _) => "in progress",
+            _ => "stopped",
+        };
+        rows.add(
+            "reencryption",
+            format!(
+                "{state}, {} of {} MiB ({:.1}%)",
+                done >> 20,
+                size >> 20,
+                r["percent"].as_f64().unwrap_or(0.0)
+            ),
+        );
+    }
     if v["deferred_close"].as_bool() == Some(true) {
         rows.add("deferred close", "pending (closes when the last user goes)");
     }

@@ -242,7 +242,7 @@ pub fn run(c: LuksCommand) -> CliResult {
         LuksCommand::Suspend(a) => super::luks_online::suspend(a),
         LuksCommand::Resume(a) => super::luks_online::resume(a),
         LuksCommand::Refresh(a) => super::luks_online::refresh(a),
-        LuksCommand::Reencrypt(a) => super::luks_reencrypt::reencrypt(a),
+        LuksCommand::Reencrypt(a) => super::luks_reencrypt_online::dispatch(a),
     }
 }
 

@@ -20,9 +20,9 @@ use std::time::Instant;
 #[derive(clap::Args)]
 pub struct ReencryptArgs {
     #[command(flatten)]
-    volume: VolumeArgs,
+    pub(super) volume: VolumeArgs,
     #[command(flatten)]
-    key: KeyArgs,
+    pub(super) key: KeyArgs,
     /// New data cipher (default: the current one).
     #[arg(long, short = 'c')]
     cipher: Option<String>,
@@ -41,24 +41,24 @@ pub struct ReencryptArgs {
     resilience_hash: String,
     /// Largest hotzone in bytes (suffixes k, M, G; a multiple of the hotzone alignment).
     #[arg(long, value_parser = parse_size)]
-    hotzone_size: Option<u64>,
+    pub(super) hotzone_size: Option<u64>,
     /// Only write the reencryption metadata (resume later with --resume-only).
     #[arg(long, conflicts_with = "resume_only")]
-    init_only: bool,
+    pub(super) init_only: bool,
     /// Only resume a reencryption already initialized.
     #[arg(long)]
-    resume_only: bool,
+    pub(super) resume_only: bool,
     /// Only re-key this keyslot (and use it to unlock).
     #[arg(long, short = 'S')]
-    key_slot: Option<u32>,
+    pub(super) key_slot: Option<u32>,
     #[command(flatten)]
     pbkdf: PbkdfArgs,
     /// Do not ask before resuming.
     #[arg(long, short = 'q')]
-    batch_mode: bool,
+    pub(super) batch_mode: bool,
     /// Progress as JSON lines on stdout.
     #[arg(long, alias = "json")]
-    progress_json: bool,
+    pub(super) progress_json: bool,
     /// Accepted for cryptsetup's command lines: dmkit reencrypts offline always.
     #[arg(long)]
     force_offline_reencrypt: bool,
@@ -120,7 +120,11 @@ fn prompt_for(slot: u32) -> String {
 }
 
 /// Initialize the reencryption; the passphrase of the keyslot used to unlock for the run.
-fn init(a: &ReencryptArgs, v: &mut LuksVolume) -> Result<Passphrase, CliError> {
+pub(super) fn init(
+    a: &ReencryptArgs,
+    v: &mut LuksVolume,
+    served: bool,
+) -> Result<Passphrase, CliError> {
     let seg = v.segment_params()?;
     let cipher = a.cipher.clone().unwrap_or_else(|| seg.cipher.clone());
     let spec = CipherSpec::parse(&cipher).map_err(|e| {
@@ -175,7 +179,11 @@ fn init(a: &ReencryptArgs, v: &mut LuksVolume) -> Result<Passphrase, CliError> {
         hash: pb.hash.clone(),
         benchmark_digest: pb.pbkdf_force_iterations.is_none(),
     };
-    v.reencrypt_init(&new, &params)?;
+    if served {
+        v.reencrypt_init_served(&new, &params)?;
+    } else {
+        v.reencrypt_init(&new, &params)?;
+    }
     Ok(passes.into_iter().next().expect("at least one keyslot"))
 }
 
@@ -188,7 +196,7 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
             return Err(CliError::invalid("Device reencryption not in progress."))
         }
         None => {
-            let p = init(&a, &mut v)?;
+            let p = init(&a, &mut v, false)?;
             if a.init_only {
                 return Ok(());
             }
@@ -233,7 +241,7 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
 }
 
 /// The progress display.
-struct Shown {
+pub(super) struct Shown {
     device: String,
     json: bool,
     tty: bool,
@@ -244,7 +252,7 @@ struct Shown {
 }
 
 impl Shown {
-    fn new(device: &str, json: bool, tty: bool) -> Shown {
+    pub(super) fn new(device: &str, json: bool, tty: bool) -> Shown {
         Shown {
             device: device.to_string(),
             json,
@@ -256,7 +264,7 @@ impl Shown {
         }
     }
 
-    fn show(&mut self, p: Progress) {
+    pub(super) fn show(&mut self, p: Progress) {
         let first = *self.first.get_or_insert(p.done);
         let secs = self.start.elapsed().as_secs_f64();
         let moved = p.done - first;
@@ -298,7 +306,7 @@ impl Shown {
         }
     }
 
-    fn end(&self) {
+    pub(super) fn end(&self) {
         if self.drawn {
             eprintln!();
         }

@@ -21,6 +21,7 @@ mod luks_admin;
 mod luks_compat;
 mod luks_online;
 mod luks_reencrypt;
+mod luks_reencrypt_online;
 mod luks_slots;
 mod nbd;
 mod open;

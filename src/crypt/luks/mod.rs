@@ -38,6 +38,7 @@ pub mod header;
 pub mod kdf;
 pub mod keyring;
 mod online;
+mod online_reencrypt;
 mod reencrypt;
 mod volume;
 

@@ -4,6 +4,7 @@
 //! travels between processes.
 
 use super::header::Stack;
+use super::online_reencrypt::{Place, Reencryptor};
 use super::{ActivateParams, Header, LuksError, LuksVolume};
 use crate::block::online::{Online, OnlineError, RefreshFlags, Unlock};
 use crate::block::{BlockDevice, Claim, FileDevice};
@@ -32,6 +33,7 @@ struct LuksOnline {
     src: Source,
     seg: DataSegment,
     served: ServedCrypt,
+    reenc: Reencryptor,
 }
 
 /// Build the served stack of `seg` (without integrity) over `lower`, whose range `claim`
@@ -51,7 +53,13 @@ pub(super) fn stack(
     let stats = crypt.stats();
     let served = ServedCrypt::new(crypt, lower, claim)?;
     let device = served.device();
+    let place = Place {
+        device: src.device.clone(),
+        header: src.header.clone(),
+        opts: opts.clone(),
+    };
     let online = Arc::new(LuksOnline {
+        reenc: Reencryptor::new(place, served.gate()),
         src,
         seg: seg.clone(),
         served,
@@ -123,11 +131,13 @@ impl LuksOnline {
 
 impl Online for LuksOnline {
     fn resize(&self, sectors: Option<u64>) -> Result<u64, OnlineError> {
+        self.reenc.refuse("resize")?;
         let fixed = self.src.fixed_size.then_some(self.seg.size);
         self.served.resize(sectors, fixed)
     }
 
     fn suspend(&self) -> Result<(), OnlineError> {
+        self.reenc.refuse("suspend")?;
         self.served.suspend()
     }
 
@@ -145,6 +155,7 @@ impl Online for LuksOnline {
 
     fn refresh(&self, u: &Unlock, flags: RefreshFlags) -> Result<(), OnlineError> {
         self.served.refuse_suspended()?;
+        self.reenc.refuse("refresh")?;
         let crypt = self.unlock(u, flags.allow_discards)?;
         self.served.install(crypt);
         Ok(())
@@ -159,6 +170,25 @@ impl Online for LuksOnline {
     }
 
     fn closing(&self) {
+        self.reenc.stop();
         self.served.close();
+    }
+
+    fn reencrypt(
+        &self,
+        unlock: &Unlock,
+        max_hotzone: Option<u64>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<(), OnlineError> {
+        self.served.refuse_suspended()?;
+        let r = self.reenc.run(unlock, max_hotzone, progress);
+        if self.reenc.started() {
+            self.served.retire();
+        }
+        r
+    }
+
+    fn reencryption(&self) -> Option<serde_json::Value> {
+        self.reenc.status()
     }
 }

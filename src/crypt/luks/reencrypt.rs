@@ -25,7 +25,7 @@ pub struct SegmentParams {
 
 /// cryptsetup's I/O block of a data device: the file system's block for a file (at most a
 /// page), the logical block of a block device.
-fn io_block(dev: &FileDevice) -> u64 {
+pub(super) fn io_block(dev: &FileDevice) -> u64 {
     let f = dev.file();
     if f.metadata().is_ok_and(|m| m.is_file()) {
         // SAFETY: fstatvfs writes into a struct we own, on a descriptor we hold open.
@@ -116,7 +116,32 @@ impl LuksVolume {
         params: &InitParams,
     ) -> Result<u32, LuksError> {
         self.luks2()?;
-        let (data, _claim) = self.reencrypt_data()?;
+        let (data, claim) = self.reencrypt_data()?;
+        self.reencrypt_init_with(data, Some(claim), slots, params)
+    }
+
+    /// [`LuksVolume::reencrypt_init`] of a volume its server serves (and claims): only the
+    /// header changes, the server reencrypts the data online.
+    pub fn reencrypt_init_served(
+        &mut self,
+        slots: &[NewKeyslot<'_>],
+        params: &InitParams,
+    ) -> Result<u32, LuksError> {
+        self.luks2()?;
+        let data = match &self.header_path {
+            Some(_) => Some(crate::block::open_device(&self.device, true, false)?),
+            None => None,
+        };
+        self.reencrypt_init_with(data, None, slots, params)
+    }
+
+    fn reencrypt_init_with(
+        &mut self,
+        data: Option<FileDevice>,
+        _claim: Option<Claim>,
+        slots: &[NewKeyslot<'_>],
+        params: &InitParams,
+    ) -> Result<u32, LuksError> {
         let mut p = params.clone();
         p.io_block = io_block(data.as_ref().unwrap_or(&self.dev));
         let data_size = data.as_ref().unwrap_or(&self.dev).size();

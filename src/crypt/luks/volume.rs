@@ -436,20 +436,27 @@ impl LuksVolume {
             Arc::new(crate::block::open_device(hdr_path, true, false)?);
         let active = reencrypt_open::activate(hdr_dev, h, Arc::new(dev), pass, slot, opts)?;
         let size = active.device.size();
+        // Served through a gate: its server may resume the reencryption online.
+        let place = super::online_reencrypt::Place {
+            device: self.device.clone(),
+            header: self.header_path.clone(),
+            opts: opts.clone(),
+        };
+        let (device, online) = super::online_reencrypt::serve_in_reencryption(active.device, place);
         let mut details = self.status_details(area, size, active.keyslot);
         if let (Some(d), Some(r)) = (details.as_object_mut(), active.details.as_object()) {
             d.extend(r.clone());
         }
         Ok(Activated {
             name: opts.name.clone(),
-            device: active.device,
+            device,
             kind: "crypt".to_string(),
             details,
             stats: None,
             claims: vec![claim],
             allow_discards: opts.allow_discards || area.allow_discards,
-            // Two keys over moving segments: not resized or suspended while in reencryption.
-            online: None,
+            // Two keys over moving segments: not resized or suspended, but reencrypted online.
+            online: Some(online),
         })
     }
 }

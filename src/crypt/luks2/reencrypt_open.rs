@@ -66,7 +66,7 @@ pub fn unlock_all(
 
 /// One segment's parameters as a crypt or linear view of `lower` from byte `offset`, `len`
 /// bytes, IVs from `iv` (512-byte units); `key` for crypt segments.
-fn segment_view(
+pub(crate) fn segment_view(
     seg: &Segment,
     lower: Arc<dyn BlockDevice>,
     offset: u64,

@@ -54,6 +54,18 @@ impl ServedCrypt {
         self.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The gate the device is served through (an online reencryption serves its own device
+    /// through it).
+    pub fn gate(&self) -> Arc<Gate> {
+        self.gate.clone()
+    }
+
+    /// The gate serves another device for good (an online reencryption's): drop our
+    /// reference to the target, and its key schedule with the gate's.
+    pub fn retire(&self) {
+        self.live().crypt = None;
+    }
+
     /// The parameters of the target as served now.
     pub fn params(&self) -> CryptParams {
         self.live().params.clone()

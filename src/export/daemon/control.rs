@@ -14,6 +14,8 @@
 //!          4 suspend         (empty)
 //!          5 resume          u8 given, u32 key slot, u32 length, passphrase
 //!          6 refresh         u8 given, u32 key slot, u8 allow_discards, u32 length, passphrase
+//!          7 reencrypt       u8 given, u32 key slot, u32 length, passphrase,
+//!                            u8 given, u64 largest hotzone (bytes)
 //! reply    1 progress        u64 done, u64 total
 //!          2 done            u32 length, JSON text
 //!          3 failed          u8 exit code, u8 kind (0 failed, 1 busy, 2 invalid, 3 not open),
@@ -121,6 +123,14 @@ pub enum Request {
         secret: Secret,
         /// Pass discards down.
         allow_discards: bool,
+    },
+    /// Reencrypt in the background (the header is already in reencryption), answered by
+    /// progress frames until done.
+    Reencrypt {
+        /// The passphrase that opens both keys.
+        secret: Secret,
+        /// Largest hotzone, bytes.
+        max_hotzone: Option<u64>,
     },
 }
 
@@ -273,6 +283,15 @@ impl Request {
                     .bytes(&secret.passphrase);
                 6
             }
+            Request::Reencrypt {
+                secret,
+                max_hotzone,
+            } => {
+                write_secret(&mut w, secret);
+                w.u8(u8::from(max_hotzone.is_some()))
+                    .u64_be(max_hotzone.unwrap_or(0));
+                7
+            }
         };
         let body = Zeroizing::new(w.into_inner());
         Zeroizing::new(frame(kind, &body))
@@ -311,6 +330,10 @@ impl Request {
                     allow_discards,
                 }
             }
+            7 => Request::Reencrypt {
+                secret: read_secret(&mut r)?,
+                max_hotzone: optional_u64(&mut r, "hotzone")?,
+            },
             v => {
                 return Err(ProtocolError::Unknown {
                     what: "request",
@@ -326,7 +349,10 @@ impl Request {
 
     /// Whether the request carries a passphrase.
     pub fn has_secret(&self) -> bool {
-        matches!(self, Request::Resume(_) | Request::Refresh { .. })
+        matches!(
+            self,
+            Request::Resume(_) | Request::Refresh { .. } | Request::Reencrypt { .. }
+        )
     }
 }
 
@@ -484,8 +510,12 @@ mod tests {
             Request::Suspend,
             Request::Resume(secret.clone()),
             Request::Refresh {
-                secret,
+                secret: secret.clone(),
                 allow_discards: true,
+            },
+            Request::Reencrypt {
+                secret,
+                max_hotzone: Some(1 << 20),
             },
         ] {
             assert_eq!(Request::decode(&req.encode()).unwrap(), req);

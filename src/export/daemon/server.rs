@@ -462,6 +462,9 @@ impl Server {
             if let Some(o) = &self.online {
                 m.insert("suspended".into(), json!(o.suspended()));
                 m.insert("allow_discards".into(), json!(o.allow_discards()));
+                if let Some(r) = o.reencryption() {
+                    m.insert("reencryption".into(), r);
+                }
             }
             if let Some(f) = &self.fuse {
                 m.insert("export".into(), export_json(&export));
@@ -598,6 +601,23 @@ impl Server {
                 self.deferred = false;
                 Reply::Done(json!({"ok": true}))
             }
+            Request::Reencrypt {
+                secret,
+                max_hotzone,
+            } => match self.online.clone() {
+                Some(o) => {
+                    reencrypt(o, stream, secret, max_hotzone);
+                    return None;
+                }
+                None => failed(
+                    1,
+                    FailKind::Invalid,
+                    format!(
+                        "{}: a {} device cannot be reencrypted while open",
+                        self.state.name, self.state.kind
+                    ),
+                ),
+            },
             other => self.online_request(other),
         };
         send(&mut stream, reply);
@@ -647,7 +667,9 @@ impl Server {
                     );
                     json!({"ok": true})
                 }),
-            Request::Status | Request::Close(_) => unreachable!("answered by handle"),
+            Request::Status | Request::Close(_) | Request::Reencrypt { .. } => {
+                unreachable!("answered by handle")
+            }
         };
         match r {
             Ok(v) => Reply::Done(v),
@@ -772,6 +794,55 @@ fn failed(code: u8, kind: FailKind, message: String) -> Reply {
 }
 
 /// Send the final reply of a request (a client that went away is not our problem).
+/// Reencrypt on a thread of its own, so that the control loop goes on answering `status` and
+/// `close`: progress frames (at most five a second) and the final answer go to `stream`. A
+/// command line that goes away does not stop the reencryption; a close does, at a hotzone
+/// boundary.
+fn reencrypt(
+    o: Arc<dyn Online>,
+    mut stream: UnixStream,
+    secret: control::Secret,
+    max_hotzone: Option<u64>,
+) {
+    eprintln!("dmkit: online reencryption requested");
+    let spawned = std::thread::Builder::new()
+        .name("reencrypt".into())
+        .spawn(move || {
+            let unlock = Unlock {
+                passphrase: secret.passphrase,
+                key_slot: secret.key_slot,
+            };
+            let mut last: Option<Instant> = None;
+            let mut gone = false;
+            let r = o.reencrypt(&unlock, max_hotzone, &mut |done, total| {
+                if gone
+                    || last
+                        .is_some_and(|l| l.elapsed() < Duration::from_millis(200) && done < total)
+                {
+                    return;
+                }
+                last = Some(Instant::now());
+                gone = control::write_frame(&mut stream, &Reply::Progress { done, total }.encode())
+                    .is_err();
+            });
+            drop(unlock);
+            let reply = match r {
+                Ok(()) => {
+                    eprintln!("dmkit: online reencryption finished");
+                    Reply::Done(json!({"ok": true}))
+                }
+                Err(e) => {
+                    eprintln!("dmkit: online reencryption: {e}");
+                    failed(e.code.clamp(1, 255) as u8, FailKind::Invalid, e.message)
+                }
+            };
+            send(&mut stream, reply);
+        });
+    if let Err(e) = spawned {
+        eprintln!("dmkit: cannot start the reencryption thread: {e}");
+    }
+}
+
 fn send(s: &mut UnixStream, r: Reply) {
     let _ = control::write_frame(s, &r.encode());
 }

@@ -114,6 +114,19 @@ fn keyed(seg: &Segment, key: &[u8]) -> Result<Keyed, LuksError> {
     })
 }
 
+/// What a run tells the server of a device it reencrypts while serving it (online), so that
+/// no request sees a hotzone while it is rewritten. Offline runs have none.
+pub trait Hotzones {
+    /// The hotzone loop starts: the data is re-keyed up to `done` bytes (after any recovery).
+    fn start(&self, done: u64);
+    /// `[offset, offset + len)` is about to be read: return once no request touches it, and
+    /// hold new requests that do.
+    fn enter(&self, offset: u64, len: u64);
+    /// Re-keyed, durable and committed up to `end` (the hotzone entered last): held requests
+    /// go on, with the new key below `end`.
+    fn leave(&self, end: u64);
+}
+
 /// A reencryption under way: the devices, the header, both keys as ciphers.
 pub struct Run<'a> {
     /// The header device.
@@ -134,6 +147,8 @@ pub struct Run<'a> {
     pub data_offset: u64,
     /// The data mapped in memory around the hotzone, when the data device is a file.
     window: Option<super::mapped::Mapped>,
+    /// Online: no mapping (the server's own writes bypass it), hotzones gated.
+    hooks: Option<&'a dyn Hotzones>,
 }
 
 impl<'a> Run<'a> {
@@ -180,6 +195,7 @@ impl<'a> Run<'a> {
             new,
             data_offset,
             window: None,
+            hooks: None,
         })
     }
 
@@ -226,6 +242,18 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Run to the end (or until `progress` returns `false`), telling `hooks` of every hotzone:
+    /// the server of a device reencrypted online gates its requests with them.
+    pub fn run_gated(
+        mut self,
+        hooks: &'a dyn Hotzones,
+        opts: &RunOptions,
+        progress: &mut dyn FnMut(Progress) -> bool,
+    ) -> Result<RunOutcome, LuksError> {
+        self.hooks = Some(hooks);
+        self.run(opts, progress)
+    }
+
     /// Run to the end (or until `progress` returns `false`).
     pub fn run(
         mut self,
@@ -250,6 +278,9 @@ impl<'a> Run<'a> {
                 };
                 let done = recover::hotzone(&devices, &seg)?;
                 if done >= size {
+                    if let Some(h) = self.hooks {
+                        h.start(size);
+                    }
                     self.teardown()?;
                     progress(Progress { size, done: size });
                     return Ok(RunOutcome::Finished);
@@ -262,12 +293,18 @@ impl<'a> Run<'a> {
             None => match self.resume_offset()? {
                 Some(o) => o,
                 None => {
+                    if let Some(h) = self.hooks {
+                        h.start(size);
+                    }
                     self.teardown()?;
                     progress(Progress { size, done: size });
                     return Ok(RunOutcome::Finished);
                 }
             },
         };
+        if let Some(h) = self.hooks {
+            h.start(offset);
+        }
         let alignment = self.alignment(opts.io_block);
         if let Some(m) = opts.max_hotzone {
             if m % alignment != 0 {
@@ -293,8 +330,14 @@ impl<'a> Run<'a> {
                     break;
                 }
                 let length = max.min(size - offset);
+                if let Some(h) = self.hooks {
+                    h.enter(offset, length);
+                }
                 self.step(&mut buf[..length as usize], offset)?;
                 offset += length;
+                if let Some(h) = self.hooks {
+                    h.leave(offset);
+                }
             }
             Ok::<(), LuksError>(())
         })();
@@ -322,7 +365,7 @@ impl<'a> Run<'a> {
         let (segs, rseg) = self.ends.hot(offset, length);
         self.ends.install(&mut self.h.metadata, segs, Some(rseg));
         let at = self.data_offset + offset;
-        if !self.window.as_ref().is_some_and(|w| w.covers(at, length)) {
+        if self.hooks.is_none() && !self.window.as_ref().is_some_and(|w| w.covers(at, length)) {
             self.window = None;
             let end = self.data_offset + self.ends.device_size;
             let len = super::mapped::WINDOW.max(length).min(end - at);

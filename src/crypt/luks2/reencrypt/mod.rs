@@ -30,7 +30,7 @@ mod state;
 mod tests;
 mod verify;
 
-pub use engine::{Progress, RunOptions, RunOutcome};
+pub use engine::{Hotzones, Progress, RunOptions, RunOutcome};
 pub use init::{init, InitParams, NewKeyslot};
 pub use state::{Mode, Resilience, State};
 

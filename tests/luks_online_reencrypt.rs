@@ -1,0 +1,320 @@
+//! Online reencryption: `luks reencrypt NAME` on a device dmkit has open re-keys it inside its
+//! server while it keeps serving. fio verify runs on the loop device during the whole
+//! reencryption; a kill -9 of the server mid-way loses no fsync'd write and the next open
+//! plus `--resume-only NAME` finishes; a close mid-way leaves metadata that the offline
+//! `--resume-only` finishes; `status` shows the progress; cryptsetup accepts every result.
+
+mod common;
+
+use common::env::{fuse_missing, loop_missing, tool_missing};
+use common::run::Workspace;
+use common::sys::{kill, pid_gone, wait_until};
+use std::fs;
+use std::os::unix::fs::FileExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PASS: &str = "online reencryption";
+const FAST: [&str; 4] = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
+
+/// A LUKS2 image made by cryptsetup: 16 MiB of header, then `data_mib` MiB of data.
+fn image(e: &Workspace, data_mib: u64) -> (String, String) {
+    let pass = e.s("pass");
+    fs::write(&pass, PASS).unwrap();
+    let img = e.sparse("img", (16 + data_mib) << 20);
+    let mut args = vec!["luksFormat", "--batch-mode", "--type", "luks2"];
+    args.extend(FAST);
+    args.extend(["--key-file", &pass, &img]);
+    common::run::ok("cryptsetup", &args);
+    (img, pass)
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[2] ^ seed)
+        .collect()
+}
+
+fn write_synced(path: &str, off: u64, data: &[u8]) {
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(data, off).unwrap();
+    f.sync_all().unwrap();
+}
+
+fn read(path: &str, off: u64, len: usize) -> Vec<u8> {
+    let mut b = vec![0u8; len];
+    fs::File::open(path)
+        .unwrap()
+        .read_exact_at(&mut b, off)
+        .unwrap();
+    b
+}
+
+fn status(e: &Workspace, name: &str) -> serde_json::Value {
+    let v: serde_json::Value =
+        serde_json::from_slice(&e.dmkit(&["status", name, "--json"]).stdout).unwrap();
+    match v {
+        serde_json::Value::Array(mut a) => a.remove(0),
+        v => v,
+    }
+}
+
+/// `dmkit luks reencrypt NAME ...` started in the background, JSON progress on its stdout.
+fn start_reencrypt(e: &Workspace, name: &str, pass: &str, extra: &[&str]) -> std::process::Child {
+    let mut args = vec![
+        "luks",
+        "reencrypt",
+        name,
+        "--key-file",
+        pass,
+        "--batch-mode",
+    ];
+    args.extend(FAST);
+    args.push("--progress-json");
+    args.extend(extra);
+    common::run::command(env!("CARGO_BIN_EXE_dmkit"), &args, Some(e.run.path()))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Wait until the online reencryption of `name` has done some but not all of its work.
+fn wait_mid_way(e: &Workspace, name: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = &status(e, name)["reencryption"];
+        let (done, size) = (
+            r["done"].as_u64().unwrap_or(0),
+            r["size"].as_u64().unwrap_or(0),
+        );
+        if done > 0 {
+            assert!(
+                done < size,
+                "the reencryption finished before it could be interrupted"
+            );
+            return done;
+        }
+        assert!(Instant::now() < deadline, "no reencryption progress: {r}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn assert_clean_for_cryptsetup(img: &str, pass: &str) {
+    let dump = common::run::ok("cryptsetup", &["luksDump", img]);
+    assert!(
+        !dump.contains("reencrypt"),
+        "still in reencryption:\n{dump}"
+    );
+    assert!(!dump.contains("online-reencrypt"), "{dump}");
+    common::run::ok(
+        "cryptsetup",
+        &["open", "--test-passphrase", "--key-file", pass, img],
+    );
+}
+
+fn missing_tools(with_loop: bool) -> bool {
+    fuse_missing()
+        || (with_loop && loop_missing())
+        || tool_missing("cryptsetup", "cryptsetup-bin")
+        || tool_missing("fio", "fio")
+}
+
+#[test]
+fn fio_verify_passes_during_the_whole_online_reencryption() {
+    if missing_tools(true) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, pass) = image(&e, 64);
+    let out = e
+        .run
+        .ok(&["luks", "open", &img, "ofio", "--key-file", &pass, "--loop"]);
+    e.run.track("ofio");
+    let loopdev = out.lines().nth(1).unwrap().to_string();
+    let mut fio = Command::new("fio")
+        .args([
+            "--name=online-reencrypt",
+            &format!("--filename={loopdev}"),
+            "--rw=randrw",
+            "--bs=4k",
+            "--iodepth=32",
+            "--ioengine=libaio",
+            "--direct=1",
+            "--size=64M",
+            "--time_based",
+            "--runtime=60",
+            "--verify=crc32c",
+            "--verify_backlog=1024",
+            "--verify_fatal=1",
+            "--do_verify=1",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    let started = Instant::now();
+    let r = start_reencrypt(&e, "ofio", &pass, &[])
+        .wait_with_output()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        r.status.success(),
+        "online reencryption failed: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let progress = String::from_utf8_lossy(&r.stdout);
+    let last = progress.lines().last().unwrap_or_default();
+    assert!(last.contains(r#""device_bytes":"67108864""#), "{last}");
+    let st = status(&e, "ofio");
+    assert_eq!(st["reencryption"]["finished"], true, "{st}");
+    assert!(
+        fio.try_wait().unwrap().is_none(),
+        "fio ended before the reencryption did ({took:?})"
+    );
+    let f = fio.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&f.stdout);
+    assert!(
+        f.status.success() && report.contains("err= 0"),
+        "fio verify failed during online reencryption:\n{report}\n{}",
+        String::from_utf8_lossy(&f.stderr)
+    );
+    eprintln!("online reencryption of 64 MiB under fio randrw qd32: {took:?}");
+    e.run.close("ofio");
+    assert_clean_for_cryptsetup(&img, &pass);
+    // dmkit opens the result offline too.
+    e.run
+        .ok(&["luks", "open", &img, "ofio", "--key-file", &pass]);
+    e.run.track("ofio");
+    e.run.close("ofio");
+}
+
+#[test]
+fn kill_9_mid_way_loses_no_fsynced_write_and_resume_only_finishes() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, pass) = image(&e, 64);
+    let out = e
+        .run
+        .ok(&["luks", "open", &img, "okill", "--key-file", &pass]);
+    e.run.track("okill");
+    let dev = out.lines().next().unwrap().to_string();
+    let mut want = pattern(64 << 20, 3);
+    write_synced(&dev, 0, &want);
+    let child = start_reencrypt(&e, "okill", &pass, &["--hotzone-size", "256K"]);
+    wait_mid_way(&e, "okill");
+    // Writes on both sides of the boundary, fsync'd while the reencryption runs.
+    for (i, at) in [0u64, 20 << 20, 40 << 20, 63 << 20].into_iter().enumerate() {
+        let data = pattern(1 << 20, 100 + i as u8);
+        write_synced(&dev, at, &data);
+        want[at as usize..at as usize + data.len()].copy_from_slice(&data);
+    }
+    let pid = status(&e, "okill")["pid"].as_u64().unwrap() as u32;
+    kill(pid, libc::SIGKILL);
+    wait_until("the server's death", || pid_gone(pid));
+    drop(child);
+    e.run.ok(&["close", "okill"]);
+    let dump = common::run::ok("cryptsetup", &["luksDump", &img]);
+    assert!(
+        dump.contains("reencrypt"),
+        "not left in reencryption:\n{dump}"
+    );
+
+    let out = e
+        .run
+        .ok(&["luks", "open", &img, "okill", "--key-file", &pass]);
+    let dev = out.lines().next().unwrap().to_string();
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after the crash"
+    );
+    let r = start_reencrypt(&e, "okill", &pass, &["--resume-only"])
+        .wait_with_output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after resume"
+    );
+    e.run.close("okill");
+    assert_clean_for_cryptsetup(&img, &pass);
+    e.run
+        .ok(&["luks", "open", &img, "okill", "--key-file", &pass]);
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after reopen"
+    );
+    e.run.close("okill");
+}
+
+#[test]
+fn status_shows_progress_and_close_mid_way_resumes_offline() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, pass) = image(&e, 64);
+    let out = e
+        .run
+        .ok(&["luks", "open", &img, "oclose", "--key-file", &pass]);
+    e.run.track("oclose");
+    let dev = out.lines().next().unwrap().to_string();
+    let want = pattern(64 << 20, 9);
+    write_synced(&dev, 0, &want);
+    // --init-only on the open device, then --resume-only NAME, as cryptsetup does.
+    let mut init = vec![
+        "luks",
+        "reencrypt",
+        "oclose",
+        "--key-file",
+        &pass,
+        "--init-only",
+    ];
+    init.extend(FAST);
+    e.run.ok(&init);
+    let dump = common::run::ok("cryptsetup", &["luksDump", &img]);
+    assert!(dump.contains("reencrypt"), "{dump}");
+    let child = start_reencrypt(
+        &e,
+        "oclose",
+        &pass,
+        &["--resume-only", "--hotzone-size", "256K"],
+    );
+    wait_mid_way(&e, "oclose");
+    let text = e.run.ok(&["status", "oclose"]);
+    assert!(text.contains("reencryption:"), "{text}");
+    assert!(text.contains("in progress"), "{text}");
+    e.run.close("oclose");
+    let r = child.wait_with_output().unwrap();
+    assert!(
+        !r.status.success(),
+        "the interrupted reencryption reported success"
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("interrupted"), "{err}");
+    let dump = common::run::ok("cryptsetup", &["luksDump", &img]);
+    assert!(dump.contains("reencrypt"), "close finished it:\n{dump}");
+
+    let mut resume = vec![
+        "luks",
+        "reencrypt",
+        img.as_str(),
+        "--key-file",
+        &pass,
+        "--resume-only",
+    ];
+    resume.push("--batch-mode");
+    e.run.ok(&resume);
+    assert_clean_for_cryptsetup(&img, &pass);
+    let out = e
+        .run
+        .ok(&["luks", "open", &img, "oclose", "--key-file", &pass]);
+    let dev = out.lines().next().unwrap().to_string();
+    assert!(read(&dev, 0, want.len()) == want, "plaintext changed");
+    e.run.close("oclose");
+}
