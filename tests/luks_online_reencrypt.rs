@@ -149,7 +149,10 @@ fn fio_verify_passes_during_the_whole_online_reencryption() {
             "--verify_backlog=1024",
             "--verify_fatal=1",
             "--do_verify=1",
+            // fio leaves a verify state file in its working directory otherwise.
+            "--verify_state_save=0",
         ])
+        .current_dir(e.dir())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
