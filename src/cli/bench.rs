@@ -58,6 +58,30 @@ enum BenchCommand {
     /// exports, same run: 1M read/write qd4, 4k randread qd32/qd1, 4k randwrite qd32, loop
     /// devices with direct I/O on the FUSE files, each server's CPU per request. Needs root.
     Export(RwArgs),
+    /// Offline LUKS2 re-keying: `cryptsetup reencrypt --force-offline-reencrypt` against
+    /// `dmkit luks reencrypt` per resilience mode, in RAM and on disk, beside the AES-XTS bound.
+    Reencrypt(ReencryptBenchArgs),
+}
+
+/// Arguments of `dmkit bench reencrypt`.
+#[derive(clap::Args)]
+struct ReencryptBenchArgs {
+    /// Bytes of data (after the 16 MiB header).
+    #[arg(long, default_value = "1G")]
+    size: String,
+    /// Directories to run in, one table row group each (a scratch directory is made inside):
+    /// RAM and a disk directory by default.
+    #[arg(long, value_delimiter = ',', default_values = ["/dev/shm", "/var/tmp"])]
+    dir: Vec<PathBuf>,
+    /// Runs per tool, mode and directory (the median is reported).
+    #[arg(long, default_value_t = 3)]
+    runs: u32,
+    /// Resilience modes given to both tools: checksum, journal, none.
+    #[arg(long, value_delimiter = ',', default_value = "checksum,journal")]
+    resilience: Vec<String>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `dmkit bench fsverity-digest`.
@@ -281,6 +305,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Image(a)) => run_image(a),
         Some(BenchCommand::Nbd(a)) => run_nbd(a),
         Some(BenchCommand::Export(a)) => run_export(a),
+        Some(BenchCommand::Reencrypt(a)) => run_reencrypt(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -436,6 +461,21 @@ fn run_export(a: RwArgs) -> CliResult {
     let o = a.options_with_runs("bench export", Some(2))?;
     let interrupt = Interrupt::install();
     let r = export::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r)
+}
+
+fn run_reencrypt(a: ReencryptBenchArgs) -> CliResult {
+    use crate::bench::scenarios::reencrypt::{self, ReencryptOptions};
+    use std::io::IsTerminal;
+    let o = ReencryptOptions {
+        size: bench::parse_size(&a.size).map_err(cli_error)?,
+        dirs: a.dir,
+        runs: a.runs,
+        resilience: a.resilience,
+        progress: std::io::stderr().is_terminal(),
+    };
+    let interrupt = Interrupt::install();
+    let r = reencrypt::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r)
 }
 

@@ -13,7 +13,8 @@
 //!   dimension (FUSE, FUSE over io_uring, NBD, the kernel loop);
 //! - [`fsverity_digest`], [`fsverity_read`]: `fsverity digest` against `dmkit fsverity digest`,
 //!   and reads through `fsverity mount`;
-//! - [`image`] (`dmkit bench image`, seed 001) with its default tree from [`image_tree`].
+//! - [`image`] (`dmkit bench image`, seed 001) with its default tree from [`image_tree`];
+//! - [`reencrypt`]: `cryptsetup reencrypt` against `dmkit luks reencrypt` offline.
 
 pub mod cipher;
 pub mod cloudflare;
@@ -27,5 +28,6 @@ pub mod image_tree;
 pub mod integrity;
 pub mod nbd;
 pub mod overhead;
+pub mod reencrypt;
 pub mod verity;
 pub mod verity_integrity;

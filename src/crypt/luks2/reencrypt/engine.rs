@@ -149,6 +149,8 @@ pub struct Run<'a> {
     window: Option<super::mapped::Mapped>,
     /// Online: no mapping (the server's own writes bypass it), hotzones gated.
     hooks: Option<&'a dyn Hotzones>,
+    /// The journal area mapped in memory, when the header device is a file in RAM.
+    journal: Option<super::mapped::Mapped>,
 }
 
 impl<'a> Run<'a> {
@@ -196,6 +198,7 @@ impl<'a> Run<'a> {
             data_offset,
             window: None,
             hooks: None,
+            journal: None,
         })
     }
 
@@ -384,34 +387,65 @@ impl<'a> Run<'a> {
             Resilience::Checksum { block, .. } => *block as usize,
             _ => parallel::unit(Some(&self.old), Some(&self.new)),
         };
+        if *res == Resilience::Journal && self.journal.is_none() {
+            self.journal = super::mapped::Mapped::new(hdr_dev, area, self.st.area.1);
+        }
+        // The journal's mapping by address: each thread copies its piece of the hotzone to
+        // the same (disjoint) place in it.
+        let journal = match (res, self.journal.as_mut()) {
+            (Resilience::Journal, Some(j)) => Some(j.range(area, length).as_mut_ptr() as usize),
+            _ => None,
+        };
+        // Each thread reads and hashes (or journals) its piece a sub-piece at a time, so the
+        // disk reads ahead while the core hashes.
         let sums = parallel::pieces(buf, unit, |o, piece| {
-            if !mapped {
-                data_dev.read_at(piece, at + o as u64)?;
-            }
-            match res {
-                Resilience::Checksum { hash, block } => {
-                    parallel::block_hashes(piece, *block as usize, hash)
+            let mut sums = Vec::new();
+            for (s, sub) in parallel::sub_pieces(piece, unit) {
+                let o = o + s;
+                if !mapped {
+                    data_dev.read_at(sub, at + o as u64)?;
                 }
-                Resilience::Journal => {
-                    hdr_dev.write_at(piece, area + o as u64)?;
-                    Ok(Vec::new())
+                match (res, journal) {
+                    (Resilience::Checksum { hash, block }, _) => {
+                        sums.extend(parallel::block_hashes(sub, *block as usize, hash)?)
+                    }
+                    (Resilience::Journal, Some(j)) => {
+                        // SAFETY: `j` is the start of `length` mapped bytes of the journal
+                        // (mapped while `self.journal` lives, which outlives this call); this
+                        // sub-piece's range `o..o + sub.len()` is within it and no other
+                        // thread touches it.
+                        unsafe { std::slice::from_raw_parts_mut((j as *mut u8).add(o), sub.len()) }
+                            .copy_from_slice(sub)
+                    }
+                    (Resilience::Journal, None) => hdr_dev.write_at(sub, area + o as u64)?,
+                    (Resilience::None, _) => {}
                 }
-                Resilience::None => Ok(Vec::new()),
             }
+            Ok(sums)
         })?;
         let protected = *res != Resilience::None;
         if protected {
             if let Resilience::Checksum { .. } = res {
                 hdr_dev.write_at(&sums.concat(), area)?;
             }
+            if let (Some(j), Some(_)) = (self.journal.as_mut(), journal) {
+                j.sync(area, length)
+                    .map_err(|e| LuksError::Invalid(format!("{}: {e}", hdr_dev.name())))?;
+            }
             hdr_dev.flush()?;
             commit(hdr_dev, self.h)?;
         }
+        // Re-keyed and written a sub-piece at a time, writeback of each started at once: the
+        // disk writes while the core re-keys the next, and the flush below has little left.
         let (old, new) = (&self.old, &self.new);
         parallel::pieces(buf, unit, |o, piece| {
-            parallel::rekey_piece(piece, offset + o as u64, Some(old), Some(new));
-            if !mapped {
-                data_dev.write_at(piece, at + o as u64)?;
+            for (s, sub) in parallel::sub_pieces(piece, unit) {
+                let o = o + s;
+                parallel::rekey_piece(sub, offset + o as u64, Some(old), Some(new));
+                if !mapped {
+                    data_dev.write_at(sub, at + o as u64)?;
+                    super::mapped::start_writeback(data_dev, at + o as u64, sub.len() as u64);
+                }
             }
             Ok(())
         })?;

@@ -95,14 +95,37 @@ pub fn rekey(buf: &mut [u8], offset: u64, old: Option<&Keyed>, new: Option<&Keye
     });
 }
 
-/// [`rekey`] of one piece on this thread.
+/// What a thread decrypts and encrypts again before moving on: small enough to stay in its
+/// core's cache between the two passes, so memory is read and written once, not twice.
+const CACHED: usize = 64 << 10;
+
+/// How much of its piece a thread reads (or writes) before hashing (or re-keying) it: the
+/// disk works on the next sub-piece (readahead, writeback) while the core works on this one.
+pub const SUB_PIECE: usize = 4 << 20;
+
+/// [`rekey`] of one piece on this thread, [`CACHED`] bytes at a time.
 pub fn rekey_piece(chunk: &mut [u8], at: u64, old: Option<&Keyed>, new: Option<&Keyed>) {
-    if let Some(k) = old {
-        k.run(chunk, at, true);
+    let unit = unit(old, new);
+    let step = CACHED.div_ceil(unit) * unit;
+    for (i, c) in chunk.chunks_mut(step).enumerate() {
+        let at = at + (i * step) as u64;
+        if let Some(k) = old {
+            k.run(c, at, true);
+        }
+        if let Some(k) = new {
+            k.run(c, at, false);
+        }
     }
-    if let Some(k) = new {
-        k.run(chunk, at, false);
-    }
+}
+
+/// The sub-pieces of `piece` ([`SUB_PIECE`] bytes, cut at a multiple of `unit`) with their
+/// offsets in `piece`.
+pub fn sub_pieces(piece: &mut [u8], unit: usize) -> impl Iterator<Item = (usize, &mut [u8])> {
+    let step = SUB_PIECE.div_ceil(unit) * unit;
+    piece
+        .chunks_mut(step)
+        .enumerate()
+        .map(move |(i, c)| (i * step, c))
 }
 
 /// The hash `name` of every `block` bytes of `data`, concatenated (cryptsetup's checksums:

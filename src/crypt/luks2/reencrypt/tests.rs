@@ -188,3 +188,43 @@ fn a_wrong_passphrase_changes_nothing() {
     assert!(unlock_keys(&d, &h, &st, b"wrong", None).is_err());
     assert!(d.contents() == base);
 }
+
+/// Through a file in RAM (the data and journal mapped in memory) and a file on disk (reads,
+/// writes and started writeback): every mode finishes with the original plaintext.
+#[test]
+fn file_devices_in_ram_and_on_disk() {
+    use crate::block::{FileDevice, OpenOptions};
+    let modes = || {
+        [
+            Resilience::Checksum {
+                hash: "sha256".into(),
+                block: 0,
+            },
+            Resilience::Journal,
+            Resilience::None,
+        ]
+    };
+    let dirs = [std::path::PathBuf::from("/dev/shm"), std::env::temp_dir()];
+    for dir in dirs.iter().filter(|d| d.is_dir()) {
+        for (i, r) in modes().into_iter().enumerate() {
+            let path = dir.join(format!("dmkit-reencrypt-test-{}-{i}", std::process::id()));
+            std::fs::write(&path, started(r.clone(), "aes-xts-plain64", 64, 4096)).unwrap();
+            let d = FileDevice::open(&path, OpenOptions::default()).unwrap();
+            let out = run_on(&d);
+            drop(d);
+            let img = std::fs::read(&path).unwrap();
+            let _ = std::fs::remove_file(&path);
+            assert_eq!(
+                out.unwrap(),
+                RunOutcome::Finished,
+                "{r:?} in {}",
+                dir.display()
+            );
+            assert!(
+                read_plain(&img) == plaintext(),
+                "{r:?} in {}",
+                dir.display()
+            );
+        }
+    }
+}
