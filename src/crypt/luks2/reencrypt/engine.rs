@@ -480,23 +480,7 @@ impl<'a> Run<'a> {
             ends,
             ..
         } = self;
-        let m: &mut Metadata = &mut h.metadata;
-        m.segments
-            .retain(|_, s| !s.flags.iter().any(|f| f.starts_with("backup-")));
-        let live: Vec<u32> = m.segments.keys().copied().collect();
-        for d in m.digests.values_mut() {
-            d.segments.retain(|s| live.contains(s));
-        }
-        m.config
-            .requirements
-            .retain(|r| !r.starts_with("online-reencrypt"));
-        m.keyslots.remove(&st.keyslot);
-        for d in m.digests.values_mut() {
-            d.keyslots.retain(|&k| k != st.keyslot);
-        }
-        commit(hdr_dev, h)?;
-        let (off, len) = st.area;
-        keyslot::wipe(hdr_dev, off, len)?;
+        drop_metadata(hdr_dev, h, &st)?;
         if ends.digest_old == ends.digest_new {
             return Ok(());
         }
@@ -511,6 +495,66 @@ impl<'a> Run<'a> {
         }
         Ok(())
     }
+}
+
+/// The reencryption's metadata dropped in one header write (backup segments, requirement,
+/// reencrypt keyslot), then the keyslot's area wiped.
+fn drop_metadata(
+    hdr_dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    st: &State,
+) -> Result<(), LuksError> {
+    let m: &mut Metadata = &mut h.metadata;
+    m.segments
+        .retain(|_, s| !s.flags.iter().any(|f| f.starts_with("backup-")));
+    let live: Vec<u32> = m.segments.keys().copied().collect();
+    for d in m.digests.values_mut() {
+        d.segments.retain(|s| live.contains(s));
+    }
+    m.config
+        .requirements
+        .retain(|r| !r.starts_with("online-reencrypt"));
+    m.keyslots.remove(&st.keyslot);
+    for d in m.digests.values_mut() {
+        d.keyslots.retain(|&k| k != st.keyslot);
+    }
+    commit(hdr_dev, h)?;
+    let (off, len) = st.area;
+    keyslot::wipe(hdr_dev, off, len)
+}
+
+/// Finish a reencryption that cryptsetup left in its own teardown: every byte is under the
+/// new key (one data segment, bound to the new key's digest, no hotzone open) but the old
+/// key's keyslots are already destroyed, because cryptsetup destroys them before it drops the
+/// metadata. Neither tool can unlock both keys any more, so neither can resume; what is left
+/// is only to drop the metadata, which needs no data rewritten and so no old key. `pass` must
+/// unlock the new key. `Ok(false)` when the header is not in that state.
+pub fn finish_orphaned(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    st: &State,
+    pass: &[u8],
+    slot: Option<u32>,
+) -> Result<bool, LuksError> {
+    let m = &h.metadata;
+    let (Some(old), Some(new)) = (st.digest_old, st.digest_new) else {
+        return Ok(false);
+    };
+    let old_slots = m.digests.get(&old).map_or(0, |d| d.keyslots.len());
+    let data: Vec<u32> = m
+        .segments
+        .iter()
+        .filter(|(_, s)| !s.flags.iter().any(|f| f.starts_with("backup-")))
+        .map(|(&id, _)| id)
+        .collect();
+    let all_new =
+        matches!(data.as_slice(), [only] if m.segment_digest(*only).map(|(d, _)| d) == Some(new));
+    if old == new || old_slots > 0 || !all_new || st.in_reencryption.is_some() {
+        return Ok(false);
+    }
+    keyslot::unlock(dev, h, pass, slot, keyslot::Segment::Digest(new))?;
+    drop_metadata(dev, h, st)?;
+    Ok(true)
 }
 
 /// Wipe keyslot `id`'s area, then drop it (and every reference to it) from the header, and
