@@ -63,15 +63,7 @@ impl<'a> Corrector<'a> {
         data: &dyn BlockDevice,
         hash: &dyn BlockDevice,
     ) -> Result<Vec<u64>, FecError> {
-        let inputs: Vec<FecInput<'_>> = self
-            .inputs
-            .iter()
-            .enumerate()
-            .map(|(i, input)| FecInput {
-                device: if i == 0 { data } else { hash },
-                ..*input
-            })
-            .collect();
+        let inputs = self.inputs_over(data, hash);
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         super::encode::damaged_parity(&inputs, &self.geometry, self.fec, self.fec_offset, threads)
     }
@@ -84,18 +76,27 @@ impl<'a> Corrector<'a> {
         hash: &dyn BlockDevice,
         fec: &dyn BlockDevice,
     ) -> Result<(), FecError> {
-        let inputs: Vec<FecInput<'_>> = self
-            .inputs
+        let inputs = self.inputs_over(data, hash);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        super::encode::encode(&inputs, &self.geometry, fec, self.fec_offset, threads)?;
+        Ok(fec.flush()?)
+    }
+
+    /// The corrector's covered ranges, read from `data` and `hash` instead of its devices.
+    fn inputs_over<'b>(
+        &self,
+        data: &'b dyn BlockDevice,
+        hash: &'b dyn BlockDevice,
+    ) -> Vec<FecInput<'b>> {
+        self.inputs
             .iter()
             .enumerate()
             .map(|(i, input)| FecInput {
                 device: if i == 0 { data } else { hash },
-                ..*input
+                start: input.start,
+                len: input.len,
             })
-            .collect();
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        super::encode::encode(&inputs, &self.geometry, fec, self.fec_offset, threads)?;
-        Ok(fec.flush()?)
+            .collect()
     }
 
     fn read_round(&self, round: u64) -> Result<Round, FecError> {
