@@ -111,9 +111,10 @@ fn known_roots_one_device_with_hash_offset() {
     }
 }
 
-fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
-    // xorshift: deterministic test data without a dependency.
-    let mut x = seed | 1;
+/// Deterministic test data without a dependency (xorshift; the seed is spread first so that
+/// neighbouring seeds give unrelated streams). The FEC tests use it too.
+pub(crate) fn random_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     (0..n)
         .map(|_| {
             x ^= x << 13;

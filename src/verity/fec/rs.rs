@@ -402,17 +402,7 @@ mod tests {
         parity
     }
 
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    }
+    use crate::verity::tests::random_bytes as noise;
 
     #[test]
     fn the_encoder_is_karns_for_every_roots_count() {
