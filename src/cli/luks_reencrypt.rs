@@ -105,7 +105,7 @@ fn resilience(a: &ReencryptArgs) -> Result<Resilience, CliError> {
     match a.resilience.as_str() {
         "checksum" => Ok(Resilience::Checksum {
             hash: a.resilience_hash.clone(),
-            block: 0,
+            sector_size: 0,
         }),
         "journal" => Ok(Resilience::Journal),
         "none" => Ok(Resilience::None),

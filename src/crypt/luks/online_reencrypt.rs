@@ -389,7 +389,7 @@ impl Reencryptor {
         // A hotzone left in reencryption by a crash is recovered before the loop starts:
         // nothing is served meanwhile. Otherwise the old device serves until the new one,
         // with the boundary read from the header, replaces it.
-        let held = st.in_reencryption.is_some().then(|| self.gate.hold());
+        let held = st.hot.is_some().then(|| self.gate.hold());
         let installer = Installer {
             dev: dev.clone(),
             gate: &self.gate,

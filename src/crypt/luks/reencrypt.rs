@@ -8,7 +8,7 @@ use super::volume::LuksVolume;
 use super::LuksError;
 use crate::block::{BlockDevice, Claim, FileDevice};
 use crate::crypt::luks2::reencrypt::{self, engine, InitParams, NewKeyslot, Progress, RunOptions};
-use crate::crypt::luks2::reencrypt::{RunOutcome, State};
+use crate::crypt::luks2::reencrypt::{ReencryptState, RunOutcome};
 use crate::crypt::luks2::Luks2Header;
 use std::os::fd::AsRawFd;
 
@@ -51,9 +51,9 @@ impl LuksVolume {
     }
 
     /// The reencryption in progress on this volume, if any.
-    pub fn reencryption(&self) -> Result<Option<State>, LuksError> {
+    pub fn reencryption(&self) -> Result<Option<ReencryptState>, LuksError> {
         match &self.header {
-            Header::V2(h) => State::read(&h.metadata),
+            Header::V2(h) => ReencryptState::read(&h.metadata),
             Header::V1(_) => Ok(None),
         }
     }

@@ -6,7 +6,7 @@ use super::{LuksError, VolumeKey};
 use crate::block::{Activated, BlockDevice, Claim, FileDevice};
 use crate::crypt::luks2::activate::{ActivateOptions, DataSegment};
 use crate::crypt::luks2::integrity::IntegrityActivation;
-use crate::crypt::luks2::{keyslot, reencrypt_open, reencrypt_state, Luks2Header, PbkdfParams};
+use crate::crypt::luks2::{keyslot, reencrypt, reencrypt_open, Luks2Header, PbkdfParams};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -187,7 +187,7 @@ impl LuksVolume {
     /// it does not know. Wiping a keyslot stays allowed, as there.
     fn refuse_change(&self) -> Result<(), LuksError> {
         match &self.header {
-            Header::V2(h) => reencrypt_state::refuse_change(&h.metadata).map_or(Ok(()), Err),
+            Header::V2(h) => reencrypt::state::refuse_change(&h.metadata).map_or(Ok(()), Err),
             Header::V1(_) => Ok(()),
         }
     }
@@ -307,7 +307,8 @@ impl LuksVolume {
 
     /// Unlock with `pass` (keyslot `slot` only when given) and activate `data`: dm-crypt, or
     /// dm-crypt in its authenticated mode over dm-integrity. The volume key lives only as long
-    /// as the stack's ciphers.
+    /// as the stack's ciphers. A LUKS2 volume in the middle of a reencryption is served with
+    /// both keys, each segment with its own.
     pub fn activate(
         &self,
         data: DataDevice,
@@ -315,19 +316,7 @@ impl LuksVolume {
         slot: Option<u32>,
         params: &ActivateParams,
     ) -> Result<Activated, LuksError> {
-        if let Header::V2(h) = &self.header {
-            if reencrypt_state::status(&h.metadata) != reencrypt_state::Status::None {
-                let opts = ActivateOptions {
-                    name: params.name.clone(),
-                    allow_discards: params.allow_discards,
-                    read_only: params.read_only,
-                };
-                let seg = data.segment;
-                return self.activate_reencrypt(h, data.dev, data.claim, pass, slot, &opts, &seg);
-            }
-        }
-        let key = self.unlock_key(pass, slot)?;
-        self.activate_unlocked(data, key, params)
+        self.activate_with(data, Unlock::Passphrase(pass, slot), params)
     }
 
     /// Activate `data` with a key already unlocked from this volume (by a token, say). A
@@ -339,20 +328,42 @@ impl LuksVolume {
         key: UnlockedKey,
         params: &ActivateParams,
     ) -> Result<Activated, LuksError> {
-        let seg = data.segment;
+        self.activate_with(data, Unlock::Key(key), params)
+    }
+
+    /// Both activations, with the one check of the reencryption state: in reencryption, a
+    /// passphrase opens both keys and an already unlocked key is refused.
+    fn activate_with(
+        &self,
+        data: DataDevice,
+        unlock: Unlock<'_>,
+        params: &ActivateParams,
+    ) -> Result<Activated, LuksError> {
+        let seg = data.segment.clone();
         let opts = ActivateOptions {
             name: params.name.clone(),
             allow_discards: params.allow_discards,
             read_only: params.read_only,
         };
-        if let Header::V2(h) = &self.header {
-            if reencrypt_state::status(&h.metadata) != reencrypt_state::Status::None {
+        let reencrypting = match &self.header {
+            Header::V2(h) if reencrypt::state::status(&h.metadata) != reencrypt::Status::None => {
+                Some(h)
+            }
+            _ => None,
+        };
+        let key = match (reencrypting, unlock) {
+            (Some(h), Unlock::Passphrase(pass, slot)) => {
+                return self.activate_reencrypt(h, data.dev, data.claim, pass, slot, &opts, &seg)
+            }
+            (Some(_), Unlock::Key(_)) => {
                 return Err(LuksError::Invalid(format!(
                     "{}: the device is in reencryption: it opens with a passphrase, which unlocks both keys, not with a token",
                     self.device.display()
-                )));
+                )))
             }
-        }
+            (None, Unlock::Passphrase(pass, slot)) => self.unlock_key(pass, slot)?,
+            (None, Unlock::Key(k)) => k,
+        };
         let iopts = IntegrityActivation {
             no_journal: params.integrity_no_journal,
         };
@@ -459,6 +470,14 @@ impl LuksVolume {
             online: Some(online),
         })
     }
+}
+
+/// How an activation gets its key.
+enum Unlock<'a> {
+    /// A passphrase, from keyslot `.1` only when given.
+    Passphrase(&'a [u8], Option<u32>),
+    /// A key already unlocked.
+    Key(UnlockedKey),
 }
 
 /// A path as status shows it: absolute, resolved when it exists.

@@ -32,7 +32,7 @@ pub struct DataSegment {
 /// reencryption cryptsetup 2.6 writes): activating them could corrupt data.
 pub fn check_requirements(h: &Luks2Header, device: &str) -> Result<(), LuksError> {
     let m = &h.metadata;
-    let known = super::reencrypt_state::requirement_version(m);
+    let known = super::reencrypt::state::requirement_version(m);
     match m
         .config
         .requirements
@@ -56,7 +56,7 @@ fn reencrypt_area(
     data_size: u64,
 ) -> Result<DataSegment, LuksError> {
     let m = &h.metadata;
-    let st = super::reencrypt_state::ReencryptState::read(m)?
+    let st = super::reencrypt::ReencryptState::read(m)?
         .ok_or_else(|| LuksError::Invalid("not in reencryption".into()))?;
     let offset = m.segments.values().map(|s| s.offset).min().unwrap_or(0);
     if offset >= data_size {
@@ -89,7 +89,7 @@ pub fn data_segment(
     };
     check_requirements(h, data_name)?;
     let m = &h.metadata;
-    if super::reencrypt_state::status(m) != super::reencrypt_state::Status::None {
+    if super::reencrypt::state::status(m) != super::reencrypt::Status::None {
         return reencrypt_area(h, data_name, data_size);
     }
     if m.segments.len() != 1 {

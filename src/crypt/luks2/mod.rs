@@ -23,7 +23,6 @@ pub mod jsonc;
 pub mod keyslot;
 pub mod reencrypt;
 pub mod reencrypt_open;
-pub mod reencrypt_state;
 pub mod signatures;
 pub mod token;
 pub mod token_order;

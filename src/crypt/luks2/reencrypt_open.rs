@@ -18,7 +18,8 @@ use super::activate::{self, ActivateOptions, DataSegment};
 use super::header::Luks2Header;
 use super::json::Segment;
 use super::keyslot;
-use super::reencrypt_state::{self, Mode, ReencryptState, Resilience, Status};
+use super::reencrypt::state::{Direction, Mode, ReencryptState, Resilience, Status};
+use super::reencrypt::verify;
 use crate::block::Window;
 use crate::block::{check_range, BlockDevice, BlockError};
 use crate::crypt::luks::af::message_digest;
@@ -262,8 +263,8 @@ fn recover(
             } else {
                 let base = st.fin.offset + hz.rel;
                 let at = match ks.direction {
-                    reencrypt_state::Direction::Forward => base.checked_add(ks.shift),
-                    reencrypt_state::Direction::Backward => base.checked_sub(ks.shift),
+                    Direction::Forward => base.checked_add(ks.shift),
+                    Direction::Backward => base.checked_sub(ks.shift),
                 };
                 (at.ok_or_else(|| io("shifted hotzone out of range"))?, hz.iv)
             };
@@ -301,7 +302,8 @@ pub fn activate(
         ));
     }
     let (keyslot, keys) = unlock_all(&*hdr_dev, h, &st, pass, slot)?;
-    reencrypt_state::verify_digest(m, &st, &keys)?;
+    let by_digest = keys.iter().map(|(&d, k)| (d, &k[..])).collect();
+    verify::check(m, &st, &by_digest)?;
     let data_offset = st.served_offset();
     let real = data.size();
     if real <= data_offset {

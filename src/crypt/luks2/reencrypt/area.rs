@@ -37,9 +37,9 @@ pub fn keyslot(mode: Mode, resilience: &Resilience, area: (u64, u64)) -> Keyslot
         "size": area.1.to_string(),
         "type": resilience.word(),
     });
-    if let Resilience::Checksum { hash, block } = resilience {
+    if let Resilience::Checksum { hash, sector_size } = resilience {
         a["hash"] = Value::from(hash.clone());
-        a["sector_size"] = Value::from(*block);
+        a["sector_size"] = Value::from(*sector_size);
     }
     let raw = json!({
         "area": a,
@@ -78,11 +78,17 @@ pub fn hotzone_length(
 ) -> Result<u64, LuksError> {
     let mut len = match resilience {
         Resilience::None => max.unwrap_or(super::DEFAULT_NONE_HOTZONE),
-        Resilience::Checksum { hash, block } => {
+        Resilience::Checksum { hash, sector_size } => {
             let size = crate::crypt::luks::af::message_digest(hash)?.size() as u64;
-            area_len / size * u64::from(*block)
+            area_len / size * u64::from(*sector_size)
         }
         Resilience::Journal => area_len,
+        other => {
+            return Err(LuksError::Unsupported(format!(
+                "a hotzone protected by {} outside a data shift",
+                other.word()
+            )))
+        }
     };
     len = len.min(super::MAX_HOTZONE);
     // SAFETY: sysconf has no preconditions.

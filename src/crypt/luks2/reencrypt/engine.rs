@@ -13,7 +13,8 @@
 
 use super::layout::Ends;
 use super::parallel::{self, Keyed};
-use super::state::{Mode, Resilience, State};
+use super::state::{Mode, ReencryptState, Resilience};
+use super::verify::KeysByDigest;
 use super::{area, recover, verify};
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
@@ -62,7 +63,7 @@ pub struct Keys {
 pub fn unlock_keys(
     dev: &dyn BlockDevice,
     h: &Luks2Header,
-    st: &State,
+    st: &ReencryptState,
     pass: &[u8],
     slot: Option<u32>,
 ) -> Result<Keys, LuksError> {
@@ -93,6 +94,20 @@ pub fn unlock_keys(
         old: open(st.digest_old)?,
         new: open(st.digest_new)?,
     })
+}
+
+impl Keys {
+    /// Both keys by their digests in `st`.
+    pub fn by_digest(&self, st: &ReencryptState) -> KeysByDigest<'_> {
+        let mut k = KeysByDigest::new();
+        if let Some(d) = st.digest_old {
+            k.insert(d, &self.old[..]);
+        }
+        if let Some(d) = st.digest_new {
+            k.entry(d).or_insert(&self.new[..]);
+        }
+        k
+    }
 }
 
 /// Drop digests bound to nothing, then write both header copies (cryptsetup's
@@ -136,7 +151,7 @@ pub struct Run<'a> {
     /// The header.
     pub h: &'a mut Luks2Header,
     /// The state read when the run began.
-    pub st: State,
+    pub st: ReencryptState,
     /// Both ends.
     pub ends: Ends,
     /// The old key.
@@ -161,20 +176,25 @@ impl<'a> Run<'a> {
         h: &'a mut Luks2Header,
         keys: &Keys,
     ) -> Result<Run<'a>, LuksError> {
-        let st = State::read(&h.metadata)?.ok_or_else(|| {
+        let st = ReencryptState::read(&h.metadata)?.ok_or_else(|| {
             LuksError::Invalid("Device not marked for LUKS2 reencryption.".into())
         })?;
-        verify::check(&h.metadata, &st, Some(&keys.old), Some(&keys.new))?;
-        if st.mode != Mode::Reencrypt || !st.forward {
+        verify::check(&h.metadata, &st, &keys.by_digest(&st))?;
+        if st.keyslot.mode != Mode::Reencrypt || !st.forward() {
             return Err(LuksError::Unsupported(format!(
                 "resuming a {} reencryption ({}); dmkit resumes forward re-keying only",
-                st.mode.word(),
-                if st.forward { "forward" } else { "backward" }
+                st.keyslot.mode.word(),
+                st.keyslot.direction.word()
             )));
         }
-        let m = &h.metadata;
-        let last = &m.segments[&st.last];
-        let data_offset = last.offset;
+        if st.moved.is_some() || st.keyslot.shift != 0 {
+            return Err(LuksError::Unsupported(format!(
+                "resuming a reencryption with {} resilience (data shift); dmkit resumes \
+                 re-keying in place only",
+                st.keyslot.resilience.word()
+            )));
+        }
+        let data_offset = st.fin.offset;
         let device_size = data_dev
             .size()
             .checked_sub(data_offset)
@@ -182,7 +202,7 @@ impl<'a> Run<'a> {
             .ok_or_else(|| {
                 LuksError::Invalid(format!("Device {} is too small.", data_dev.name()))
             })?;
-        let ends = Ends::read(m, &st, device_size).ok_or_else(|| {
+        let ends = Ends::read(&st, device_size).ok_or_else(|| {
             LuksError::Invalid("reencryption metadata: backup segments without digests".into())
         })?;
         let old = keyed(&ends.previous, &keys.old)?;
@@ -236,8 +256,8 @@ impl<'a> Run<'a> {
     /// The hotzone alignment: the checksum block, or the largest of the I/O block and both
     /// sector sizes (`reencrypt_get_alignment`).
     fn alignment(&self, io_block: u64) -> u64 {
-        match &self.st.resilience {
-            Resilience::Checksum { block, .. } => u64::from(*block),
+        match &self.st.keyslot.resilience {
+            Resilience::Checksum { sector_size, .. } => u64::from(*sector_size),
             _ => io_block
                 .max(self.old.sector_size as u64)
                 .max(self.new.sector_size as u64)
@@ -264,7 +284,7 @@ impl<'a> Run<'a> {
         progress: &mut dyn FnMut(Progress) -> bool,
     ) -> Result<RunOutcome, LuksError> {
         let size = self.device_size();
-        let mut offset = match self.st.in_reencryption {
+        let mut offset = match self.st.hot_id() {
             Some(r) => {
                 let seg = self.h.metadata.segments.get(&r).cloned().ok_or_else(|| {
                     LuksError::Invalid(format!("reencryption metadata: no segment {r}"))
@@ -272,8 +292,8 @@ impl<'a> Run<'a> {
                 let devices = recover::Devices {
                     hdr_dev: self.hdr_dev,
                     data_dev: self.data_dev,
-                    resilience: &self.st.resilience,
-                    area: self.st.area,
+                    resilience: &self.st.keyslot.resilience,
+                    area: self.st.area(),
                     data_offset: self.data_offset,
                     device_size: size,
                     old: &self.old,
@@ -317,8 +337,8 @@ impl<'a> Run<'a> {
             }
         }
         let max = area::hotzone_length(
-            &self.st.resilience,
-            self.st.area.1,
+            &self.st.keyslot.resilience,
+            self.st.area().1,
             opts.max_hotzone,
             alignment,
         )?;
@@ -346,7 +366,7 @@ impl<'a> Run<'a> {
         })();
         drop(buf);
         result?;
-        if self.st.resilience == Resilience::None {
+        if self.st.keyslot.resilience == Resilience::None {
             // The one header write of a run without resilience, after the data it describes
             // is durable (cryptsetup does not flush the data here; a detached header could
             // then claim more than the disk holds).
@@ -380,15 +400,15 @@ impl<'a> Run<'a> {
             Some(w) => w.range(at, length),
             None => buf,
         };
-        let area = self.st.area.0;
+        let area = self.st.area().0;
         let (data_dev, hdr_dev) = (self.data_dev, self.hdr_dev);
-        let res = &self.st.resilience;
+        let res = &self.st.keyslot.resilience;
         let unit = match res {
-            Resilience::Checksum { block, .. } => *block as usize,
+            Resilience::Checksum { sector_size, .. } => *sector_size as usize,
             _ => parallel::unit(Some(&self.old), Some(&self.new)),
         };
         if *res == Resilience::Journal && self.journal.is_none() {
-            self.journal = super::mapped::Mapped::new(hdr_dev, area, self.st.area.1);
+            self.journal = super::mapped::Mapped::new(hdr_dev, area, self.st.area().1);
         }
         // The journal's mapping by address: each thread copies its piece of the hotzone to
         // the same (disjoint) place in it.
@@ -406,8 +426,8 @@ impl<'a> Run<'a> {
                     data_dev.read_at(sub, at + o as u64)?;
                 }
                 match (res, journal) {
-                    (Resilience::Checksum { hash, block }, _) => {
-                        sums.extend(parallel::block_hashes(sub, *block as usize, hash)?)
+                    (Resilience::Checksum { hash, sector_size }, _) => {
+                        sums.extend(parallel::block_hashes(sub, *sector_size as usize, hash)?)
                     }
                     (Resilience::Journal, Some(j)) => {
                         // SAFETY: `j` is the start of `length` mapped bytes of the journal
@@ -418,7 +438,8 @@ impl<'a> Run<'a> {
                             .copy_from_slice(sub)
                     }
                     (Resilience::Journal, None) => hdr_dev.write_at(sub, area + o as u64)?,
-                    (Resilience::None, _) => {}
+                    // A data shift is refused in `Run::new`.
+                    _ => {}
                 }
             }
             Ok(sums)
@@ -502,7 +523,7 @@ impl<'a> Run<'a> {
 fn drop_metadata(
     hdr_dev: &dyn BlockDevice,
     h: &mut Luks2Header,
-    st: &State,
+    st: &ReencryptState,
 ) -> Result<(), LuksError> {
     let m: &mut Metadata = &mut h.metadata;
     m.segments
@@ -514,12 +535,12 @@ fn drop_metadata(
     m.config
         .requirements
         .retain(|r| !r.starts_with("online-reencrypt"));
-    m.keyslots.remove(&st.keyslot);
+    m.keyslots.remove(&st.keyslot.id);
     for d in m.digests.values_mut() {
-        d.keyslots.retain(|&k| k != st.keyslot);
+        d.keyslots.retain(|&k| k != st.keyslot.id);
     }
     commit(hdr_dev, h)?;
-    let (off, len) = st.area;
+    let (off, len) = st.area();
     keyslot::wipe(hdr_dev, off, len)
 }
 
@@ -532,7 +553,7 @@ fn drop_metadata(
 pub fn finish_orphaned(
     dev: &dyn BlockDevice,
     h: &mut Luks2Header,
-    st: &State,
+    st: &ReencryptState,
     pass: &[u8],
     slot: Option<u32>,
 ) -> Result<bool, LuksError> {
@@ -549,7 +570,7 @@ pub fn finish_orphaned(
         .collect();
     let all_new =
         matches!(data.as_slice(), [only] if m.segment_digest(*only).map(|(d, _)| d) == Some(new));
-    if old == new || old_slots > 0 || !all_new || st.in_reencryption.is_some() {
+    if old == new || old_slots > 0 || !all_new || st.hot.is_some() {
         return Ok(false);
     }
     keyslot::unlock(dev, h, pass, slot, keyslot::Segment::Digest(new))?;

@@ -8,7 +8,7 @@
 use super::area;
 use super::engine::commit;
 use super::layout::{crypt, flagged};
-use super::state::{Mode, Resilience, State};
+use super::state::{Mode, ReencryptState, Resilience};
 use super::verify;
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{random_key, CipherSpec};
@@ -93,7 +93,7 @@ pub fn init(
     p: &InitParams,
 ) -> Result<u32, LuksError> {
     let invalid = |s: String| LuksError::Invalid(s);
-    if State::read(&h.metadata)?.is_some() {
+    if ReencryptState::read(&h.metadata)?.is_some() {
         return Err(invalid(
             "LUKS2 reencryption already initialized in metadata.".into(),
         ));
@@ -240,7 +240,7 @@ fn write_metadata(
             }
             Resilience::Checksum {
                 hash: hash.clone(),
-                block: alignment as u32,
+                sector_size: alignment as u32,
             }
         }
         other => other.clone(),
@@ -254,15 +254,10 @@ fn write_metadata(
     m.keyslots
         .insert(ks, area::keyslot(Mode::Reencrypt, &resilience, gap));
     m.config.requirements = vec![format!("online-reencrypt-v{}", super::REQ_VERSION)];
-    let st = State::read(m)?.ok_or_else(|| LuksError::Invalid("reencryption state lost".into()))?;
-    verify::create(
-        m,
-        &st,
-        Some(old_key),
-        Some(new_key),
-        &p.hash,
-        p.benchmark_digest,
-    )?;
+    let st = ReencryptState::read(m)?
+        .ok_or_else(|| LuksError::Invalid("reencryption state lost".into()))?;
+    let keys = verify::KeysByDigest::from([(digest_old, old_key), (digest_new, new_key)]);
+    verify::create(m, &st, &keys, &p.hash, p.benchmark_digest)?;
     // The only header write of the initialization: the device is in reencryption from here.
     commit(dev, &mut next)?;
     *h = next;

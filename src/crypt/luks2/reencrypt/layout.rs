@@ -4,7 +4,7 @@
 //! own flagged `in-reencryption` (bound to both keys); after, it joins the new-key segment in
 //! front of it. The backup segments follow with the next free ids.
 
-use super::state::{Mode, State};
+use super::state::{Mode, ReencryptState};
 use crate::crypt::luks2::json::{Metadata, Segment};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -59,13 +59,13 @@ pub struct Ends {
 
 impl Ends {
     /// The ends recorded in `m`.
-    pub fn read(m: &Metadata, st: &State, device_size: u64) -> Option<Ends> {
-        if st.mode != Mode::Reencrypt || !st.forward {
+    pub fn read(st: &ReencryptState, device_size: u64) -> Option<Ends> {
+        if st.keyslot.mode != Mode::Reencrypt || !st.forward() {
             return None;
         }
         Some(Ends {
-            previous: m.segments.get(&st.previous)?.clone(),
-            last: m.segments.get(&st.last)?.clone(),
+            previous: st.previous.clone(),
+            last: st.fin.clone(),
             digest_old: st.digest_old?,
             digest_new: st.digest_new?,
             device_size,

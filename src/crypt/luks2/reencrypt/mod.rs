@@ -25,14 +25,14 @@ mod layout;
 mod mapped;
 mod parallel;
 mod recover;
-mod state;
+pub mod state;
 #[cfg(test)]
 mod tests;
-mod verify;
+pub mod verify;
 
 pub use engine::{Hotzones, Progress, RunOptions, RunOutcome};
 pub use init::{init, InitParams, NewKeyslot};
-pub use state::{Mode, Resilience, State};
+pub use state::{Direction, Mode, ReencryptState, Resilience, Status};
 
 /// cryptsetup's largest hotzone (`LUKS2_REENCRYPT_MAX_HOTZONE_LENGTH`, 1 GiB).
 pub const MAX_HOTZONE: u64 = 1 << 30;

@@ -48,9 +48,9 @@ pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<u64, LuksError> {
     let at = run.data_offset + offset;
     let (area, area_len) = run.area;
     match run.resilience.clone() {
-        Resilience::Checksum { hash, block } => {
+        Resilience::Checksum { hash, sector_size } => {
             let md = crate::crypt::luks::af::message_digest(&hash)?;
-            let block = block as usize;
+            let block = sector_size as usize;
             let count = length as usize / block;
             let mut sums = vec![0u8; count * md.size()];
             if sums.len() as u64 > area_len {
@@ -91,6 +91,12 @@ pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<u64, LuksError> {
             return Err(LuksError::Invalid(
                 "the interrupted hotzone has no resilience data and cannot be recovered".into(),
             ))
+        }
+        other => {
+            return Err(LuksError::Unsupported(format!(
+                "recovering a hotzone protected by {}",
+                other.word()
+            )))
         }
     }
     run.data_dev.flush()?;

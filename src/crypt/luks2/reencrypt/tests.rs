@@ -4,7 +4,7 @@
 
 use super::engine::{unlock_keys, Run};
 use super::parallel::Keyed;
-use super::{init, InitParams, NewKeyslot, Resilience, RunOptions, RunOutcome, State};
+use super::{init, InitParams, NewKeyslot, ReencryptState, Resilience, RunOptions, RunOutcome};
 use crate::block::{for_each_crash_state, BlockDevice, FaultyDevice, LoggedOp, MemoryDevice};
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::crash_tests::fast_pbkdf;
@@ -25,7 +25,7 @@ fn read_plain(img: &[u8]) -> Vec<u8> {
     let d = MemoryDevice::from_vec("check", img.to_vec());
     let h = copies::read(&d).expect("header").header;
     assert!(
-        State::read(&h.metadata).unwrap().is_none(),
+        ReencryptState::read(&h.metadata).unwrap().is_none(),
         "still in reencryption"
     );
     let (_, vk) = keyslot::unlock(&d, &h, PASS, None, keyslot::Segment::Default).expect("unlock");
@@ -82,7 +82,7 @@ fn started(resilience: Resilience, cipher: &str, key_size: usize, ss: u32) -> Ve
 /// Run the reencryption on `d` to its end (or to its first error).
 fn run_on(d: &dyn BlockDevice) -> Result<RunOutcome, crate::crypt::luks::LuksError> {
     let mut h = copies::read(d)?.header;
-    let st = State::read(&h.metadata)?.expect("in reencryption");
+    let st = ReencryptState::read(&h.metadata)?.expect("in reencryption");
     let keys = unlock_keys(d, &h, &st, PASS, None)?;
     let opts = RunOptions {
         max_hotzone: Some(HOTZONE),
@@ -117,7 +117,7 @@ fn cut_everywhere(resilience: Resilience, cipher: &str, key_size: usize, ss: u32
         let h = copies::read(&d)
             .unwrap_or_else(|e| panic!("{what}: header: {e}"))
             .header;
-        if State::read(&h.metadata).unwrap().is_some() {
+        if ReencryptState::read(&h.metadata).unwrap().is_some() {
             let r = run_on(&d).unwrap_or_else(|e| panic!("{what}: resume: {e}"));
             assert_eq!(r, RunOutcome::Finished, "{what}");
         }
@@ -134,7 +134,7 @@ fn checksum_survives_a_cut_at_every_write() {
     cut_everywhere(
         Resilience::Checksum {
             hash: "sha256".into(),
-            block: 0,
+            sector_size: 0,
         },
         "aes-xts-plain64",
         64,
@@ -160,7 +160,7 @@ fn a_stopped_run_resumes() {
     let base = started(Resilience::Journal, "aes-xts-plain64", 64, 512);
     let d = MemoryDevice::from_vec("disk", base);
     let mut h = copies::read(&d).unwrap().header;
-    let st = State::read(&h.metadata).unwrap().unwrap();
+    let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
     let keys = unlock_keys(&d, &h, &st, PASS, None).unwrap();
     let opts = RunOptions {
         max_hotzone: Some(HOTZONE),
@@ -184,7 +184,7 @@ fn a_wrong_passphrase_changes_nothing() {
     let base = started(Resilience::Journal, "aes-xts-plain64", 64, 512);
     let d = MemoryDevice::from_vec("disk", base.clone());
     let h = copies::read(&d).unwrap().header;
-    let st = State::read(&h.metadata).unwrap().unwrap();
+    let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
     assert!(unlock_keys(&d, &h, &st, b"wrong", None).is_err());
     assert!(d.contents() == base);
 }
@@ -198,7 +198,7 @@ fn file_devices_in_ram_and_on_disk() {
         [
             Resilience::Checksum {
                 hash: "sha256".into(),
-                block: 0,
+                sector_size: 0,
             },
             Resilience::Journal,
             Resilience::None,

@@ -2,14 +2,19 @@
 //! to the reencrypt keyslot, over both volume keys, the keyslot's parameters and the backup
 //! segments, serialized byte for byte as cryptsetup does. Metadata changed by someone who does
 //! not hold the keys no longer matches, and cryptsetup refuses to resume it ("Reencryption
-//! metadata is invalid.").
+//! metadata is invalid."). The one serializer, for the engine (create, check on resume) and
+//! the activation of a device in reencryption.
 
-use super::state::State;
+use super::state::ReencryptState;
 use crate::crypt::luks::LuksError;
 use crate::crypt::luks2::digest;
 use crate::crypt::luks2::json::Metadata;
 use crate::crypt::secret::SecretBytes;
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// The unlocked volume keys of a reencryption, by the id of the digest each matches.
+pub type KeysByDigest<'a> = BTreeMap<u32, &'a [u8]>;
 
 /// Longest string field cryptsetup serializes.
 const MAX_STR: usize = 64;
@@ -47,7 +52,7 @@ fn field(out: &mut Vec<u8>, o: &Map<String, Value>, key: &str, kind: Field) -> O
                 out.extend_from_slice(&s.parse::<u64>().ok()?.to_be_bytes());
             }
         }
-        Field::U32 => out.extend_from_slice(&(v.as_u64()? as u32).to_be_bytes()),
+        Field::U32 => out.extend_from_slice(&u32::try_from(v.as_u64()?).ok()?.to_be_bytes()),
     }
     Some(())
 }
@@ -108,58 +113,57 @@ fn keyslot(out: &mut Vec<u8>, ks: &Map<String, Value>) -> Option<()> {
     fields(out, &list)
 }
 
-/// The bytes the digest covers (`reencrypt_assembly_verification_data`).
-fn data(
+/// The bytes the digest covers (`reencrypt_assembly_verification_data`): the version, the
+/// keys of [`ReencryptState::digests`] in order, the reencrypt keyslot's parameters, then the
+/// backup segments (`backup-previous`, `backup-final`, `backup-moved-segment`).
+pub fn verification_data(
     m: &Metadata,
-    st: &State,
-    old: Option<&[u8]>,
-    new: Option<&[u8]>,
-    version: u8,
+    st: &ReencryptState,
+    keys: &KeysByDigest<'_>,
 ) -> Result<SecretBytes, LuksError> {
     let bad = || LuksError::Invalid("reencryption metadata cannot be serialized".into());
-    let mut out = Vec::with_capacity(256);
+    let mut out = zeroize::Zeroizing::new(Vec::with_capacity(256));
     out.push(0x76);
-    out.push(0x30 + version);
-    let mut keys = 0;
-    if let Some(k) = old.filter(|_| st.digest_old.is_some()) {
-        out.extend_from_slice(k);
-        keys += 1;
-    }
-    if let Some(k) = new.filter(|_| st.digest_new.is_some() && st.digest_new != st.digest_old) {
-        out.extend_from_slice(k);
-        keys += 1;
-    }
-    if keys == 0 {
+    out.push(0x30 + st.version);
+    let needed = st.digests();
+    if needed.is_empty() {
         return Err(bad());
     }
-    keyslot(&mut out, &m.keyslots.get(&st.keyslot).ok_or_else(bad)?.raw).ok_or_else(bad)?;
-    let seg = |id: u32| m.segments.get(&id).map(|s| s.to_value());
-    segment(&mut out, &seg(st.previous).ok_or_else(bad)?).ok_or_else(bad)?;
-    segment(&mut out, &seg(st.last).ok_or_else(bad)?).ok_or_else(bad)?;
-    if let Some(moved) = super::state::segment_by_flag(m, "backup-moved-segment") {
-        segment(&mut out, &seg(moved).ok_or_else(bad)?).ok_or_else(bad)?;
+    for d in needed {
+        let k = keys.get(&d).ok_or_else(|| {
+            LuksError::Invalid(format!("reencryption: key of digest {d} not unlocked"))
+        })?;
+        out.extend_from_slice(k);
     }
-    let secret = SecretBytes::from_slice(&out);
-    zeroize::Zeroize::zeroize(&mut out);
-    Ok(secret)
+    keyslot(
+        &mut out,
+        &m.keyslots.get(&st.keyslot.id).ok_or_else(bad)?.raw,
+    )
+    .ok_or_else(bad)?;
+    for s in [Some(&st.previous), Some(&st.fin), st.moved.as_ref()]
+        .into_iter()
+        .flatten()
+    {
+        segment(&mut out, &s.to_value()).ok_or_else(bad)?;
+    }
+    Ok(SecretBytes::from_slice(&out))
 }
 
 /// Bind a new reencryption digest to the reencrypt keyslot (dropping its old one), as
 /// `LUKS2_keyslot_reencrypt_digest_create` does. `benchmark` as for the volume key digest.
 pub fn create(
     m: &mut Metadata,
-    st: &State,
-    old: Option<&[u8]>,
-    new: Option<&[u8]>,
+    st: &ReencryptState,
+    keys: &KeysByDigest<'_>,
     hash: &str,
     benchmark: bool,
 ) -> Result<(), LuksError> {
-    let d = data(m, st, old, new, st.version)?;
+    let d = verification_data(m, st, keys)?;
     let mut dg = digest::create(&d, hash, benchmark)?;
     dg.segments.clear();
-    dg.keyslots = vec![st.keyslot];
+    dg.keyslots = vec![st.keyslot.id];
     for x in m.digests.values_mut() {
-        x.keyslots.retain(|&k| k != st.keyslot);
+        x.keyslots.retain(|&k| k != st.keyslot.id);
     }
     let id = (0..crate::crypt::luks::MAX_KEYSLOTS)
         .find(|i| !m.digests.contains_key(i))
@@ -168,16 +172,16 @@ pub fn create(
     Ok(())
 }
 
-/// Check the reencryption digest with the unlocked keys (`LUKS2_reencrypt_digest_verify`).
-pub fn check(
-    m: &Metadata,
-    st: &State,
-    old: Option<&[u8]>,
-    new: Option<&[u8]>,
-) -> Result<(), LuksError> {
+/// `LUKS2_reencrypt_digest_verify`: the reencryption parameters are the ones the holder of
+/// the volume keys wrote (a header edited by someone without the keys is refused, and so is
+/// the version 1 metadata cryptsetup wants repaired first).
+pub fn check(m: &Metadata, st: &ReencryptState, keys: &KeysByDigest<'_>) -> Result<(), LuksError> {
     let invalid = || LuksError::Invalid("Reencryption metadata is invalid.".into());
-    let (_, d) = m.keyslot_digest(st.keyslot).ok_or_else(invalid)?;
-    let bytes = data(m, st, old, new, st.version)?;
+    if st.version < 2 {
+        return Err(invalid());
+    }
+    let (_, d) = m.keyslot_digest(st.keyslot.id).ok_or_else(invalid)?;
+    let bytes = verification_data(m, st, keys)?;
     if digest::verify(d, &bytes)? {
         Ok(())
     } else {
