@@ -3,6 +3,7 @@
 
 use super::{CliError, CliResult};
 use crate::image::build::{self, BuildOptions};
+use crate::image::fec::FecChoice;
 use crate::image::mkfs::{Compression, FsKind};
 use crate::image::open::{self, OpenOptions};
 use crate::image::{inspect, ImageError, DEFAULT_SEED};
@@ -63,6 +64,16 @@ pub struct BuildArgs {
     /// Replace existing output files.
     #[arg(long)]
     force: bool,
+    /// Store Reed-Solomon parity of the file system and the tree after the tree in the verity
+    /// partition (veritysetup's FEC, with a libfec fec_header in its last 4096 bytes), so that
+    /// `image open` corrects corrupted blocks.
+    #[arg(long)]
+    fec: bool,
+    /// Parity bytes per Reed-Solomon codeword with --fec (2 to 24): more corrects more, costs
+    /// more space.
+    #[arg(long, default_value_t = crate::verity::fec::DEFAULT_ROOTS, requires = "fec",
+          value_parser = clap::value_parser!(u8).range(2..=24))]
+    fec_roots: u8,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -87,6 +98,21 @@ pub struct OpenArgs {
     /// Threads serving the verity device.
     #[arg(long, default_value_t = 4)]
     threads: usize,
+    /// Open without FEC, even when the verity partition holds parity (its fec_header is not
+    /// read: for an image whose fec_header is damaged).
+    #[arg(long, conflicts_with_all = ["fec_device", "fec_offset", "fec_roots"])]
+    no_fec: bool,
+    /// FEC parity in this file instead of the image's (as `verity open --fec-device`).
+    #[arg(long)]
+    fec_device: Option<PathBuf>,
+    /// Byte offset of the parity: in --fec-device [default: 0], else in the image's verity
+    /// partition [default: where the tree ends]; the fec_header is then not read.
+    #[arg(long)]
+    fec_offset: Option<u64>,
+    /// Parity bytes per codeword (2 to 24) of the parity --fec-device or --fec-offset names
+    /// [default: 2].
+    #[arg(long, value_parser = clap::value_parser!(u8).range(2..=24))]
+    fec_roots: Option<u8>,
     /// Print what was opened as JSON.
     #[arg(long)]
     json: bool,
@@ -176,6 +202,7 @@ fn build(a: BuildArgs) -> CliResult {
         cert: a.cert,
         split: a.split,
         force: a.force,
+        fec_roots: a.fec.then_some(a.fec_roots),
     };
     let tty = std::io::stderr().is_terminal();
     let report = build::build(&o, &mut |line| {
@@ -194,6 +221,16 @@ fn build(a: BuildArgs) -> CliResult {
         report.fs_size
     );
     println!("Hash tree:      {} bytes", report.hash_size);
+    if let Some(f) = &report.fec {
+        println!(
+            "FEC:            {} bytes of parity ({} roots) at byte {} of the verity {}, fec_header at byte {}",
+            f.size,
+            f.roots,
+            f.offset,
+            if report.layout == "split" { "file" } else { "partition" },
+            f.header_offset
+        );
+    }
     println!("Image size:     {} bytes", report.image_size);
     println!("Root hash:      {}", report.root_hash);
     println!(
@@ -208,6 +245,24 @@ fn build(a: BuildArgs) -> CliResult {
     Ok(())
 }
 
+/// Where `image open` takes FEC parity from, by its options.
+fn fec_choice(a: &OpenArgs) -> FecChoice {
+    use crate::verity::fec::{FecOptions, DEFAULT_ROOTS};
+    let roots = a.fec_roots.unwrap_or(DEFAULT_ROOTS);
+    match (&a.fec_device, a.fec_offset, a.fec_roots, a.no_fec) {
+        (_, _, _, true) => FecChoice::Off,
+        (Some(d), offset, _, _) => FecChoice::Device(
+            d.clone(),
+            FecOptions {
+                roots,
+                offset: offset.unwrap_or(0),
+            },
+        ),
+        (None, None, None, _) => FecChoice::Stored,
+        (None, offset, _, _) => FecChoice::InPartition { roots, offset },
+    }
+}
+
 fn open(a: OpenArgs) -> CliResult {
     let root_hash =
         match &a.root_hash {
@@ -216,6 +271,7 @@ fn open(a: OpenArgs) -> CliResult {
             })?),
             None => None,
         };
+    let fec = fec_choice(&a);
     let o = OpenOptions {
         image: a.image,
         mountpoint: a.mountpoint,
@@ -223,8 +279,12 @@ fn open(a: OpenArgs) -> CliResult {
         root_hash,
         upper: a.upper,
         threads: a.threads.max(1),
+        fec,
     };
     let r = open::open(&o)?;
+    for w in &r.warnings {
+        eprintln!("dmkit: warning: {w}");
+    }
     if a.json {
         return print_json(&serde_json::json!({
             "name": r.name,
@@ -235,6 +295,7 @@ fn open(a: OpenArgs) -> CliResult {
             "root_hash_source": r.root_hash_source,
             "signed_by": r.signer.as_ref().map(|s| &s.subject),
             "upper": r.upper,
+            "fec": r.fec,
         }));
     }
     println!(
@@ -298,6 +359,24 @@ fn status(a: StatusArgs) -> CliResult {
         println!("  loop:        {}", s(&v["loop_device"]));
         println!("  verity:      {} ({})", s(&v["path"]), s(&v["name"]));
         println!("  corruptions: {}", s(&v["stats"]["corruptions"]));
+        let f = &d["fec"];
+        if f.is_object() {
+            let at = match f["partition"].as_u64() {
+                Some(n) => format!("partition {n} of {}", s(&f["device"])),
+                None => s(&f["device"]),
+            };
+            println!(
+                "  fec:         {} roots at byte {} of {at} (from {})",
+                s(&f["roots"]),
+                s(&f["offset"]),
+                s(&f["from"])
+            );
+            println!(
+                "  fec fixed:   {} corrected, {} uncorrectable",
+                s(&v["stats"]["fec_corrected"]),
+                s(&v["stats"]["fec_uncorrectable"])
+            );
+        }
     }
     Ok(())
 }

@@ -50,6 +50,8 @@ pub struct BuildOptions {
     pub split: bool,
     /// Replace existing output files.
     pub force: bool,
+    /// Store Reed-Solomon parity with this many roots after the hash tree (`--fec`).
+    pub fec_roots: Option<u8>,
 }
 
 /// One partition (or file) of the result.
@@ -86,6 +88,9 @@ pub struct BuildReport {
     pub fs_size: u64,
     /// Bytes of the verity hash tree (superblock included).
     pub hash_size: u64,
+    /// The FEC parity stored after the tree (`--fec`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fec: Option<FecReport>,
     /// Bytes of the whole image (GPT) or of all files (split).
     pub image_size: u64,
     /// The partitions or files.
@@ -106,6 +111,24 @@ pub struct BuildReport {
     pub seconds: StepTimes,
 }
 
+/// The FEC parity in the verity partition (or `.verity` file).
+#[derive(Debug, Clone, Serialize)]
+pub struct FecReport {
+    /// Parity bytes per codeword.
+    pub roots: u8,
+    /// Byte offset of the parity in the verity partition: where the tree ends, 4096-aligned
+    /// (`--fec-offset` for veritysetup, with the partition as the FEC device).
+    pub offset: u64,
+    /// Bytes of parity.
+    pub size: u64,
+    /// Blocks covered (data blocks, then the hash blocks after the superblock).
+    pub blocks_covered: u64,
+    /// veritysetup's "FEC blocks": rounds × roots.
+    pub rs_blocks: u64,
+    /// Byte offset of the fec_header block in the verity partition (its last 4096 bytes).
+    pub header_offset: u64,
+}
+
 /// Wall time of each step.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct StepTimes {
@@ -113,6 +136,9 @@ pub struct StepTimes {
     pub mkfs: f64,
     /// The verity tree.
     pub verity: f64,
+    /// The FEC parity (`--fec`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fec: Option<f64>,
     /// The signature.
     pub sign: f64,
     /// Assembling and writing the output.
@@ -397,7 +423,7 @@ pub fn build(o: &BuildOptions, progress: &mut dyn FnMut(&str)) -> Result<BuildRe
     let ids = Ids::derive(&o.seed);
     let mut temps = Temps(Vec::new());
     let mut times = StepTimes::default();
-    let steps = if fingerprint.is_some() { 4 } else { 3 };
+    let steps = 3 + usize::from(fingerprint.is_some()) + usize::from(o.fec_roots.is_some());
 
     // 1. The file system.
     let t = Instant::now();
@@ -455,25 +481,49 @@ pub fn build(o: &BuildOptions, progress: &mut dyn FnMut(&str)) -> Result<BuildRe
     let hash_dev = MemoryDevice::new("hash tree", tree_layout.new_file_size() as usize);
     let root = verity::format(&data, &hash_dev, &params, false)
         .map_err(|e| ImageError::Io(e.to_string()))?;
-    let hash_bytes = hash_dev.contents();
+    let mut hash_bytes = hash_dev.contents();
+    let hash_size = hash_bytes.len() as u64;
     let root_hex = hex::encode(&root);
     times.verity = t.elapsed().as_secs_f64();
     progress(&format!(
         "[2/{steps}] dm-verity sha256 over {}: hash tree {}, root hash {root_hex} ({:.1} s)",
         human(data_size),
-        human(hash_bytes.len() as u64),
+        human(hash_size),
         times.verity
     ));
+    let mut step = 2;
 
-    // 3. The signature.
+    // 3. The FEC parity, after the tree in the same partition, with its fec_header last.
+    let fec = match o.fec_roots {
+        Some(roots) => {
+            let t = Instant::now();
+            let (report, tail) = fec_parity(&data, &hash_bytes, &params, roots)?;
+            hash_bytes.resize(report.offset as usize, 0);
+            hash_bytes.extend_from_slice(&tail);
+            let secs = t.elapsed().as_secs_f64();
+            times.fec = Some(secs);
+            step += 1;
+            progress(&format!(
+                "[{step}/{steps}] FEC: Reed-Solomon parity, {roots} roots over {} blocks: {} \
+                 after the tree, fec_header in the last 4096 bytes ({secs:.1} s)",
+                report.blocks_covered,
+                human(report.size)
+            ));
+            Some(report)
+        }
+        None => None,
+    };
+
+    // 4. The signature.
     let signature = match (&o.key, &o.cert, fingerprint) {
         (Some(k), Some(c), Some(fp)) => {
             let t = Instant::now();
             let der = crate::verity::sig::sign_root_hash(&root_hex, k, c)
                 .map_err(|e| ImageError::Invalid(e.to_string()))?;
             times.sign = t.elapsed().as_secs_f64();
+            step += 1;
             progress(&format!(
-                "[3/{steps}] signed the root hash with {} (certificate SHA-256 {})",
+                "[{step}/{steps}] signed the root hash with {} (certificate SHA-256 {})",
                 k.display(),
                 hex::encode(fp)
             ));
@@ -486,7 +536,7 @@ pub fn build(o: &BuildOptions, progress: &mut dyn FnMut(&str)) -> Result<BuildRe
         _ => None,
     };
 
-    // 4. The output.
+    // 5. The output.
     let t = Instant::now();
     let (parts, image_size, disk_guid) = if o.split {
         write_split(
@@ -527,7 +577,8 @@ pub fn build(o: &BuildOptions, progress: &mut dyn FnMut(&str)) -> Result<BuildRe
         mkfs: mkfs_line,
         tree: stats,
         fs_size,
-        hash_size: hash_bytes.len() as u64,
+        hash_size,
+        fec,
         image_size,
         parts,
         root_hash: root_hex,
@@ -538,6 +589,42 @@ pub fn build(o: &BuildOptions, progress: &mut dyn FnMut(&str)) -> Result<BuildRe
         certificate_fingerprint: fingerprint.map(hex::encode),
         seconds: times,
     })
+}
+
+/// The parity of `data` and the tree `tree` with `roots` roots, as `veritysetup format
+/// --fec-device PARTITION --fec-offset END` writes it with the verity partition as the FEC
+/// device (END: the tree's end, 4096-aligned), on all cores; and what follows the tree in the
+/// partition: the parity, then the fec_header block.
+fn fec_parity(
+    data: &FileDevice,
+    tree: &[u8],
+    p: &VerityParams,
+    roots: u8,
+) -> Result<(FecReport, Vec<u8>)> {
+    use super::fecheader;
+    use crate::verity::fec::{encode, layout, FecOptions};
+    let offset = fecheader::tree_end(p).map_err(ImageError::Invalid)?;
+    let mut padded = tree.to_vec();
+    padded.resize(offset as usize, 0);
+    let hash = MemoryDevice::from_vec("hash tree", padded);
+    let opts = FecOptions { roots, offset };
+    let fec_err = |e: crate::verity::fec::FecError| ImageError::Invalid(format!("--fec: {e}"));
+    let (g, inputs) = layout(p, &opts, data, &hash, true, false).map_err(fec_err)?;
+    let parity = MemoryDevice::new("FEC parity", g.parity_bytes() as usize);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    encode::encode(&inputs, &g, &parity, 0, threads).map_err(fec_err)?;
+    let mut tail = parity.contents();
+    let header = fecheader::for_parity(&g, &tail).map_err(ImageError::Invalid)?;
+    tail.extend_from_slice(&header.block());
+    let report = FecReport {
+        roots,
+        offset,
+        size: g.parity_bytes(),
+        blocks_covered: g.blocks,
+        rs_blocks: g.rounds * u64::from(roots),
+        header_offset: offset + g.parity_bytes(),
+    };
+    Ok((report, tail))
 }
 
 /// Bytes as "12.3 MiB".

@@ -15,6 +15,8 @@
 pub mod build;
 pub mod dps;
 pub mod ext4_times;
+pub mod fec;
+pub mod fecheader;
 pub mod gpt;
 pub mod inspect;
 pub mod layout;

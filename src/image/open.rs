@@ -45,6 +45,8 @@ pub struct OpenOptions {
     pub upper: Option<PathBuf>,
     /// Serving threads of the verity export.
     pub threads: usize,
+    /// Where the FEC parity comes from.
+    pub fec: super::fec::FecChoice,
 }
 
 /// What `open` set up.
@@ -66,6 +68,10 @@ pub struct Opened {
     pub fs: FsKind,
     /// The upper layer.
     pub upper: PathBuf,
+    /// The FEC parity used (as `status` shows it), if any.
+    pub fec: Option<Value>,
+    /// What the user should know (a backup fec_header used, damaged parity).
+    pub warnings: Vec<String>,
 }
 
 /// The export name of the stack at `mountpoint` (a resolved path): `image-LAST-HASH`, LAST
@@ -365,6 +371,7 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
         )),
         e => ImageError::Invalid(e.to_string()),
     };
+    let (fec, warnings) = super::fec::resolve(&l, &hash_region, &params, &o.fec)?;
     let volume = VerityVolume::open(
         backing(&l.data),
         backing(&hash_region),
@@ -374,8 +381,10 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     .map_err(image_err)?;
     let opts = VerityOptions {
         name: name.clone(),
+        fec: fec.as_ref().map(|f| f.device.clone()),
         ..VerityOptions::default()
     };
+    let fec_details = fec.map(|f| f.details);
     let mut activated = volume.activate(&root, opts).map_err(image_err)?;
 
     // Every path of the stack, recorded in the export's state for close and status.
@@ -395,6 +404,7 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
         "root_hash": root_hex,
         "root_hash_source": source,
         "signed_by": signer.as_ref().map(|s| s.subject.clone()),
+        "fec": fec_details.clone(),
         "private_dir": private,
         "lower": lower,
         "tmpfs": tmpfs,
@@ -496,6 +506,8 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
         signer,
         fs: fs_kind,
         upper,
+        fec: fec_details,
+        warnings,
     })
 }
 

@@ -225,6 +225,8 @@ pub struct VerityVolume {
     hash_path: PathBuf,
     params: VerityParams,
     same_file: bool,
+    /// The hash area's region of its file, when it is one (a partition of an image).
+    hash_region: Option<(u64, u64)>,
     claims: Vec<Claim>,
 }
 
@@ -359,6 +361,7 @@ impl VerityVolume {
             hash_path: hash.path.to_path_buf(),
             params,
             same_file: same,
+            hash_region: hash.region,
             claims,
         })
     }
@@ -414,17 +417,34 @@ impl VerityVolume {
         let fec = match &opts.fec {
             Some((path, fo)) => {
                 let file = crate::block::open_device(path, true, false)?;
-                let in_hash = same_file(&self.hash_path, path);
-                if !in_hash {
+                let in_hash_file = same_file(&self.hash_path, path);
+                if !in_hash_file {
                     claims.push(Claim::take(file.file(), path, fo.offset, 0, false)?);
                 }
                 details["fec_device"] = absolute(path).display().to_string().into();
                 details["fec_offset"] = fo.offset.into();
                 details["fec_roots"] = fo.roots.into();
+                // A FEC area inside the hash region (after the tree in an image's verity
+                // partition) is read through that region, at its offset there.
+                let (device, local, in_hash): (Arc<dyn BlockDevice>, _, _) =
+                    match (in_hash_file, self.hash_region) {
+                        (true, Some((start, len)))
+                            if fo.offset >= start && fo.offset - start < len =>
+                        {
+                            let local = super::fec::FecOptions {
+                                offset: fo.offset - start,
+                                ..*fo
+                            };
+                            (self.hash.clone(), local, true)
+                        }
+                        (true, Some(_)) => (Arc::new(file), *fo, false),
+                        (in_hash, None) => (Arc::new(file), *fo, in_hash),
+                        (false, Some(_)) => (Arc::new(file), *fo, false),
+                    };
                 let source = FecSource::new(
                     &self.params,
-                    fo,
-                    Arc::new(file),
+                    &local,
+                    device,
                     &*self.data,
                     &*self.hash,
                     in_hash,
