@@ -46,6 +46,25 @@ pub struct VerityInfo {
     pub uuid: String,
 }
 
+/// The FEC parity a valid fec_header describes in the verity partition.
+#[derive(Debug, Clone, Serialize)]
+pub struct FecInfo {
+    /// Parity bytes per codeword.
+    pub roots: u8,
+    /// Byte offset of the parity in the verity partition (or `.verity` file).
+    pub offset: u64,
+    /// Bytes of parity.
+    pub size: u64,
+    /// Bytes covered (data blocks and the hash blocks before the parity).
+    pub inp_size: u64,
+    /// Byte offset of the header block in the verity partition.
+    pub header_offset: u64,
+    /// Whether the parity matches the SHA-256 in the header.
+    pub parity_intact: bool,
+    /// Whether the primary header was damaged and its backup copy read.
+    pub backup_header: bool,
+}
+
 /// The signature, as found (not verified).
 #[derive(Debug, Clone, Serialize)]
 pub struct SignatureInfo {
@@ -88,8 +107,14 @@ pub struct Inspection {
     pub uuids_match_root_hash: Option<bool>,
     /// The signature (unverified).
     pub signature: Option<SignatureInfo>,
+    /// The FEC parity (`build --fec`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fec: Option<FecInfo>,
     /// Problems found (an image `open` would refuse).
     pub problems: Vec<String>,
+    /// What `open` warns about but takes (damaged parity, a backup fec_header used).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 /// The verity superblock at the start of the hash region.
@@ -162,6 +187,20 @@ pub fn inspect(image: &Path) -> Result<Inspection> {
     if l.fs.is_none() {
         problems.push("the root partition holds no EROFS, SquashFS or ext4 file system".into());
     }
+    let mut warnings = Vec::new();
+    let fec = match (&verity, &l.hash) {
+        (Some(p), Some(h)) => match super::fec::resolve(&l, h, p, &Default::default()) {
+            Ok((r, w)) => {
+                warnings = w;
+                r.map(|r| fec_info(&r.details))
+            }
+            Err(e) => {
+                problems.push(e.to_string());
+                None
+            }
+        },
+        _ => None,
+    };
     let (root_hash, source) = match l.root_hash(None) {
         Ok((r, s)) => (Some(r), Some(s)),
         Err(_) => (None, None),
@@ -221,8 +260,24 @@ pub fn inspect(image: &Path) -> Result<Inspection> {
             certificate_fingerprint: s.certificate_fingerprint.map(hex::encode),
             size: s.der.len(),
         }),
+        fec,
         problems,
+        warnings,
     })
+}
+
+/// The FEC details `resolve` gives for a fec_header, as `inspect` shows them.
+fn fec_info(d: &serde_json::Value) -> FecInfo {
+    let u = |k: &str| d[k].as_u64().unwrap_or(0);
+    FecInfo {
+        roots: u("roots") as u8,
+        offset: u("offset"),
+        size: u("fec_size"),
+        inp_size: u("inp_size"),
+        header_offset: u("offset") + u("fec_size"),
+        parity_intact: d["parity_intact"].as_bool().unwrap_or(false),
+        backup_header: d["backup_header"].as_bool().unwrap_or(false),
+    }
 }
 
 /// The text `inspect` prints.
@@ -303,8 +358,25 @@ pub fn render(i: &Inspection) -> String {
             let _ = writeln!(o, "Signature:    none");
         }
     }
+    if let Some(f) = &i.fec {
+        let _ = writeln!(
+            o,
+            "FEC:          {} roots, {} bytes of parity at byte {} of the verity {} over {} bytes, fec_header at byte {} ({}{})",
+            f.roots,
+            f.size,
+            f.offset,
+            if i.layout == "split" { "file" } else { "partition" },
+            f.inp_size,
+            f.header_offset,
+            if f.parity_intact { "parity SHA-256 matches" } else { "parity DAMAGED: SHA-256 mismatch" },
+            if f.backup_header { ", backup header used" } else { "" }
+        );
+    }
     for p in &i.problems {
         let _ = writeln!(o, "Problem:      {p}");
+    }
+    for w in &i.warnings {
+        let _ = writeln!(o, "Warning:      {w}");
     }
     o
 }

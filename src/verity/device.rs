@@ -203,7 +203,26 @@ impl VerityDevice {
             (vec![0u8; hbs as usize], top * hbs, &self.hash)
         };
         dev.read_at(&mut buf, offset)?;
-        Ok(self.hash_one(&buf) == self.root)
+        if self.hash_one(&buf) == self.root {
+            return Ok(true);
+        }
+        // A corrupt top block is rebuilt from the FEC area as a read would rebuild it (the
+        // kernel checks nothing at load and corrects it on the first read); a wrong root hash
+        // rebuilds nothing and is not counted.
+        let Some(fec) = &self.fec else {
+            return Ok(false);
+        };
+        let index = match levels {
+            0 => Some(fec.data_index(0)),
+            _ => fec.hash_index(offset / u64::from(self.layout.hash_block_size)),
+        };
+        let Some(index) = index else {
+            return Ok(false);
+        };
+        let rebuilt = fec.rebuild(&*self.data, &*self.hash, index, |b| {
+            self.hash_one(b) == self.root
+        });
+        Ok(matches!(rebuilt, Ok(Some(_))))
     }
 
     fn corrupt(&self, what: &'static str, block: u64) -> Result<()> {
