@@ -207,7 +207,7 @@ fn check(h: &FecHeader, p: &VerityParams, size: u64) -> Result<u64, String> {
 pub fn find(part: &dyn BlockDevice, p: &VerityParams) -> Result<Found, String> {
     let size = part.size();
     let trailing = size.saturating_sub(tree_end(p)?);
-    if size < 2 * BLOCK || size % BLOCK != 0 {
+    if size < 2 * BLOCK || !size.is_multiple_of(BLOCK) {
         return Ok(Found::None { trailing });
     }
     let mut block = vec![0u8; BLOCK as usize];

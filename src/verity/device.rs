@@ -214,7 +214,7 @@ impl VerityDevice {
         };
         let index = match levels {
             0 => Some(fec.data_index(0)),
-            _ => fec.hash_index(offset / u64::from(self.layout.hash_block_size)),
+            _ => fec.hash_index(offset / self.layout.hash_block_size),
         };
         let Some(index) = index else {
             return Ok(false);
