@@ -17,7 +17,10 @@
 mod common;
 
 use common::env::{is_root, loop_missing, missing, tool_missing};
-use common::image_tree::{make_tree, snapshot, snapshot_skipping, BIG_FILE};
+use common::image_tree::{
+    dissect, dissect_missing, dissect_ok, partition, snapshot, snapshot_skipping, tree_workspace,
+    BIG_FILE,
+};
 use common::pki::{make_ident, Ident, RSA};
 use common::run::{assert_refused, ok, output, Run, Workspace};
 use common::xor_byte;
@@ -66,9 +69,7 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let ws = Workspace::new();
-        let tree = ws.path("tree");
-        make_tree(&tree);
+        let (ws, tree) = tree_workspace();
         let signer = make_ident(ws.dir(), "signer", "/CN=dmkit image test", RSA);
         Env { ws, tree, signer }
     }
@@ -287,16 +288,6 @@ fn extract(from: &Path, offset: u64, len: u64, to: &Path) {
     std::fs::write(to, &data[offset as usize..(offset + len) as usize]).unwrap();
 }
 
-fn partition(inspect: &Value, ty: &str) -> (u64, u64) {
-    let p = inspect["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["type"] == ty)
-        .unwrap_or_else(|| panic!("no {ty} partition: {inspect}"));
-    (p["offset"].as_u64().unwrap(), p["size"].as_u64().unwrap())
-}
-
 #[test]
 fn veritysetup_verifies_the_root_partition_with_its_tree() {
     if mkfs_missing() || tool_missing("veritysetup", "cryptsetup-bin") {
@@ -342,46 +333,9 @@ fn veritysetup_verifies_the_root_partition_with_its_tree() {
     }
 }
 
-/// Whether systemd-dissect cannot run here: not installed, or `/` is not a mount point (a
-/// chroot), where the private mount namespace it reads an image in cannot be made.
-fn dissect_missing() -> bool {
-    if tool_missing("systemd-dissect", "systemd-container") {
-        return true;
-    }
-    let root_mounted = std::fs::read_to_string("/proc/self/mountinfo")
-        .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(4) == Some("/")));
-    if !root_mounted {
-        // Not something CI could install: this machine truly lacks it, so even under CI the
-        // test is skipped, saying why (a real machine, CI's included, has / mounted).
-        eprintln!(
-            "{}: skipped: / is not a mount point (a chroot): systemd-dissect cannot make its private mount namespace",
-            common::env::test_name()
-        );
-        return true;
-    }
-    false
-}
-
-/// `systemd-dissect --json=short IMAGE [--root-hash=H]`.
-fn dissect(img: &Path, root_hash: Option<&str>) -> std::process::Output {
-    let mut args = vec!["--json=short".to_string()];
-    if let Some(h) = root_hash {
-        args.push(format!("--root-hash={h}"));
-    }
-    args.push(s(img).to_string());
-    output("systemd-dissect", &args)
-}
-
 /// systemd-dissect's rows by designator: "label fstype architecture verity".
 fn dissected(img: &Path) -> (BTreeMap<String, String>, Value) {
-    let out = dissect(img, None);
-    assert!(
-        out.status.success(),
-        "systemd-dissect {}: {}",
-        img.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = dissect_ok(img, None);
     let mut rows = BTreeMap::new();
     for m in v["mounts"].as_array().unwrap() {
         let f = |k: &str| m[k].as_str().unwrap_or("-").to_string();

@@ -18,8 +18,10 @@
 mod common;
 
 use common::env::{loop_missing, tool_missing};
-use common::image_tree::{make_tree, snapshot, snapshot_skipping, BIG_FILE};
-use common::run::{assert_refused, ok, output, Run, Workspace};
+use common::image_tree::{
+    dissect_missing, dissect_ok, partition, snapshot, snapshot_skipping, tree_workspace, BIG_FILE,
+};
+use common::run::{assert_refused, ok, Run, Workspace};
 use serde_json::Value;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -39,10 +41,18 @@ struct Env {
 
 impl Env {
     fn new() -> Env {
-        let ws = Workspace::new();
-        let tree = ws.path("tree");
-        make_tree(&tree);
+        let (ws, tree) = tree_workspace();
         Env { ws, tree }
+    }
+
+    /// An [`Env`] and what its tree holds, for a test that opens images (None: skipped).
+    fn for_open() -> Option<(Env, std::collections::BTreeMap<PathBuf, String>)> {
+        if tools_missing() || loop_missing() {
+            return None;
+        }
+        let env = Env::new();
+        let want = snapshot(&env.tree);
+        Some((env, want))
     }
 
     fn run(&self, args: &[&str]) -> Run {
@@ -84,17 +94,6 @@ impl Env {
     fn close(&self, mp: &Path) {
         self.run(&["image", "close", s(mp)]).ok();
     }
-}
-
-/// (offset, size) of the partition of type `ty` in `inspect --json`.
-fn partition(inspect: &Value, ty: &str) -> (u64, u64) {
-    let p = inspect["partitions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["type"] == ty)
-        .unwrap_or_else(|| panic!("no {ty} partition: {inspect}"));
-    (p["offset"].as_u64().unwrap(), p["size"].as_u64().unwrap())
 }
 
 fn read_at(path: &Path, offset: u64, len: u64) -> Vec<u8> {
@@ -268,22 +267,12 @@ fn parity_is_veritysetups_and_the_fec_header_describes_it() {
 
 #[test]
 fn systemd_dissect_reads_a_fec_image_as_one_without() {
-    if tools_missing() || tool_missing("systemd-dissect", "systemd-container") || loop_missing() {
+    if tools_missing() || dissect_missing() || loop_missing() {
         return;
     }
     let env = Env::new();
     let rows = |img: &Path, root: &str| -> Vec<String> {
-        let out = output(
-            "systemd-dissect",
-            &["--json=short", &format!("--root-hash={root}"), s(img)],
-        );
-        assert!(
-            out.status.success(),
-            "systemd-dissect {}: {}",
-            img.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let v = dissect_ok(img, Some(root));
         v["mounts"]
             .as_array()
             .unwrap()
@@ -331,11 +320,9 @@ fn block_of(img: &Path, data_offset: u64, needle: &[u8]) -> u64 {
 
 #[test]
 fn corrupted_blocks_read_back_within_the_bound_and_only_their_file_fails_past_it() {
-    if tools_missing() || loop_missing() {
+    let Some((env, want)) = Env::for_open() else {
         return;
-    }
-    let env = Env::new();
-    let want = snapshot(&env.tree);
+    };
     let big = std::fs::read(env.tree.join(BIG_FILE)).unwrap();
     for fs in ["erofs", "squashfs"] {
         let (img, report) = env.build(&format!("{fs}.img"), fs, &["--fec"]);
@@ -407,11 +394,9 @@ fn corrupted_blocks_read_back_within_the_bound_and_only_their_file_fails_past_it
 
 #[test]
 fn a_damaged_fec_header_is_refused_and_the_options_open_it() {
-    if tools_missing() || loop_missing() {
+    let Some((env, want)) = Env::for_open() else {
         return;
-    }
-    let env = Env::new();
-    let want = snapshot(&env.tree);
+    };
     let (img, report) = env.build("fec.img", "erofs", &["--fec"]);
     let offset = report["fec"]["offset"].as_u64().unwrap();
     let (_, i) = env.inspect(&img);

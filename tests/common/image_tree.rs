@@ -81,3 +81,64 @@ pub fn snapshot_skipping(root: &Path, skip: Option<&Path>) -> BTreeMap<PathBuf, 
     }
     out
 }
+
+/// A workspace holding [`make_tree`]'s tree at `tree`: what every image test starts from.
+pub fn tree_workspace() -> (super::run::Workspace, PathBuf) {
+    let ws = super::run::Workspace::new();
+    let tree = ws.path("tree");
+    make_tree(&tree);
+    (ws, tree)
+}
+
+/// (offset, size) of the partition of type `ty` in `dmkit image inspect --json`.
+pub fn partition(inspect: &serde_json::Value, ty: &str) -> (u64, u64) {
+    let p = inspect["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == ty)
+        .unwrap_or_else(|| panic!("no {ty} partition: {inspect}"));
+    (p["offset"].as_u64().unwrap(), p["size"].as_u64().unwrap())
+}
+
+/// Whether systemd-dissect cannot run here: not installed, or `/` is not a mount point (a
+/// chroot), where the private mount namespace it reads an image in cannot be made.
+pub fn dissect_missing() -> bool {
+    if super::env::tool_missing("systemd-dissect", "systemd-container") {
+        return true;
+    }
+    let root_mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(4) == Some("/")));
+    if !root_mounted {
+        // Not something CI could install: this machine truly lacks it, so even under CI the
+        // test is skipped, saying why (a real machine, CI's included, has / mounted).
+        eprintln!(
+            "{}: skipped: / is not a mount point (a chroot): systemd-dissect cannot make its private mount namespace",
+            super::env::test_name()
+        );
+        return true;
+    }
+    false
+}
+
+/// `systemd-dissect --json=short IMAGE [--root-hash=H]`.
+pub fn dissect(img: &Path, root_hash: Option<&str>) -> std::process::Output {
+    let mut args = vec!["--json=short".to_string()];
+    if let Some(h) = root_hash {
+        args.push(format!("--root-hash={h}"));
+    }
+    args.push(img.to_str().expect("UTF-8 path").to_string());
+    super::run::output("systemd-dissect", &args)
+}
+
+/// [`dissect`]'s JSON, asserting that systemd-dissect succeeded.
+pub fn dissect_ok(img: &Path, root_hash: Option<&str>) -> serde_json::Value {
+    let out = dissect(img, root_hash);
+    assert!(
+        out.status.success(),
+        "systemd-dissect {}: {}",
+        img.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
