@@ -292,6 +292,7 @@ pub fn prepare(
         metadata: Metadata {
             keyslots: BTreeMap::new(),
             tokens: BTreeMap::new(),
+            token_text: Default::default(),
             segments: BTreeMap::from([(0, segment)]),
             digests: BTreeMap::from([(0, digest)]),
             config: Config {

@@ -28,6 +28,8 @@ pub struct Metadata {
     pub keyslots: BTreeMap<u32, Keyslot>,
     /// Tokens by id, kept verbatim.
     pub tokens: BTreeMap<u32, Value>,
+    /// How tokens were spelled when read or imported (see [`super::token::Spellings`]).
+    pub token_text: super::token::Spellings,
     /// Segments by id.
     pub segments: BTreeMap<u32, Segment>,
     /// Digests by id.
@@ -332,6 +334,7 @@ impl Metadata {
             .into_iter()
             .map(|(id, v)| (id, v.clone()))
             .collect();
+        let token_text = super::token::Spellings::of_tree(tree, canonical_id);
         let segments = sec("segments")
             .into_iter()
             .map(|(id, v)| {
@@ -369,6 +372,7 @@ impl Metadata {
         Metadata {
             keyslots,
             tokens,
+            token_text,
             segments,
             digests,
             config,
@@ -413,7 +417,11 @@ impl Metadata {
         parts.extend(self.extra.iter().map(|(k, v)| (k.clone(), v.clone())));
         let body: Vec<String> = parts
             .iter()
-            .map(|(k, v)| format!("{}:{}", Value::String(k.clone()), v))
+            .map(|(k, v)| match k.as_str() {
+                // Tokens keep their key order and number spellings, as json-c keeps them.
+                "tokens" => format!("\"tokens\":{}", self.token_text.section(&self.tokens)),
+                _ => format!("{}:{}", Value::String(k.clone()), v),
+            })
             .collect();
         format!("{{{}}}", body.join(","))
     }

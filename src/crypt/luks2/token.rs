@@ -8,8 +8,71 @@
 //! the header.
 
 use super::header::Luks2Header;
+use super::jsonc::{self, Style, Value as J};
 use crate::crypt::luks::{LuksError, MAX_KEYSLOTS};
 use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// How each token was spelled when it was read from disk or imported: json-c's plain text of
+/// it. cryptsetup writes a token back as json-c holds it, in its key order and with its
+/// numbers' source spellings (`1e-07`, `2.50`); serde would sort the keys and respell the
+/// numbers, so a token that went through a dmkit header write would come back from
+/// `cryptsetup token export` as other text. A spelling is used only while it still spells the
+/// token's value: a token dmkit changed without updating it is written as compact JSON.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Spellings(BTreeMap<u32, String>);
+
+impl Spellings {
+    /// The spellings of the tokens of a metadata tree, by the ids `id` reads from the keys of
+    /// its `tokens` section (cryptsetup's lookup: other keys are invisible to it).
+    pub fn of_tree(tree: &J, id: impl Fn(&str) -> Option<u32>) -> Spellings {
+        let tokens = match tree {
+            J::Object(root) => match root.get("tokens") {
+                Some(J::Object(tokens)) => tokens,
+                _ => return Spellings::default(),
+            },
+            _ => return Spellings::default(),
+        };
+        Spellings(
+            tokens
+                .iter()
+                .filter_map(|(k, v)| Some((id(std::str::from_utf8(k).ok()?)?, plain(v)?)))
+                .collect(),
+        )
+    }
+
+    /// The spelling of token `id` when it still spells `value`.
+    pub fn text(&self, id: u32, value: &Value) -> Option<&str> {
+        let text = self.0.get(&id)?;
+        let (tree, _) = jsonc::parse_area(text.as_bytes()).ok()?;
+        (super::json::to_serde(&tree) == *value).then_some(text.as_str())
+    }
+
+    /// The `tokens` section's JSON text: each token in its spelling, or compact.
+    pub fn section(&self, tokens: &BTreeMap<u32, Value>) -> String {
+        let body: Vec<String> = tokens
+            .iter()
+            .map(|(id, v)| match self.text(*id, v) {
+                Some(text) => format!("\"{id}\":{text}"),
+                None => format!("\"{id}\":{v}"),
+            })
+            .collect();
+        format!("{{{}}}", body.join(","))
+    }
+
+    /// Record the spelling of token `id` (none when its text is not UTF-8).
+    fn set(&mut self, id: u32, tree: &J) {
+        match plain(tree) {
+            Some(text) => self.0.insert(id, text),
+            None => self.0.remove(&id),
+        };
+    }
+}
+
+/// json-c's plain text of a value, when it is UTF-8 (the metadata text is a `String`).
+fn plain(v: &J) -> Option<String> {
+    String::from_utf8(v.to_json(Style::Plain)).ok()
+}
 
 /// The built-in token type that reads a passphrase from the kernel keyring.
 pub const KEYRING: &str = "luks2-keyring";
@@ -47,6 +110,12 @@ pub fn set(h: &mut Luks2Header, id: Option<u32>, json: &str) -> Result<u32, Luks
         None => free_id(h).ok_or_else(|| bad("all 32 tokens are in use"))?,
     };
     let value: Value = serde_json::from_str(json).map_err(|e| bad(&e.to_string()))?;
+    // Kept as json-c reads it (as cryptsetup's import does): its key order and number
+    // spellings survive, and the value is json-c's (integers beyond 64 bits clamped).
+    let tree = jsonc::parse_area(json.as_bytes())
+        .ok()
+        .map(|(tree, _)| tree);
+    let value = tree.as_ref().map_or(value, super::json::to_serde);
     let o = value.as_object().ok_or_else(|| bad("not a JSON object"))?;
     let kind = o
         .get("type")
@@ -62,6 +131,12 @@ pub fn set(h: &mut Luks2Header, id: Option<u32>, json: &str) -> Result<u32, Luks
     }
     let mut m = h.metadata.clone();
     m.tokens.insert(id, value);
+    match &tree {
+        Some(tree) => m.token_text.set(id, tree),
+        None => {
+            m.token_text.0.remove(&id);
+        }
+    }
     m.validate(h.hdr_size).map_err(|e| bad(&e))?;
     h.metadata = m;
     Ok(id)
@@ -80,6 +155,7 @@ fn check_keyring(o: &Map<String, Value>) -> Result<(), String> {
 
 /// Remove token `id`.
 pub fn remove(h: &mut Luks2Header, id: u32) -> Result<(), LuksError> {
+    h.metadata.token_text.0.remove(&id);
     h.metadata
         .tokens
         .remove(&id)
@@ -92,35 +168,43 @@ pub fn assign(h: &mut Luks2Header, id: u32, slot: u32) -> Result<(), LuksError> 
     if !h.metadata.keyslots.contains_key(&slot) {
         return Err(LuksError::Invalid(format!("Keyslot {slot} is not active.")));
     }
-    let t = h
-        .metadata
+    let m = &mut h.metadata;
+    let t = m
         .tokens
         .get_mut(&id)
         .ok_or_else(|| LuksError::Invalid(format!("Token {id} is not in use.")))?;
+    let spelled = m.token_text.text(id, t).map(str::to_owned);
     let name = Value::String(slot.to_string());
     if let Some(list) = t.get_mut("keyslots").and_then(Value::as_array_mut) {
         if !list.contains(&name) {
             list.push(name);
         }
     }
+    // The spelling follows, the keyslot appended as json-c appends it.
+    if let Some((mut tree, _)) = spelled.and_then(|s| jsonc::parse_area(s.as_bytes()).ok()) {
+        if let J::Object(o) = &mut tree {
+            if let Some((_, J::Array(list))) = o.0.iter_mut().find(|(k, _)| k == b"keyslots") {
+                let name = J::Str(slot.to_string().into_bytes());
+                if !list.contains(&name) {
+                    list.push(name);
+                }
+            }
+        }
+        m.token_text.set(id, &tree);
+    }
     Ok(())
 }
 
-/// The text of token `id` as cryptsetup exports it: the bytes as stored when the token came
-/// from disk unchanged (json-c's plain layout, keys in their order), else compact JSON.
+/// The text of token `id` as cryptsetup exports it: its spelling (json-c's plain layout, keys
+/// in their order) while it still spells the token, else compact JSON.
 pub fn export(h: &Luks2Header, id: u32) -> Result<String, LuksError> {
     let t = h
         .metadata
         .tokens
         .get(&id)
         .ok_or_else(|| LuksError::Invalid(format!("Failed to get token {id} for export.")))?;
-    let stored = h
-        .raw
-        .as_ref()
-        .and_then(|r| r.json.get("tokens")?.get(&id.to_string()).cloned())
-        .filter(|raw| super::json::to_serde(raw) == *t);
-    Ok(match stored {
-        Some(raw) => String::from_utf8_lossy(&raw.to_json(super::jsonc::Style::Plain)).into_owned(),
+    Ok(match h.metadata.token_text.text(id, t) {
+        Some(text) => text.to_string(),
         None => t.to_string(),
     })
 }
