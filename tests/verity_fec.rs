@@ -477,3 +477,115 @@ fn a_veritysetup_fec_area_repairs_in_dmkit() {
     assert_eq!(fix.code, Some(0), "{}", fix.describe());
     assert!(fs::read(e.path("data")).unwrap() == data0);
 }
+
+#[test]
+fn an_open_device_serves_corrected_blocks_and_counts_them() {
+    if common::env::fuse_missing() {
+        return;
+    }
+    let e = Workspace::new();
+    let (root, rounds) = format_fec(&e, 4);
+    let data0 = fs::read(e.path("data")).unwrap();
+    for b in [24u64, 488, 1000] {
+        common::xor_byte(&e.path("data"), b * 4096 + 77, 0xa5);
+    }
+    common::xor_byte(&e.path("hash"), 2 * 4096 + 5, 0x5a);
+    // Without FEC the corrupt blocks give EIO.
+    let (data, hash) = (e.s("data"), e.s("hash"));
+    let dev = e.run.ok(&["verity", "open", &data, "plain", &hash, &root]);
+    e.run.track("plain");
+    assert!(
+        fs::read(dev.trim()).is_err(),
+        "a corrupt block fails without FEC"
+    );
+    e.run.close("plain");
+
+    let fec = e.s("fec");
+    let dev = e.run.ok(&[
+        "verity",
+        "open",
+        &data,
+        "fixed",
+        &hash,
+        &root,
+        "--fec-device",
+        &fec,
+        "--fec-roots",
+        "4",
+    ]);
+    e.run.track("fixed");
+    assert!(
+        fs::read(dev.trim()).unwrap() == data0,
+        "every block served as written"
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&e.run.ok(&["status", "fixed", "--json"])).unwrap();
+    let stats = &st["stats"];
+    assert_eq!(stats["fec_corrected"], 4, "{st:#}");
+    assert_eq!(stats["fec_uncorrectable"], 0, "{st:#}");
+    assert_eq!(st["details"]["fec_roots"], 4, "{st:#}");
+    e.run.close("fixed");
+
+    // Five blocks of one round, the same byte of each: five errors in those codewords, beyond
+    // four roots even with the block read as an erasure (1 + 2·4 > 4): EIO for those blocks.
+    for i in 0..5 {
+        common::xor_byte(&e.path("data"), (7 + i * rounds) * 4096 + 9, 0x3c);
+    }
+    let dev = e.run.ok(&[
+        "verity",
+        "open",
+        &data,
+        "broken",
+        &hash,
+        &root,
+        "--fec-device",
+        &fec,
+        "--fec-roots",
+        "4",
+    ]);
+    e.run.track("broken");
+    let mut f = fs::File::open(dev.trim()).unwrap();
+    use std::io::{Read, Seek, SeekFrom};
+    let mut block = vec![0u8; 4096];
+    f.seek(SeekFrom::Start(7 * 4096)).unwrap();
+    assert!(f.read_exact(&mut block).is_err(), "beyond the parity: EIO");
+    f.seek(SeekFrom::Start(24 * 4096)).unwrap();
+    f.read_exact(&mut block).unwrap();
+    assert!(
+        block[..] == data0[24 * 4096..25 * 4096],
+        "other blocks still corrected"
+    );
+    let st: serde_json::Value =
+        serde_json::from_str(&e.run.ok(&["status", "broken", "--json"])).unwrap();
+    assert!(
+        st["stats"]["fec_uncorrectable"].as_u64().unwrap() >= 1,
+        "{st:#}"
+    );
+    drop(f);
+    e.run.close("broken");
+}
+
+#[test]
+fn damage_to_the_fec_area_is_reported_and_repair_writes_it_anew() {
+    let e = Workspace::new();
+    let (root, _) = format_fec(&e, 2);
+    let fec0 = fs::read(e.path("fec")).unwrap();
+    common::xor_byte(&e.path("fec"), 4096 + 17, 0x81);
+    let v = dmkit_with_fec(&e, &["verify"], &root, 2);
+    assert_eq!(v.code, Some(0), "the data verifies: {}", v.describe());
+    assert!(
+        v.stderr
+            .contains("1 block(s) of the FEC area do not match the verified volume: 1"),
+        "{}",
+        v.describe()
+    );
+    let r = dmkit_with_fec(&e, &["repair"], &root, 2);
+    assert_eq!(r.code, Some(0), "{}", r.describe());
+    assert!(r.stderr.contains("written anew"), "{}", r.describe());
+    assert!(
+        fs::read(e.path("fec")).unwrap() == fec0,
+        "the FEC area is as formatted"
+    );
+    let again = dmkit_with_fec(&e, &["verify"], &root, 2);
+    assert!(again.stderr.is_empty(), "{}", again.describe());
+}

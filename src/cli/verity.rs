@@ -173,6 +173,8 @@ pub struct OpenArgs {
     /// Root hash (hex); omit with --root-hash-file.
     root_hash: Option<String>,
     #[command(flatten)]
+    fec: FecArgs,
+    #[command(flatten)]
     tree: TreeArgs,
     #[command(flatten)]
     root: RootArgs,
@@ -461,8 +463,8 @@ fn verify(a: VerifyArgs) -> CliResult {
         Some(f) => volume.verify_with_fec(&root, f, &a.fec.options())?,
         None => (volume.verify(&root)?, None),
     };
-    if let Some(o) = &fec {
-        verity_fec::report_corrected(o, &a.data, &a.hash_device, "corrected");
+    if let (Some(o), Some(f)) = (&fec, &a.fec.fec_device) {
+        verity_fec::report_corrected(o, [&a.data, &a.hash_device, f], "corrected");
     }
     conclude(
         &volume,
@@ -583,7 +585,7 @@ fn repair(a: RepairArgs) -> CliResult {
         } else {
             "repaired"
         };
-        verity_fec::report_corrected(o, &a.data, &a.hash_device, verb);
+        verity_fec::report_corrected(o, [&a.data, &a.hash_device, fec], verb);
     }
     conclude(
         &volume,
@@ -636,6 +638,7 @@ fn open(a: OpenArgs) -> CliResult {
         ignore_corruption: a.ignore_corruption,
         cache_blocks: a.cache_blocks,
         data_cache_bytes: a.data_cache,
+        fec: a.fec.fec_device.clone().map(|f| (f, a.fec.options())),
     };
     let mut activated = volume.activate(&root, opts).map_err(|e| match e {
         VolumeError::RootMismatch { .. } => CliError::verification(format!(

@@ -61,7 +61,8 @@ pub fn json(g: &FecGeometry, device: &Path, offset: u64) -> Value {
 
 /// One line on stderr naming the blocks FEC rebuilt ("corrected", "repaired", "would
 /// repair"), when there are any.
-pub fn report_corrected(o: &FecOutcome, data: &Path, hash: &Path, verb: &str) {
+pub fn report_corrected(o: &FecOutcome, files: [&Path; 3], verb: &str) {
+    let [data, hash, fec] = files;
     let mut parts = Vec::new();
     if !o.corrected_data_blocks.is_empty() {
         parts.push(format!(
@@ -81,5 +82,18 @@ pub fn report_corrected(o: &FecOutcome, data: &Path, hash: &Path, verb: &str) {
     }
     if !parts.is_empty() {
         eprintln!("dmkit: {verb} from the FEC device: {}", parts.join("; "));
+    }
+    if !o.damaged_parity_blocks.is_empty() {
+        let fixed = match verb {
+            "repaired" => " (written anew from the verified volume)",
+            "would repair" => " (repair writes it anew)",
+            _ => "",
+        };
+        eprintln!(
+            "dmkit: {}: {} block(s) of the FEC area do not match the verified volume: {}{fixed}",
+            fec.display(),
+            o.damaged_parity_blocks.len(),
+            ranges(&o.damaged_parity_blocks, 1)
+        );
     }
 }

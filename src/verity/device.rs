@@ -13,6 +13,7 @@
 
 use super::cache::BlockCache;
 use super::data_cache::DataCache;
+use super::fec::source::FecSource;
 use super::params::{TreeLayout, VerityParams};
 use crate::block::{check_range, BlockDevice, BlockError, Result};
 use crate::hash::hash_blocks;
@@ -33,6 +34,9 @@ pub struct VerityOptions {
     pub cache_blocks: usize,
     /// Bytes of verified data blocks to keep in memory (0: hash every read).
     pub data_cache_bytes: u64,
+    /// The FEC device and its options: corrupt blocks are rebuilt from it (the verity
+    /// superblock does not name it, so it is given at every open, as with veritysetup).
+    pub fec: Option<(std::path::PathBuf, super::fec::FecOptions)>,
 }
 
 /// Default size of the verified data cache.
@@ -46,6 +50,7 @@ impl Default for VerityOptions {
             ignore_corruption: false,
             cache_blocks: 16384,
             data_cache_bytes: DEFAULT_DATA_CACHE_BYTES,
+            fec: None,
         }
     }
 }
@@ -63,6 +68,12 @@ pub struct VerityStats {
     pub hash_block_reads: AtomicU64,
     /// Data blocks served from the verified data cache.
     pub data_cache_hits: AtomicU64,
+    /// Blocks (data or hash) that failed their digest and were rebuilt from the FEC area.
+    pub fec_corrected: AtomicU64,
+    /// Blocks that failed their digest and the FEC area could not rebuild.
+    pub fec_uncorrectable: AtomicU64,
+    /// Whether the device has a FEC area (the FEC counters are shown only then).
+    pub fec: std::sync::atomic::AtomicBool,
 }
 
 /// A dm-verity target.
@@ -82,6 +93,10 @@ pub struct VerityDevice {
     stats: Arc<VerityStats>,
     /// Ignored corruptions are logged here (the exporter logs the ones it returns as errors).
     ignored_log: LogCap,
+    /// The FEC area corrupt blocks are rebuilt from, if any.
+    fec: Option<FecSource>,
+    /// Corrections and failed corrections are logged here.
+    fec_log: LogCap,
 }
 
 impl VerityDevice {
@@ -119,7 +134,46 @@ impl VerityDevice {
             verified,
             stats: Arc::new(VerityStats::default()),
             ignored_log: LogCap::new("ignored corruptions", crate::logcap::DEFAULT_LIMIT),
+            fec: None,
+            fec_log: LogCap::new("FEC corrections", crate::logcap::DEFAULT_LIMIT),
         })
+    }
+
+    /// The device with `fec` to rebuild corrupt blocks from.
+    pub fn with_fec(mut self, fec: FecSource) -> Self {
+        self.fec = Some(fec);
+        self.stats.fec.store(true, Ordering::Relaxed);
+        self
+    }
+
+    /// `what` block `block` (covered index `index`) failed its digest: its bytes rebuilt from
+    /// the FEC area if they then hash to `want`, counted and logged either way.
+    fn rebuild(&self, what: &str, block: u64, index: Option<u64>, want: &[u8]) -> Option<Vec<u8>> {
+        let (fec, index) = (self.fec.as_ref()?, index?);
+        let r = fec.rebuild(&*self.data, &*self.hash, index, |b| {
+            self.hash_one(b) == want
+        });
+        let name = &self.opts.name;
+        match r {
+            Ok(Some(bytes)) => {
+                self.stats.fec_corrected.fetch_add(1, Ordering::Relaxed);
+                self.fec_log
+                    .log(|| format!("{name}: {what} block {block} corrected from the FEC area"));
+                Some(bytes)
+            }
+            Ok(None) => {
+                self.stats.fec_uncorrectable.fetch_add(1, Ordering::Relaxed);
+                self.fec_log
+                    .log(|| format!("{name}: {what} block {block} is beyond what FEC corrects"));
+                None
+            }
+            Err(e) => {
+                self.stats.fec_uncorrectable.fetch_add(1, Ordering::Relaxed);
+                self.fec_log
+                    .log(|| format!("{name}: {what} block {block}: FEC failed: {e}"));
+                None
+            }
+        }
     }
 
     /// The live counters.
@@ -193,21 +247,28 @@ impl VerityDevice {
         self.stats.hash_block_reads.fetch_add(1, Ordering::Relaxed);
         let digest = self.hash_one(&buf);
         let ds = self.layout.digest_size;
-        let ok = if level + 1 == self.layout.levels() {
-            digest == self.root
+        let parent;
+        let want: &[u8] = if level + 1 == self.layout.levels() {
+            &self.root
         } else {
             let bits = self.layout.hashes_per_block_bits;
-            let parent = self.hash_block(level + 1, index >> bits)?;
+            parent = self.hash_block(level + 1, index >> bits)?;
             let pos =
                 (index & (self.layout.hashes_per_block() - 1)) as usize * self.layout.entry_size;
-            parent[pos..pos + ds] == digest[..]
+            &parent[pos..pos + ds]
         };
-        let block: Arc<[u8]> = Arc::from(buf);
-        if ok {
-            self.cache.insert(abs, block.clone());
-        } else {
-            self.corrupt("hash", abs)?;
+        if digest[..] != *want {
+            let index = self.fec.as_ref().and_then(|f| f.hash_index(abs));
+            match self.rebuild("hash", abs, index, want) {
+                Some(fixed) => buf = fixed,
+                None => {
+                    self.corrupt("hash", abs)?;
+                    return Ok(Arc::from(buf));
+                }
+            }
         }
+        let block: Arc<[u8]> = Arc::from(buf);
+        self.cache.insert(abs, block.clone());
         Ok(block)
     }
 
@@ -265,7 +326,7 @@ impl VerityDevice {
     }
 
     /// Verify `buf`, which holds whole data blocks starting at data block `first`.
-    fn verify_blocks(&self, buf: &[u8], first: u64) -> Result<()> {
+    fn verify_blocks(&self, buf: &mut [u8], first: u64) -> Result<()> {
         let dbs = self.params.data_block_size as usize;
         let n = buf.len() / dbs;
         let ds = self.layout.digest_size;
@@ -310,7 +371,11 @@ impl VerityDevice {
                 }
             };
             let pos = (block & ((1 << bits) - 1)) as usize * self.layout.entry_size;
-            if hb[pos..pos + ds] == digests[k * ds..(k + 1) * ds] {
+            let want = &hb[pos..pos + ds];
+            if want == &digests[k * ds..(k + 1) * ds] {
+                self.mark_verified(block);
+            } else if let Some(fixed) = self.rebuild("data", block, Some(block), want) {
+                buf[i * dbs..(i + 1) * dbs].copy_from_slice(&fixed);
                 self.mark_verified(block);
             } else {
                 self.corrupt("data", block)?;
@@ -370,7 +435,7 @@ impl VerityStats {
     pub fn to_json(&self) -> serde_json::Value {
         let data = self.data_corruptions.load(Ordering::Relaxed);
         let hash = self.hash_corruptions.load(Ordering::Relaxed);
-        serde_json::json!({
+        let mut j = serde_json::json!({
             // Every corrupt block detected, whether the reader got EIO or (with
             // ignore_corruption) the data: the figure `status` shows as "corruptions".
             "corruptions": data + hash,
@@ -379,6 +444,11 @@ impl VerityStats {
             "verified_blocks": self.verified_blocks.load(Ordering::Relaxed),
             "hash_block_reads": self.hash_block_reads.load(Ordering::Relaxed),
             "data_cache_hits": self.data_cache_hits.load(Ordering::Relaxed),
-        })
+        });
+        if self.fec.load(Ordering::Relaxed) {
+            j["fec_corrected"] = self.fec_corrected.load(Ordering::Relaxed).into();
+            j["fec_uncorrectable"] = self.fec_uncorrectable.load(Ordering::Relaxed).into();
+        }
+        j
     }
 }

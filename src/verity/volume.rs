@@ -24,6 +24,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use super::fec::source::FecSource;
 use super::fec::write::{write_fec, Covered};
 use super::fec::{FecGeometry, FecOptions};
 use super::sig::{SignatureError, VerifiedSigner};
@@ -409,8 +410,34 @@ impl VerityVolume {
         details["data_cache_bytes"] = opts.data_cache_bytes.into();
         let name = opts.name.clone();
         let ignore = opts.ignore_corruption;
-        let dev = VerityDevice::new(self.data, self.hash, self.params, root.to_vec(), opts)
+        let mut claims = self.claims;
+        let fec = match &opts.fec {
+            Some((path, fo)) => {
+                let file = crate::block::open_device(path, true, false)?;
+                let in_hash = same_file(&self.hash_path, path);
+                if !in_hash {
+                    claims.push(Claim::take(file.file(), path, fo.offset, 0, false)?);
+                }
+                details["fec_device"] = absolute(path).display().to_string().into();
+                details["fec_offset"] = fo.offset.into();
+                details["fec_roots"] = fo.roots.into();
+                let source = FecSource::new(
+                    &self.params,
+                    fo,
+                    Arc::new(file),
+                    &*self.data,
+                    &*self.hash,
+                    in_hash,
+                )?;
+                Some(source)
+            }
+            None => None,
+        };
+        let mut dev = VerityDevice::new(self.data, self.hash, self.params, root.to_vec(), opts)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
+        if let Some(f) = fec {
+            dev = dev.with_fec(f);
+        }
         let matches = dev.check_root().map_err(VolumeError::ReadRoot)?;
         if !matches && !ignore {
             return Err(VolumeError::RootMismatch { root_hex });
@@ -422,7 +449,7 @@ impl VerityVolume {
             kind: "verity".to_string(),
             details,
             stats: Some(Arc::new(move || stats.to_json())),
-            claims: self.claims,
+            claims,
             allow_discards: false,
             online: None,
         })

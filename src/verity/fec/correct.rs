@@ -55,6 +55,49 @@ impl<'a> Corrector<'a> {
         )
     }
 
+    /// The FEC area blocks whose parity differs from the parity of the covered area read
+    /// from `data` and `hash` instead of the corrector's own devices (a view with corrected
+    /// blocks in place); see [`super::encode::damaged_parity`].
+    pub fn damaged_parity(
+        &self,
+        data: &dyn BlockDevice,
+        hash: &dyn BlockDevice,
+    ) -> Result<Vec<u64>, FecError> {
+        let inputs: Vec<FecInput<'_>> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| FecInput {
+                device: if i == 0 { data } else { hash },
+                ..*input
+            })
+            .collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        super::encode::damaged_parity(&inputs, &self.geometry, self.fec, self.fec_offset, threads)
+    }
+
+    /// Compute the whole FEC area again from `data` and `hash` (a verified view) and write it
+    /// over the stored one.
+    pub fn rewrite_parity(
+        &self,
+        data: &dyn BlockDevice,
+        hash: &dyn BlockDevice,
+        fec: &dyn BlockDevice,
+    ) -> Result<(), FecError> {
+        let inputs: Vec<FecInput<'_>> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, input)| FecInput {
+                device: if i == 0 { data } else { hash },
+                ..*input
+            })
+            .collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        super::encode::encode(&inputs, &self.geometry, fec, self.fec_offset, threads)?;
+        Ok(fec.flush()?)
+    }
+
     fn read_round(&self, round: u64) -> Result<Round, FecError> {
         let g = &self.geometry;
         let bs = g.block_size as usize;

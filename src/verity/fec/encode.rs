@@ -82,20 +82,21 @@ fn encode_rounds(
     Ok(())
 }
 
-/// Compute the FEC area of `inputs` and write it to `fec` at byte `fec_offset`, on `threads`
-/// threads. Returns the bytes written.
-pub fn encode(
+/// What receives a run of rounds' parity: the first round's number and the bytes.
+type ParitySink<'a> = dyn Fn(u64, &[u8]) -> Result<(), FecError> + Sync + 'a;
+
+/// Compute the parity of every round of `inputs` on `threads` threads, handing each run of
+/// rounds to `sink(first_round, parity)`; runs are disjoint, in no particular order.
+fn for_each_pass(
     inputs: &[FecInput<'_>],
     g: &FecGeometry,
-    fec: &dyn BlockDevice,
-    fec_offset: u64,
     threads: usize,
-) -> Result<u64, FecError> {
+    sink: &ParitySink<'_>,
+) -> Result<(), FecError> {
     let rs = Rs::new(g.roots).ok_or(FecError::Roots(g.roots))?;
     let round_bytes = g.block_size as u64 * u64::from(g.roots);
     let threads = threads.clamp(1, 64) as u64;
-    // Passes of ROUNDS_PER_PASS rounds each; each thread takes every threads-th pass, writes
-    // its parity where it belongs (disjoint ranges), so no order between threads is needed.
+    // Passes of ROUNDS_PER_PASS rounds each; thread t takes every threads-th pass.
     let passes = g.rounds.div_ceil(ROUNDS_PER_PASS);
     std::thread::scope(|s| -> Result<(), FecError> {
         let workers: Vec<_> = (0..threads.min(passes))
@@ -109,7 +110,7 @@ pub fn encode(
                         let count = ROUNDS_PER_PASS.min(g.rounds - first);
                         out.resize((count * round_bytes) as usize, 0);
                         encode_rounds(rs, g, inputs, first, count, &mut out)?;
-                        fec.write_at(&out, fec_offset + first * round_bytes)?;
+                        sink(first, &out)?;
                         pass += threads;
                     }
                     Ok(())
@@ -120,6 +121,53 @@ pub fn encode(
             w.join().map_err(|_| FecError::Worker)??;
         }
         Ok(())
+    })
+}
+
+/// Compute the FEC area of `inputs` and write it to `fec` at byte `fec_offset`, on `threads`
+/// threads. Returns the bytes written.
+pub fn encode(
+    inputs: &[FecInput<'_>],
+    g: &FecGeometry,
+    fec: &dyn BlockDevice,
+    fec_offset: u64,
+    threads: usize,
+) -> Result<u64, FecError> {
+    let round_bytes = g.block_size as u64 * u64::from(g.roots);
+    for_each_pass(inputs, g, threads, &|first, parity| {
+        Ok(fec.write_at(parity, fec_offset + first * round_bytes)?)
     })?;
     Ok(g.rounds * round_bytes)
+}
+
+/// The blocks of the FEC area (in block-size units from `fec_offset`) whose stored parity
+/// differs from the parity of `inputs`, sorted: damage to the FEC area itself. Meaningful only
+/// when `inputs` verified.
+pub fn damaged_parity(
+    inputs: &[FecInput<'_>],
+    g: &FecGeometry,
+    fec: &dyn BlockDevice,
+    fec_offset: u64,
+    threads: usize,
+) -> Result<Vec<u64>, FecError> {
+    let round_bytes = g.block_size as u64 * u64::from(g.roots);
+    let bs = g.block_size as usize;
+    let found = std::sync::Mutex::new(Vec::new());
+    for_each_pass(inputs, g, threads, &|first, parity| {
+        let mut stored = vec![0u8; parity.len()];
+        fec.read_at(&mut stored, fec_offset + first * round_bytes)?;
+        let at = first * round_bytes / bs as u64;
+        let bad: Vec<u64> = stored
+            .chunks(bs)
+            .zip(parity.chunks(bs))
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .map(|(i, _)| at + i as u64)
+            .collect();
+        found.lock().unwrap_or_else(|e| e.into_inner()).extend(bad);
+        Ok(())
+    })?;
+    let mut v = found.into_inner().unwrap_or_else(|e| e.into_inner());
+    v.sort_unstable();
+    Ok(v)
 }

@@ -11,6 +11,7 @@ pub mod correct;
 pub mod encode;
 pub mod repair;
 pub mod rs;
+pub mod source;
 pub mod write;
 
 use super::params::VerityParams;
@@ -68,6 +69,16 @@ pub enum FecError {
     /// The FEC area is in use by another device.
     #[error(transparent)]
     Claim(#[from] ClaimError),
+    /// The FEC device is shorter than the area the parameters need.
+    #[error("{device}: FEC device is truncated: {have} bytes, the FEC area needs {need}")]
+    Truncated {
+        /// The FEC device.
+        device: String,
+        /// Its size.
+        have: u64,
+        /// Bytes needed.
+        need: u64,
+    },
     /// A worker thread panicked.
     #[error("FEC: a worker thread failed")]
     Worker,

@@ -75,6 +75,10 @@ pub struct FecOutcome {
     /// The verification of the volume with the rebuilt blocks in place: what is still
     /// corrupt there could not be corrected.
     pub after: VerifyReport,
+    /// Blocks of the FEC area (block-size units from its offset) whose parity is not the
+    /// parity of the verified volume: damage to the FEC area itself (checked only when the
+    /// volume verified).
+    pub damaged_parity_blocks: Vec<u64>,
     /// The rebuilt data blocks (block index to bytes), for a repair to write back.
     #[serde(skip)]
     pub data_patches: BTreeMap<u64, Vec<u8>>,
@@ -149,7 +153,15 @@ pub fn correct(
         data_patches.retain(|b, _| !now.corrupt_data_blocks.contains(b));
         hash_patches.retain(|b, _| !now.corrupt_hash_blocks.contains(b));
     }
+    let damaged_parity_blocks = if now.ok() {
+        let data = Patched::new(v.data, bs, data_patches.clone());
+        let hash = Patched::new(v.hash, bs, hash_patches.clone());
+        corrector.damaged_parity(&data, &hash)?
+    } else {
+        Vec::new()
+    };
     Ok(FecOutcome {
+        damaged_parity_blocks,
         corrected_data_blocks: data_patches.keys().copied().collect(),
         corrected_hash_blocks: hash_patches.keys().copied().collect(),
         symbols_corrected: symbols,
@@ -163,19 +175,26 @@ pub fn correct(
 /// written only after the volume verified with it in place, and rewriting a block with its
 /// verified contents is idempotent, so a crash leaves every block old or repaired and a second
 /// run repairs the rest.
+///
+/// A damaged FEC area of a volume that verifies is then computed again from it and written
+/// over (undamaged parity is rewritten with the same bytes).
 pub fn write_back(
     outcome: &FecOutcome,
-    data: &dyn BlockDevice,
-    hash: &dyn BlockDevice,
-    block: u64,
+    v: &Volume<'_>,
+    corrector: &Corrector<'_>,
+    fec: &dyn BlockDevice,
 ) -> Result<(), FecError> {
+    let block = u64::from(v.params.data_block_size);
     for (b, bytes) in &outcome.data_patches {
-        data.write_at(bytes, b * block)?;
+        v.data.write_at(bytes, b * block)?;
     }
-    data.flush()?;
+    v.data.flush()?;
     for (b, bytes) in &outcome.hash_patches {
-        hash.write_at(bytes, b * block)?;
+        v.hash.write_at(bytes, b * block)?;
     }
-    hash.flush()?;
+    v.hash.flush()?;
+    if outcome.after.ok() && !outcome.damaged_parity_blocks.is_empty() {
+        corrector.rewrite_parity(v.data, v.hash, fec)?;
+    }
     Ok(())
 }

@@ -1,7 +1,8 @@
 //! The FEC verbs of [`VerityVolume`]: verification that corrects what it can from the FEC
-//! area, and repair, which writes the corrected blocks back.
+//! area (and checks the area itself), and repair, which writes the corrected blocks back.
 
 use super::{same_file, Result, VerityVolume, VolumeError};
+use crate::block::BlockDevice;
 use crate::verity::fec::correct::Corrector;
 use crate::verity::fec::repair::{self, FecOutcome};
 use crate::verity::fec::{layout, FecOptions};
@@ -9,28 +10,79 @@ use crate::verity::{TreeLayout, VerifyReport};
 use std::path::Path;
 
 impl VerityVolume {
-    /// [`verify`](Self::verify), and when blocks are corrupt, their correction from the FEC
-    /// area at `opts.offset` of `fec` (see [`repair::correct`]): the report before correction
-    /// and, when there was something to correct, what FEC made of it.
+    /// [`verify`](Self::verify) with the FEC area at `opts.offset` of `fec`: corrupt blocks
+    /// are corrected from it (see [`repair::correct`]) and, when the volume verifies, the
+    /// area itself is checked. The report before correction, and what FEC made of it (`None`
+    /// only when the root hash matches nothing, so no block can be blamed).
     pub fn verify_with_fec(
         &self,
         root: &[u8],
         fec: &Path,
         opts: &FecOptions,
     ) -> Result<(VerifyReport, Option<FecOutcome>)> {
+        self.with_fec(root, fec, opts, false)
+    }
+
+    /// [`verify_with_fec`](Self::verify_with_fec), then the corrected blocks written back
+    /// into the data and hash devices, and a damaged FEC area written anew (unless
+    /// `dry_run`). The volume must have been opened with [`open_writable`](Self::open_writable).
+    pub fn repair(
+        &self,
+        root: &[u8],
+        fec: &Path,
+        opts: &FecOptions,
+        dry_run: bool,
+    ) -> Result<(VerifyReport, Option<FecOutcome>)> {
+        self.with_fec(root, fec, opts, !dry_run)
+    }
+
+    fn with_fec(
+        &self,
+        root: &[u8],
+        fec: &Path,
+        opts: &FecOptions,
+        write: bool,
+    ) -> Result<(VerifyReport, Option<FecOutcome>)> {
         let report = self.verify(root)?;
-        if report.ok() || report.root_hash_mismatch {
+        if report.root_hash_mismatch {
             return Ok((report, None));
         }
-        let fec_dev = crate::block::open_device(fec, true, false)?;
+        if write && (self.data.read_only() || self.hash.read_only()) {
+            return Err(VolumeError::Invalid(
+                "verity repair: the volume was opened read-only".into(),
+            ));
+        }
+        let in_hash = same_file(&self.hash_path, fec);
+        let fec_dev = crate::block::open_device(fec, !write || in_hash, false)?;
+        // A FEC file of its own that repair may rewrite has one writer: this one.
+        let _claim = if write && !in_hash {
+            Some(crate::block::Claim::take(
+                fec_dev.file(),
+                fec,
+                opts.offset,
+                0,
+                true,
+            )?)
+        } else {
+            None
+        };
         let (geometry, inputs) = layout(
             &self.params,
             opts,
             &*self.data,
             &*self.hash,
-            same_file(&self.hash_path, fec),
+            in_hash,
             same_file(&self.data_path, fec),
         )?;
+        let need = opts.offset + geometry.parity_bytes();
+        if fec_dev.size() < need {
+            return Err(crate::verity::fec::FecError::Truncated {
+                device: fec.display().to_string(),
+                have: fec_dev.size(),
+                need,
+            }
+            .into());
+        }
         let corrector = Corrector::new(geometry, inputs, &fec_dev, opts.offset)?;
         let tree =
             TreeLayout::new(&self.params).map_err(|e| VolumeError::Invalid(e.to_string()))?;
@@ -42,29 +94,12 @@ impl VerityVolume {
             root,
         };
         let outcome = repair::correct(&volume, &report, &corrector)?;
-        Ok((report, Some(outcome)))
-    }
-
-    /// [`verify_with_fec`](Self::verify_with_fec), then the corrected blocks written back
-    /// into the data and hash devices (unless `dry_run`). The volume must have been opened
-    /// with [`open_writable`](Self::open_writable).
-    pub fn repair(
-        &self,
-        root: &[u8],
-        fec: &Path,
-        opts: &FecOptions,
-        dry_run: bool,
-    ) -> Result<(VerifyReport, Option<FecOutcome>)> {
-        let (report, outcome) = self.verify_with_fec(root, fec, opts)?;
-        if let Some(o) = outcome.as_ref().filter(|_| !dry_run) {
-            if self.data.read_only() || self.hash.read_only() {
-                return Err(VolumeError::Invalid(
-                    "verity repair: the volume was opened read-only".into(),
-                ));
-            }
-            let block = u64::from(self.params.data_block_size);
-            repair::write_back(o, &*self.data, &*self.hash, block)?;
+        if write {
+            // The parity goes through the hash device when it shares its file (opened
+            // read-write there), else through the FEC file opened for writing.
+            let sink: &dyn BlockDevice = if in_hash { &*self.hash } else { &fec_dev };
+            repair::write_back(&outcome, &volume, &corrector, sink)?;
         }
-        Ok((report, outcome))
+        Ok((report, Some(outcome)))
     }
 }
