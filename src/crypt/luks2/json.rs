@@ -28,8 +28,8 @@ pub struct Metadata {
     pub keyslots: BTreeMap<u32, Keyslot>,
     /// Tokens by id, kept verbatim.
     pub tokens: BTreeMap<u32, Value>,
-    /// How tokens were spelled when read or imported (see [`super::token::Spellings`]).
-    pub token_text: super::token::Spellings,
+    /// How tokens were spelled when read or imported (see [`super::token_text::Spellings`]).
+    pub token_text: super::token_text::Spellings,
     /// Segments by id.
     pub segments: BTreeMap<u32, Segment>,
     /// Digests by id.
@@ -334,7 +334,7 @@ impl Metadata {
             .into_iter()
             .map(|(id, v)| (id, v.clone()))
             .collect();
-        let token_text = super::token::Spellings::of_tree(tree, canonical_id);
+        let token_text = super::token_text::Spellings::of_tree(tree, canonical_id, to_serde);
         let segments = sec("segments")
             .into_iter()
             .map(|(id, v)| {

@@ -26,6 +26,7 @@ pub mod reencrypt_open;
 pub mod reencrypt_state;
 pub mod signatures;
 pub mod token;
+pub mod token_text;
 pub mod validate;
 
 pub use format::{format, FormatParams};

@@ -8,71 +8,9 @@
 //! the header.
 
 use super::header::Luks2Header;
-use super::jsonc::{self, Style, Value as J};
+use super::jsonc::{self, Value as J};
 use crate::crypt::luks::{LuksError, MAX_KEYSLOTS};
 use serde_json::{Map, Value};
-use std::collections::BTreeMap;
-
-/// How each token was spelled when it was read from disk or imported: json-c's plain text of
-/// it. cryptsetup writes a token back as json-c holds it, in its key order and with its
-/// numbers' source spellings (`1e-07`, `2.50`); serde would sort the keys and respell the
-/// numbers, so a token that went through a dmkit header write would come back from
-/// `cryptsetup token export` as other text. A spelling is used only while it still spells the
-/// token's value: a token dmkit changed without updating it is written as compact JSON.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Spellings(BTreeMap<u32, String>);
-
-impl Spellings {
-    /// The spellings of the tokens of a metadata tree, by the ids `id` reads from the keys of
-    /// its `tokens` section (cryptsetup's lookup: other keys are invisible to it).
-    pub fn of_tree(tree: &J, id: impl Fn(&str) -> Option<u32>) -> Spellings {
-        let tokens = match tree {
-            J::Object(root) => match root.get("tokens") {
-                Some(J::Object(tokens)) => tokens,
-                _ => return Spellings::default(),
-            },
-            _ => return Spellings::default(),
-        };
-        Spellings(
-            tokens
-                .iter()
-                .filter_map(|(k, v)| Some((id(std::str::from_utf8(k).ok()?)?, plain(v)?)))
-                .collect(),
-        )
-    }
-
-    /// The spelling of token `id` when it still spells `value`.
-    pub fn text(&self, id: u32, value: &Value) -> Option<&str> {
-        let text = self.0.get(&id)?;
-        let (tree, _) = jsonc::parse_area(text.as_bytes()).ok()?;
-        (super::json::to_serde(&tree) == *value).then_some(text.as_str())
-    }
-
-    /// The `tokens` section's JSON text: each token in its spelling, or compact.
-    pub fn section(&self, tokens: &BTreeMap<u32, Value>) -> String {
-        let body: Vec<String> = tokens
-            .iter()
-            .map(|(id, v)| match self.text(*id, v) {
-                Some(text) => format!("\"{id}\":{text}"),
-                None => format!("\"{id}\":{v}"),
-            })
-            .collect();
-        format!("{{{}}}", body.join(","))
-    }
-
-    /// Record the spelling of token `id` (none when its text is not UTF-8).
-    fn set(&mut self, id: u32, tree: &J) {
-        match plain(tree) {
-            Some(text) => self.0.insert(id, text),
-            None => self.0.remove(&id),
-        };
-    }
-}
-
-/// json-c's plain text of a value, when it is UTF-8 (the metadata text is a `String`).
-fn plain(v: &J) -> Option<String> {
-    String::from_utf8(v.to_json(Style::Plain)).ok()
-}
 
 /// The built-in token type that reads a passphrase from the kernel keyring.
 pub const KEYRING: &str = "luks2-keyring";
@@ -132,9 +70,9 @@ pub fn set(h: &mut Luks2Header, id: Option<u32>, json: &str) -> Result<u32, Luks
     let mut m = h.metadata.clone();
     m.tokens.insert(id, value);
     match &tree {
-        Some(tree) => m.token_text.set(id, tree),
+        Some(tree) => m.token_text.set(id, tree, super::json::to_serde),
         None => {
-            m.token_text.0.remove(&id);
+            m.token_text.forget(id);
         }
     }
     m.validate(h.hdr_size).map_err(|e| bad(&e))?;
@@ -155,7 +93,7 @@ fn check_keyring(o: &Map<String, Value>) -> Result<(), String> {
 
 /// Remove token `id`.
 pub fn remove(h: &mut Luks2Header, id: u32) -> Result<(), LuksError> {
-    h.metadata.token_text.0.remove(&id);
+    h.metadata.token_text.forget(id);
     h.metadata
         .tokens
         .remove(&id)
@@ -190,7 +128,7 @@ pub fn assign(h: &mut Luks2Header, id: u32, slot: u32) -> Result<(), LuksError> 
                 }
             }
         }
-        m.token_text.set(id, &tree);
+        m.token_text.set(id, &tree, super::json::to_serde);
     }
     Ok(())
 }
