@@ -221,12 +221,7 @@ fn kernel_and_dmkit_correct_and_fail_the_same_fec_blocks() {
     );
     guest_run.assert_ok("veritysetup open --fec-device in the guest");
     let out = guest_run.out();
-    let lines = |prefix: &str| -> Vec<String> {
-        out.lines()
-            .filter_map(|l| l.strip_prefix(prefix))
-            .map(str::to_string)
-            .collect()
-    };
+    let lines = |prefix: &str| guest_run.lines(prefix);
     assert!(
         lines("FECSYM ").contains(&"yes".to_string()),
         "the guest kernel has no dm-verity FEC (CONFIG_DM_VERITY_FEC): no verity_fec_decode in \

@@ -247,7 +247,7 @@ impl<'a> Corrector<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::block::{BlockError, MemoryDevice};
+    use crate::block::{Fault, FaultKind, FaultyDevice, MemoryDevice, OpKind};
     use crate::verity::tests::random_bytes;
     use std::cell::Cell;
 
@@ -419,50 +419,20 @@ mod tests {
         }
     }
 
-    /// The data device with one block that cannot be read.
-    struct Unreadable<'a> {
-        base: &'a MemoryDevice,
-        block: u64,
-    }
-
-    impl BlockDevice for Unreadable<'_> {
-        fn name(&self) -> &str {
-            "unreadable"
-        }
-        fn size(&self) -> u64 {
-            self.base.size()
-        }
-        fn read_only(&self) -> bool {
-            true
-        }
-        fn read_at(&self, buf: &mut [u8], offset: u64) -> crate::block::Result<()> {
-            let hit = self.block * BS as u64;
-            if offset < hit + BS as u64 && hit < offset + buf.len() as u64 {
-                return Err(BlockError::Io {
-                    device: "unreadable".into(),
-                    offset,
-                    source: std::io::Error::other("bad sector"),
-                });
-            }
-            self.base.read_at(buf, offset)
-        }
-        fn write_at(&self, _: &[u8], _: u64) -> crate::block::Result<()> {
-            unreachable!()
-        }
-        fn flush(&self) -> crate::block::Result<()> {
-            Ok(())
-        }
-    }
-
     #[test]
     fn an_unreadable_block_is_an_erasure() {
         let a = Area::new(2, 10);
         let (lost, bad) = (a.at(1, 7), a.at(1, 9));
         a.damage(bad);
-        let dev = Unreadable {
-            base: &a.data,
-            block: lost,
-        };
+        let dev = FaultyDevice::new(MemoryDevice::from_vec("data", a.data.contents()));
+        let at = lost * BS as u64;
+        dev.arm(Fault {
+            op: OpKind::Read,
+            offset_range: Some((at, at + BS as u64)),
+            nth: 0,
+            kind: FaultKind::Fail,
+            sticky: true,
+        });
         let c = a.corrector(&dev);
         let is_bad = oracle(&a);
         // Zeros and noise: two unknown errors per codeword, then two erasures.
