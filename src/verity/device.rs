@@ -296,7 +296,8 @@ impl VerityDevice {
         let Some(index) = index else {
             return Ok(false);
         };
-        let rebuilt = fec.rebuild(&*self.data, &*self.hash, index, |b| {
+        // No erasures: which data blocks are bad is known only through this very block.
+        let rebuilt = fec.rebuild(&*self.data, &*self.hash, index, &|_, _| false, |b| {
             self.hash_one(b) == self.root
         });
         Ok(matches!(rebuilt, Ok(Some(_))))
