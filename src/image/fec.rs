@@ -40,6 +40,8 @@ pub struct Resolved {
     pub device: (PathBuf, FecOptions),
     /// What `status` shows: where the parity came from and where it is.
     pub details: Value,
+    /// The fec_header it was read from, if it was.
+    pub stored: Option<fecheader::StoredFec>,
 }
 
 /// "partition 2 (root-x86-64-verity)" or the file's name.
@@ -90,6 +92,7 @@ pub fn resolve(
             d.extend(e);
         }
         Resolved {
+            stored: None,
             device: (
                 hash.file.clone(),
                 FecOptions {
@@ -103,6 +106,7 @@ pub fn resolve(
     let r = match choice {
         FecChoice::Off => None,
         FecChoice::Device(path, opts) => Some(Resolved {
+            stored: None,
             device: (path.clone(), *opts),
             details: json!({
                 "from": "fec-device",
@@ -156,7 +160,11 @@ pub fn resolve(
                     "parity_intact": s.parity_intact,
                     "backup_header": s.primary_damaged.is_some(),
                 });
-                Some(in_partition(s.options, "fec_header", extra))
+                let options = s.options;
+                Some(Resolved {
+                    stored: Some(s),
+                    ..in_partition(options, "fec_header", extra)
+                })
             }
         },
     };

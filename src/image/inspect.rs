@@ -192,7 +192,15 @@ pub fn inspect(image: &Path) -> Result<Inspection> {
         (Some(p), Some(h)) => match super::fec::resolve(&l, h, p, &Default::default()) {
             Ok((r, w)) => {
                 warnings = w;
-                r.map(|r| fec_info(&r.details))
+                r.and_then(|r| r.stored).map(|s| FecInfo {
+                    roots: s.options.roots,
+                    offset: s.options.offset,
+                    size: u64::from(s.header.fec_size),
+                    inp_size: s.header.inp_size,
+                    header_offset: s.options.offset + u64::from(s.header.fec_size),
+                    parity_intact: s.parity_intact,
+                    backup_header: s.primary_damaged.is_some(),
+                })
             }
             Err(e) => {
                 problems.push(e.to_string());
@@ -264,20 +272,6 @@ pub fn inspect(image: &Path) -> Result<Inspection> {
         problems,
         warnings,
     })
-}
-
-/// The FEC details `resolve` gives for a fec_header, as `inspect` shows them.
-fn fec_info(d: &serde_json::Value) -> FecInfo {
-    let u = |k: &str| d[k].as_u64().unwrap_or(0);
-    FecInfo {
-        roots: u("roots") as u8,
-        offset: u("offset"),
-        size: u("fec_size"),
-        inp_size: u("inp_size"),
-        header_offset: u("offset") + u("fec_size"),
-        parity_intact: d["parity_intact"].as_bool().unwrap_or(false),
-        backup_header: d["backup_header"].as_bool().unwrap_or(false),
-    }
 }
 
 /// The text `inspect` prints.
