@@ -269,27 +269,33 @@ fn encrypt_initialized_by_one_tool_resumes_in_the_other() {
     }
 }
 
+/// Each tool started on a fresh pair (`make`) with `verb`, SIGKILLed at a random moment of
+/// its run, and finished by the other; `check` judges the result.
+fn kill_rounds(seed: u64, make: fn(u64) -> Pair, verb: &'static str, check: fn(&Pair, &str)) {
+    let mut rng = SplitMix64(seed);
+    for (first, then) in [(DMKIT, "cryptsetup"), ("cryptsetup", DMKIT)] {
+        for (round, mode) in ["checksum", "journal", "checksum"].into_iter().enumerate() {
+            let p = make(seed + round as u64);
+            let extra = with(&[verb, "--resilience", mode, "--hotzone-size", "64k"]);
+            let delay = Duration::from_millis(rng.below(250));
+            let killed = p.kill(first, &extra, delay);
+            let crashed = p.under_way() && p.meta().to_string().contains("in-reencryption");
+            let what = format!(
+                "{first} {verb} ({mode}) killed after {delay:?} (running: {killed}, crashed hotzone: {crashed})"
+            );
+            eprintln!("{what}");
+            p.finish(then);
+            check(&p, &what);
+        }
+    }
+}
+
 #[test]
 fn encrypt_killed_midway_is_finished_by_the_other_tool() {
     if missing() {
         return;
     }
-    let mut rng = SplitMix64(0xe7c);
-    for (first, then) in [(DMKIT, "cryptsetup"), ("cryptsetup", DMKIT)] {
-        for (round, mode) in ["checksum", "journal", "checksum"].into_iter().enumerate() {
-            let p = Pair::plain(30 + round as u64);
-            let extra = with(&["--encrypt", "--resilience", mode, "--hotzone-size", "64k"]);
-            let delay = Duration::from_millis(rng.below(250));
-            let killed = p.kill(first, &extra, delay);
-            let what = format!("{first} --encrypt ({mode}) killed after {delay:?} ({killed})");
-            eprintln!(
-                "{what}, crashed hotzone: {}",
-                p.under_way() && p.meta().to_string().contains("in-reencryption")
-            );
-            p.finish(then);
-            p.encrypted(&what);
-        }
-    }
+    kill_rounds(30, Pair::plain, "--encrypt", Pair::encrypted);
 }
 
 #[test]
@@ -318,22 +324,7 @@ fn decrypt_killed_midway_is_finished_by_the_other_tool() {
     if missing() {
         return;
     }
-    let mut rng = SplitMix64(0xdec);
-    for (first, then) in [(DMKIT, "cryptsetup"), ("cryptsetup", DMKIT)] {
-        for (round, mode) in ["checksum", "journal", "journal"].into_iter().enumerate() {
-            let p = Pair::luks(50 + round as u64);
-            let extra = with(&["--decrypt", "--resilience", mode, "--hotzone-size", "64k"]);
-            let delay = Duration::from_millis(rng.below(250));
-            let killed = p.kill(first, &extra, delay);
-            let what = format!("{first} --decrypt ({mode}) killed after {delay:?} ({killed})");
-            eprintln!(
-                "{what}, crashed hotzone: {}",
-                p.under_way() && p.meta().to_string().contains("in-reencryption")
-            );
-            p.finish(then);
-            p.decrypted(&what);
-        }
-    }
+    kill_rounds(50, Pair::luks, "--decrypt", Pair::decrypted);
 }
 
 #[test]

@@ -126,6 +126,17 @@ fn resilience(a: &ReencryptArgs) -> Result<Resilience, CliError> {
     }
 }
 
+/// `--key-size` in bytes, `default` without it.
+fn key_bytes(a: &ReencryptArgs, default: usize) -> Result<usize, CliError> {
+    match a.key_size {
+        Some(bits) if bits % 8 == 0 => Ok(bits as usize / 8),
+        Some(bits) => Err(CliError::invalid(format!(
+            "--key-size {bits} is not a multiple of 8"
+        ))),
+        None => Ok(default),
+    }
+}
+
 fn prompt_for(slot: u32) -> String {
     format!("Enter passphrase for key slot {slot}: ")
 }
@@ -143,16 +154,12 @@ pub(super) fn init(
             "No known cipher specification pattern detected ({e})."
         ))
     })?;
-    let key_size = match a.key_size {
-        Some(bits) if bits % 8 == 0 => bits as usize / 8,
-        Some(bits) => {
-            return Err(CliError::invalid(format!(
-                "--key-size {bits} is not a multiple of 8"
-            )))
-        }
-        None if cipher != seg.cipher => spec.default_key_size(),
-        None => seg.key_size,
+    let default = if cipher != seg.cipher {
+        spec.default_key_size()
+    } else {
+        seg.key_size
     };
+    let key_size = key_bytes(a, default)?;
     let slots = match a.key_slot {
         Some(s) => vec![s],
         None => v.data_keyslots()?,
@@ -210,15 +217,7 @@ fn encrypt_format(a: &ReencryptArgs) -> Result<FormatParams, CliError> {
             "No known cipher specification pattern detected ({e})."
         ))
     })?;
-    let key_size = match a.key_size {
-        Some(bits) if bits % 8 == 0 => bits as usize / 8,
-        Some(bits) => {
-            return Err(CliError::invalid(format!(
-                "--key-size {bits} is not a multiple of 8"
-            )))
-        }
-        None => spec.default_key_size(),
-    };
+    let key_size = key_bytes(a, spec.default_key_size())?;
     Ok(FormatParams {
         cipher,
         key_size,

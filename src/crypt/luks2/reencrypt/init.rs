@@ -300,7 +300,7 @@ fn only_segment(
 /// `sector` bytes.
 fn check_aligned(data_size: u64, offset: u64, sector: u32) -> Result<(), LuksError> {
     let data = data_size.saturating_sub(offset);
-    if data == 0 || data % u64::from(sector) != 0 {
+    if data == 0 || !data.is_multiple_of(u64::from(sector)) {
         return Err(LuksError::Invalid(format!(
             "Data device is not aligned to encryption sector size ({sector} bytes)."
         )));

@@ -13,6 +13,16 @@ use crate::crypt::luks2::json::{Metadata, Segment};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
 
+/// The raw JSON of a new segment: its `flags`, when it has any (the typed fields are
+/// serialized from the segment itself).
+fn raw_flags(flags: &[&str]) -> Map<String, Value> {
+    let mut raw = Map::new();
+    if !flags.is_empty() {
+        raw.insert("flags".into(), Value::from(flags.to_vec()));
+    }
+    raw
+}
+
 /// A `crypt` segment as cryptsetup creates one (`json_segment_create_crypt`).
 pub fn crypt(
     offset: u64,
@@ -22,10 +32,7 @@ pub fn crypt(
     sector_size: u32,
     flags: &[&str],
 ) -> Segment {
-    let mut raw = Map::new();
-    if !flags.is_empty() {
-        raw.insert("flags".into(), Value::from(flags.to_vec()));
-    }
+    let raw = raw_flags(flags);
     Segment {
         kind: "crypt".into(),
         offset,
@@ -41,10 +48,7 @@ pub fn crypt(
 
 /// A `linear` segment as cryptsetup creates one (`json_segment_create_linear`).
 pub fn linear(offset: u64, size: Option<u64>, flags: &[&str]) -> Segment {
-    let mut raw = Map::new();
-    if !flags.is_empty() {
-        raw.insert("flags".into(), Value::from(flags.to_vec()));
-    }
+    let raw = raw_flags(flags);
     Segment {
         kind: "linear".into(),
         offset,
@@ -205,9 +209,8 @@ impl Ends {
             }
         };
         m.segments = segs;
-        if self.mode != Mode::Reencrypt {
-            // One key: the backups first, then every crypt segment, as cryptsetup binds them.
-            let key = self.digest_new.or(self.digest_old);
+        // The backups take the next ids (`LUKS2_segment_first_unused_id`).
+        let backups = |m: &mut Metadata| {
             let prev = count;
             m.segments
                 .insert(prev, flagged_as(&self.previous, "backup-previous"));
@@ -215,6 +218,11 @@ impl Ends {
             m.segments
                 .insert(prev + 1, flagged_as(&self.last, "backup-final"));
             bind(m, prev + 1, self.digest_new);
+        };
+        if self.mode != Mode::Reencrypt {
+            // One key: the backups first, then every crypt segment, as cryptsetup binds them.
+            let key = self.digest_new.or(self.digest_old);
+            backups(m);
             let crypt: Vec<u32> = (0..count)
                 .filter(|i| m.segments.get(i).is_some_and(|s| s.kind == "crypt"))
                 .collect();
@@ -241,13 +249,7 @@ impl Ends {
                 }
             }
         }
-        let prev = m.segments.len() as u32;
-        m.segments
-            .insert(prev, flagged_as(&self.previous, "backup-previous"));
-        bind(m, prev, self.digest_old);
-        m.segments
-            .insert(prev + 1, flagged_as(&self.last, "backup-final"));
-        bind(m, prev + 1, self.digest_new);
+        backups(m);
     }
 }
 

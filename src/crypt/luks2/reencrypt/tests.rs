@@ -100,18 +100,26 @@ fn read_plain_any(img: &[u8]) -> Vec<u8> {
 
 fn cut_everywhere(resilience: Resilience, cipher: &str, key_size: usize, ss: u32) {
     let base = started(resilience, cipher, key_size, ss);
-    let dev = FaultyDevice::new(MemoryDevice::from_vec("disk", base.clone()));
+    cut_and_resume(&base, read_plain);
+}
+
+/// Run the reencryption started in `base` to its end, logging every write; then from every
+/// state a cut at a write can leave, resume it: `read` of the result is the plaintext each
+/// time. Returns the image of the uninterrupted run.
+fn cut_and_resume(base: &[u8], read: fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+    let dev = FaultyDevice::new(MemoryDevice::from_vec("disk", base.to_vec()));
     dev.start_log();
     assert_eq!(run_on(&dev).unwrap(), RunOutcome::Finished);
     let log = dev.take_log();
-    assert_eq!(read_plain(&dev.inner().contents()), plaintext());
+    let done = dev.inner().contents();
+    assert!(read(&done) == plaintext());
     let writes = log
         .iter()
         .filter(|o| matches!(o, LoggedOp::Write { .. }))
         .count();
     assert!(writes > 10, "{writes} writes");
     let mut states = 0;
-    for_each_crash_state(&base, &log, |what, img| {
+    for_each_crash_state(base, &log, |what, img| {
         states += 1;
         let d = MemoryDevice::from_vec("crashed", img.to_vec());
         let h = copies::read(&d)
@@ -122,11 +130,12 @@ fn cut_everywhere(resilience: Resilience, cipher: &str, key_size: usize, ss: u32
             assert_eq!(r, RunOutcome::Finished, "{what}");
         }
         assert!(
-            read_plain(&d.contents()) == plaintext(),
+            read(&d.contents()) == plaintext(),
             "{what}: plaintext differs"
         );
     });
     assert!(states > writes, "{states} states");
+    done
 }
 
 #[test]
@@ -298,37 +307,13 @@ fn started_one_key(encrypt: bool, resilience: Resilience) -> Vec<u8> {
 /// [`cut_everywhere`] of an encryption or decryption.
 fn cut_everywhere_one_key(encrypt: bool, resilience: Resilience) {
     let base = started_one_key(encrypt, resilience);
-    let dev = FaultyDevice::new(MemoryDevice::from_vec("disk", base.clone()));
-    dev.start_log();
-    assert_eq!(run_on(&dev).unwrap(), RunOutcome::Finished);
-    let log = dev.take_log();
-    let done = dev.inner().contents();
-    assert!(read_final(&done) == plaintext());
+    let done = cut_and_resume(&base, read_final);
     let h = copies::read(&MemoryDevice::from_vec("done", done))
         .unwrap()
         .header;
     // As cryptsetup leaves them: a decrypted device keeps no keyslot (nor digest).
     assert_eq!(h.metadata.keyslots.is_empty(), !encrypt);
     assert_eq!(h.metadata.digests.is_empty(), !encrypt);
-    let writes = log
-        .iter()
-        .filter(|o| matches!(o, LoggedOp::Write { .. }))
-        .count();
-    assert!(writes > 10, "{writes} writes");
-    for_each_crash_state(&base, &log, |what, img| {
-        let d = MemoryDevice::from_vec("crashed", img.to_vec());
-        let h = copies::read(&d)
-            .unwrap_or_else(|e| panic!("{what}: header: {e}"))
-            .header;
-        if ReencryptState::read(&h.metadata).unwrap().is_some() {
-            let r = run_on(&d).unwrap_or_else(|e| panic!("{what}: resume: {e}"));
-            assert_eq!(r, RunOutcome::Finished, "{what}");
-        }
-        assert!(
-            read_final(&d.contents()) == plaintext(),
-            "{what}: plaintext differs"
-        );
-    });
 }
 
 #[test]
