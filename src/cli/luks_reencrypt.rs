@@ -1,6 +1,7 @@
 //! `dmkit luks reencrypt` (cryptsetup's `reencrypt`, offline): re-key a LUKS2 device or change
-//! its cipher, key size or sector size, resumable by cryptsetup and resuming what cryptsetup
-//! started. The library does the work and keeps the keys; here the options, passphrases, the
+//! its cipher, key size or sector size, encrypt a plaintext device under a new detached header
+//! (`--encrypt --header`), decrypt a device with a detached header (`--decrypt`); resumable
+//! by cryptsetup and resuming what cryptsetup started. The library does the work and keeps the keys; here the options, passphrases, the
 //! question before resuming and the progress display (a line on a terminal with rate and
 //! estimate, or `--progress-json` lines on stdout).
 
@@ -12,6 +13,7 @@ use crate::crypt::cipher::CipherSpec;
 use crate::crypt::luks::LuksVolume;
 use crate::crypt::luks2::reencrypt::RunOutcome;
 use crate::crypt::luks2::reencrypt::{InitParams, NewKeyslot, Progress, Resilience, RunOptions};
+use crate::crypt::luks2::FormatParams;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
@@ -62,6 +64,15 @@ pub struct ReencryptArgs {
     /// Accepted for cryptsetup's command lines: dmkit reencrypts offline always.
     #[arg(long)]
     force_offline_reencrypt: bool,
+    /// Encrypt a plaintext device in place, its new LUKS2 header in the --header file.
+    #[arg(long, conflicts_with = "decrypt")]
+    encrypt: bool,
+    /// Decrypt a LUKS2 device whose header is detached (--header), in place.
+    #[arg(long)]
+    decrypt: bool,
+    /// With --encrypt: the header's type (luks2 only).
+    #[arg(long = "type", short = 'M', value_name = "TYPE")]
+    kind: Option<String>,
 }
 
 /// A byte count with an optional binary suffix (k, M, G, T; cryptsetup's sizes).
@@ -115,6 +126,17 @@ fn resilience(a: &ReencryptArgs) -> Result<Resilience, CliError> {
     }
 }
 
+/// `--key-size` in bytes, `default` without it.
+fn key_bytes(a: &ReencryptArgs, default: usize) -> Result<usize, CliError> {
+    match a.key_size {
+        Some(bits) if bits % 8 == 0 => Ok(bits as usize / 8),
+        Some(bits) => Err(CliError::invalid(format!(
+            "--key-size {bits} is not a multiple of 8"
+        ))),
+        None => Ok(default),
+    }
+}
+
 fn prompt_for(slot: u32) -> String {
     format!("Enter passphrase for key slot {slot}: ")
 }
@@ -132,16 +154,12 @@ pub(super) fn init(
             "No known cipher specification pattern detected ({e})."
         ))
     })?;
-    let key_size = match a.key_size {
-        Some(bits) if bits % 8 == 0 => bits as usize / 8,
-        Some(bits) => {
-            return Err(CliError::invalid(format!(
-                "--key-size {bits} is not a multiple of 8"
-            )))
-        }
-        None if cipher != seg.cipher => spec.default_key_size(),
-        None => seg.key_size,
+    let default = if cipher != seg.cipher {
+        spec.default_key_size()
+    } else {
+        seg.key_size
     };
+    let key_size = key_bytes(a, default)?;
     let slots = match a.key_slot {
         Some(s) => vec![s],
         None => v.data_keyslots()?,
@@ -187,13 +205,116 @@ pub(super) fn init(
     Ok(passes.into_iter().next().expect("at least one keyslot"))
 }
 
+/// The new LUKS2 header of `--encrypt`: cryptsetup's defaults (aes-xts-plain64, the cipher's
+/// key size, 512-byte sectors).
+fn encrypt_format(a: &ReencryptArgs) -> Result<FormatParams, CliError> {
+    let cipher = a
+        .cipher
+        .clone()
+        .unwrap_or_else(|| "aes-xts-plain64".to_string());
+    let spec = CipherSpec::parse(&cipher).map_err(|e| {
+        CliError::invalid(format!(
+            "No known cipher specification pattern detected ({e})."
+        ))
+    })?;
+    let key_size = key_bytes(a, spec.default_key_size())?;
+    Ok(FormatParams {
+        cipher,
+        key_size,
+        pbkdf: a.pbkdf.params(false)?,
+        sector_size: Some(a.sector_size.unwrap_or(512)),
+        ..FormatParams::default()
+    })
+}
+
+/// What protects the hotzones of an encryption or decryption started here.
+fn init_params(a: &ReencryptArgs) -> Result<InitParams, CliError> {
+    Ok(InitParams {
+        cipher: String::new(),
+        key_size: 0,
+        sector_size: 512,
+        resilience: resilience(a)?,
+        pbkdf: None,
+        io_block: 0,
+        hash: a.pbkdf.hash.clone(),
+        benchmark_digest: a.pbkdf.pbkdf_force_iterations.is_none(),
+    })
+}
+
+/// `--encrypt`: the header written (unless a reencryption is already in it), and the volume
+/// with the passphrase to run it; `None` after `--init-only`.
+fn start_encrypt(a: &ReencryptArgs) -> Result<Option<(LuksVolume, Passphrase)>, CliError> {
+    if a.kind.as_deref().is_some_and(|t| t != "luks2") {
+        return Err(CliError::invalid(
+            "dmkit encrypts in place into LUKS2 only (--type luks2).",
+        ));
+    }
+    let Some(header) = a.volume.header.as_deref() else {
+        return Err(CliError::invalid(
+            "Encryption without detached header (--header) is not possible without data device size reduction (--reduce-device-size).",
+        ));
+    };
+    let device = a.volume.device.display().to_string();
+    let resuming = header.exists()
+        && LuksVolume::open(&a.volume.device, Some(header), false, Some(2))
+            .ok()
+            .and_then(|v| v.reencryption().ok().flatten())
+            .is_some();
+    if resuming || a.resume_only {
+        return Ok(None);
+    }
+    let pass = passphrase(&a.key, &format!("Enter passphrase for {device}: "), true)?;
+    crate::crypt::luks::encrypt_init(
+        &a.volume.device,
+        header,
+        &encrypt_format(a)?,
+        &pass,
+        &init_params(a)?,
+    )?;
+    if a.init_only {
+        return Ok(None);
+    }
+    Ok(Some((a.volume.load(true, Some(2))?, pass)))
+}
+
 /// Run `luks reencrypt`.
 pub fn reencrypt(a: ReencryptArgs) -> CliResult {
-    let mut v = a.volume.load(true, Some(2))?;
     let device = a.volume.device.display().to_string();
+    if a.encrypt {
+        if let Some((v, pass)) = start_encrypt(&a)? {
+            return run(&a, v, pass, &device);
+        }
+        if a.init_only {
+            return Ok(());
+        }
+    }
+    let mut v = a.volume.load(true, Some(2))?;
     let pass = match v.reencryption()? {
         None if a.resume_only => {
             return Err(CliError::invalid("Device reencryption not in progress."))
+        }
+        None if a.encrypt => {
+            return Err(CliError::invalid(format!(
+                "Device {} is already LUKS device. Aborting operation.",
+                a.volume
+                    .header
+                    .as_deref()
+                    .unwrap_or(&a.volume.device)
+                    .display()
+            )))
+        }
+        None if a.decrypt => {
+            if a.volume.header.is_none() {
+                return Err(CliError::invalid(
+                    "LUKS2 decryption requires --header option.",
+                ));
+            }
+            let p = passphrase(&a.key, &format!("Enter passphrase for {device}: "), false)?;
+            v.reencrypt_init_decrypt(&p, a.key_slot, &init_params(&a)?)?;
+            if a.init_only {
+                return Ok(());
+            }
+            p
         }
         None => {
             let p = init(&a, &mut v, false)?;
@@ -222,8 +343,13 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
             passphrase(&a.key, &format!("Enter passphrase for {device}: "), false)?
         }
     };
+    run(&a, v, pass, &device)
+}
+
+/// Run (or resume) the reencryption of `v` to its end, with progress.
+fn run(a: &ReencryptArgs, mut v: LuksVolume, pass: Passphrase, device: &str) -> CliResult {
     catch_signals();
-    let mut shown = Shown::new(&device, a.progress_json, !a.batch_mode && is_tty(2));
+    let mut shown = Shown::new(device, a.progress_json, !a.batch_mode && is_tty(2));
     let opts = RunOptions {
         max_hotzone: a.hotzone_size,
         io_block: 0,

@@ -31,6 +31,7 @@ pub mod af;
 pub mod area;
 mod backup;
 mod convert;
+mod encrypt;
 pub mod files;
 mod format;
 pub mod hash;
@@ -44,6 +45,7 @@ mod volume;
 
 pub use admin::Priority;
 pub use backup::{HeaderRestore, RestoreQuestion};
+pub use encrypt::encrypt_init;
 pub use format::{FormatSpec, Formatter, IntegritySpec};
 pub use header::Header;
 pub use reencrypt::SegmentParams;

@@ -361,7 +361,7 @@ impl Reencryptor {
             at,
             size,
             prev.iv_tweak,
-            Some(&keys.old),
+            keys.old.as_ref(),
             &p.opts,
         )
         .map_err(failure)?;
@@ -371,7 +371,7 @@ impl Reencryptor {
             at,
             size,
             last.iv_tweak,
-            Some(&keys.new),
+            keys.new.as_ref(),
             &p.opts,
         )
         .map_err(failure)?;

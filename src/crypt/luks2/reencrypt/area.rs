@@ -1,7 +1,7 @@
 //! The `reencrypt` keyslot as cryptsetup allocates it (`reenc_keyslot_alloc`): the largest
 //! free gap of the keyslots area holds the hotzone's protection, priority "ignore", key size 1.
 
-use super::state::{Mode, Resilience};
+use super::state::{Direction, Mode, Resilience};
 use crate::crypt::luks::LuksError;
 use crate::crypt::luks2::header::Luks2Header;
 use crate::crypt::luks2::json::{Area, Keyslot};
@@ -29,9 +29,14 @@ pub fn max_gap(h: &Luks2Header) -> Option<(u64, u64)> {
     (best.1 > 0).then_some(best)
 }
 
-/// The reencrypt keyslot for `mode` (forward) protecting hotzones with `resilience`, its area
-/// at `area`.
-pub fn keyslot(mode: Mode, resilience: &Resilience, area: (u64, u64)) -> Keyslot {
+/// The reencrypt keyslot for `mode` walking `direction`, protecting hotzones with
+/// `resilience`, its area at `area`.
+pub fn keyslot(
+    mode: Mode,
+    direction: Direction,
+    resilience: &Resilience,
+    area: (u64, u64),
+) -> Keyslot {
     let mut a = json!({
         "offset": area.0.to_string(),
         "size": area.1.to_string(),
@@ -46,7 +51,7 @@ pub fn keyslot(mode: Mode, resilience: &Resilience, area: (u64, u64)) -> Keyslot
         "type": "reencrypt",
         "key_size": 1,
         "mode": mode.word(),
-        "direction": "forward",
+        "direction": direction.word(),
         "priority": 0,
     });
     Keyslot {

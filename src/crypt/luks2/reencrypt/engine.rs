@@ -51,12 +51,13 @@ pub enum RunOutcome {
     Stopped,
 }
 
-/// The old and new volume keys of a reencryption.
+/// The old and new volume keys of a reencryption (`None` for a plaintext end: the old one
+/// when encrypting, the new one when decrypting).
 pub struct Keys {
     /// Key of the `backup-previous` segment.
-    pub old: VolumeKey,
+    pub old: Option<VolumeKey>,
     /// Key of the `backup-final` segment.
-    pub new: VolumeKey,
+    pub new: Option<VolumeKey>,
 }
 
 /// Unlock both keys of a reencryption with `pass` (`LUKS2_keyslot_open_all_segments`):
@@ -69,10 +70,10 @@ pub fn unlock_keys(
     slot: Option<u32>,
 ) -> Result<Keys, LuksError> {
     let m = &h.metadata;
-    let open = |digest: Option<u32>| -> Result<VolumeKey, LuksError> {
-        let digest = digest.ok_or_else(|| {
-            LuksError::Invalid("reencryption metadata: a backup segment has no digest".into())
-        })?;
+    let open = |digest: Option<u32>| -> Result<Option<VolumeKey>, LuksError> {
+        let Some(digest) = digest else {
+            return Ok(None);
+        };
         let mut ids: Vec<u32> = m
             .digests
             .get(&digest)
@@ -84,7 +85,7 @@ pub fn unlock_keys(
         let mut err = LuksError::NoUsableKeyslot;
         for id in ids {
             match keyslot::unlock(dev, h, pass, Some(id), keyslot::Segment::Any) {
-                Ok((_, k)) => return Ok(k),
+                Ok((_, k)) => return Ok(Some(k)),
                 Err(e @ (LuksError::WrongPassphrase | LuksError::NoUsableKeyslot)) => err = e,
                 Err(e) => return Err(e),
             }
@@ -101,11 +102,11 @@ impl Keys {
     /// Both keys by their digests in `st`.
     pub fn by_digest(&self, st: &ReencryptState) -> KeysByDigest<'_> {
         let mut k = KeysByDigest::new();
-        if let Some(d) = st.digest_old {
-            k.insert(d, &self.old[..]);
+        if let (Some(d), Some(key)) = (st.digest_old, &self.old) {
+            k.insert(d, &key[..]);
         }
-        if let Some(d) = st.digest_new {
-            k.entry(d).or_insert(&self.new[..]);
+        if let (Some(d), Some(key)) = (st.digest_new, &self.new) {
+            k.entry(d).or_insert(&key[..]);
         }
         k
     }
@@ -120,14 +121,21 @@ pub fn commit(dev: &dyn BlockDevice, h: &mut Luks2Header) -> Result<(), LuksErro
     h.write(dev)
 }
 
-fn keyed(seg: &Segment, key: &[u8]) -> Result<Keyed, LuksError> {
+/// The cipher of a backup segment: `None` for a plaintext (linear) one.
+fn keyed(seg: &Segment, key: Option<&VolumeKey>) -> Result<Option<Keyed>, LuksError> {
+    if seg.kind == "linear" {
+        return Ok(None);
+    }
+    let key = key.ok_or_else(|| {
+        LuksError::Invalid("Reencryption metadata is invalid (no key for a crypt segment).".into())
+    })?;
     let spec =
         CipherSpec::parse(&seg.encryption).map_err(|e| LuksError::Unsupported(e.to_string()))?;
-    Ok(Keyed {
+    Ok(Some(Keyed {
         cipher: new_sector_cipher(&spec, key).map_err(|e| LuksError::Unsupported(e.to_string()))?,
         sector_size: seg.sector_size as usize,
         iv_base: seg.iv_tweak,
-    })
+    }))
 }
 
 /// What a run tells the server of a device it reencrypts while serving it (online), so that
@@ -155,10 +163,10 @@ pub struct Run<'a> {
     pub st: ReencryptState,
     /// Both ends.
     pub ends: Ends,
-    /// The old key.
-    pub old: Keyed,
-    /// The new key.
-    pub new: Keyed,
+    /// The old key (`None`: plaintext, when encrypting).
+    pub old: Option<Keyed>,
+    /// The new key (`None`: plaintext, when decrypting).
+    pub new: Option<Keyed>,
     /// Byte offset of the data on the data device.
     pub data_offset: u64,
     /// The data mapped in memory around the hotzone, when the data device is a file.
@@ -183,9 +191,9 @@ impl<'a> Run<'a> {
             LuksError::Invalid("Device not marked for LUKS2 reencryption.".into())
         })?;
         verify::check(&h.metadata, &st, &keys.by_digest(&st))?;
-        if st.keyslot.mode != Mode::Reencrypt || !st.forward() {
+        if !st.forward() && st.keyslot.mode == Mode::Reencrypt {
             return Err(LuksError::Unsupported(format!(
-                "resuming a {} reencryption ({}); dmkit resumes forward re-keying only",
+                "resuming a {} reencryption ({}); dmkit resumes a re-key forward only",
                 st.keyslot.mode.word(),
                 st.keyslot.direction.word()
             )));
@@ -193,7 +201,7 @@ impl<'a> Run<'a> {
         if st.moved.is_some() || st.keyslot.shift != 0 {
             return Err(LuksError::Unsupported(format!(
                 "resuming a reencryption with {} resilience (data shift); dmkit resumes \
-                 re-keying in place only",
+                 reencryption in place only",
                 st.keyslot.resilience.word()
             )));
         }
@@ -206,10 +214,13 @@ impl<'a> Run<'a> {
                 LuksError::Invalid(format!("Device {} is too small.", data_dev.name()))
             })?;
         let ends = Ends::read(&st, device_size).ok_or_else(|| {
-            LuksError::Invalid("reencryption metadata: backup segments without digests".into())
+            LuksError::Invalid(format!(
+                "reencryption metadata: backup segments do not match mode {}",
+                st.keyslot.mode.word()
+            ))
         })?;
-        let old = keyed(&ends.previous, &keys.old)?;
-        let new = keyed(&ends.last, &keys.new)?;
+        let old = keyed(&ends.previous, keys.old.as_ref())?;
+        let new = keyed(&ends.last, keys.new.as_ref())?;
         Ok(Run {
             hdr_dev,
             data_dev,
@@ -231,25 +242,37 @@ impl<'a> Run<'a> {
         self.ends.device_size
     }
 
-    /// Where the next hotzone starts, from a clean (not crashed) header: the size of the
-    /// new-key segment in front, or 0 (`_offset_forward`). `None` when the only segment
-    /// already uses the new key: the loop ended but teardown did not.
-    fn resume_offset(&self) -> Result<Option<u64>, LuksError> {
+    /// The boundary between new and old data, from a clean (not crashed) header: forward,
+    /// the size of the new segment in front, or 0 (`_offset_forward`); backward, the size of
+    /// the old segment in front, or the device's end (`_offset_backward`). `None` when the
+    /// only segment is already the new one: the loop ended but teardown did not.
+    fn resume_boundary(&self) -> Result<Option<u64>, LuksError> {
         let m = &self.h.metadata;
         let regular: Vec<(&u32, &Segment)> = m
             .segments
             .iter()
             .filter(|(_, s)| !s.flags.iter().any(|f| f.starts_with("backup-")))
             .collect();
+        let fresh = if self.ends.forward {
+            0
+        } else {
+            self.ends.device_size
+        };
         match regular.as_slice() {
-            [(id, _)] => {
+            [(id, seg)] => {
                 let d = m.segment_digest(**id).map(|(i, _)| i);
-                let finished = d == Some(self.ends.digest_new) && d != Some(self.ends.digest_old);
-                Ok((!finished).then_some(0))
+                let finished = d == self.ends.digest_new
+                    && d != self.ends.digest_old
+                    && seg.kind == self.ends.last.kind;
+                Ok((!finished).then_some(fresh))
             }
-            [(_, first), _] => first.size.filter(|&s| s > 0).map(Some).ok_or_else(|| {
-                LuksError::Invalid("reencryption metadata: bad first segment size".into())
-            }),
+            [(_, first), _] => first
+                .size
+                .filter(|&s| s > 0 && s < self.ends.device_size)
+                .map(Some)
+                .ok_or_else(|| {
+                    LuksError::Invalid("reencryption metadata: bad first segment size".into())
+                }),
             _ => Err(LuksError::Invalid(format!(
                 "reencryption metadata: {} data segments",
                 regular.len()
@@ -262,10 +285,7 @@ impl<'a> Run<'a> {
     fn alignment(&self, io_block: u64) -> u64 {
         match &self.st.keyslot.resilience {
             Resilience::Checksum { sector_size, .. } => u64::from(*sector_size),
-            _ => io_block
-                .max(self.old.sector_size as u64)
-                .max(self.new.sector_size as u64)
-                .max(512),
+            _ => io_block.max(parallel::unit(self.old.as_ref(), self.new.as_ref()) as u64),
         }
     }
 
@@ -281,6 +301,15 @@ impl<'a> Run<'a> {
         self.run(opts, progress)
     }
 
+    /// Bytes rewritten when the new data ends (forward) or starts (backward) at `boundary`.
+    fn done(&self, boundary: u64) -> u64 {
+        if self.ends.forward {
+            boundary
+        } else {
+            self.ends.device_size - boundary
+        }
+    }
+
     /// Run to the end (or until `progress` returns `false`).
     pub fn run(
         mut self,
@@ -288,7 +317,15 @@ impl<'a> Run<'a> {
         progress: &mut dyn FnMut(Progress) -> bool,
     ) -> Result<RunOutcome, LuksError> {
         let size = self.device_size();
-        let mut offset = match self.st.hot_id() {
+        let forward = self.ends.forward;
+        if self.hooks.is_some() && (!forward || self.st.keyslot.mode != Mode::Reencrypt) {
+            return Err(LuksError::Unsupported(format!(
+                "online {} reencryption ({}); dmkit reencrypts online forward re-keying only",
+                self.st.keyslot.mode.word(),
+                self.st.keyslot.direction.word()
+            )));
+        }
+        let recovered = match self.st.hot_id() {
             Some(r) => {
                 let seg = self.h.metadata.segments.get(&r).cloned().ok_or_else(|| {
                     LuksError::Invalid(format!("reencryption metadata: no segment {r}"))
@@ -300,37 +337,37 @@ impl<'a> Run<'a> {
                     area: self.st.area(),
                     data_offset: self.data_offset,
                     device_size: size,
-                    old: &self.old,
-                    new: &self.new,
+                    old: self.old.as_ref(),
+                    new: self.new.as_ref(),
                 };
-                let done = recover::hotzone(&devices, &seg)?;
-                if done >= size {
-                    if let Some(h) = self.hooks {
-                        h.start(size);
-                    }
-                    self.teardown()?;
-                    progress(Progress { size, done: size });
-                    return Ok(RunOutcome::Finished);
-                }
+                let (offset, length) = recover::hotzone(&devices, &seg)?;
+                let boundary = if forward { offset + length } else { offset };
+                let finished = if forward {
+                    boundary >= size
+                } else {
+                    boundary == 0
+                };
+                // The hotzone joins the new data (when it was the last one, the teardown's
+                // header write is the commit: it must not leave the hot layout behind).
                 self.ends
-                    .install(&mut self.h.metadata, self.ends.post(done), None);
-                commit(self.hdr_dev, self.h)?;
-                done
-            }
-            None => match self.resume_offset()? {
-                Some(o) => o,
-                None => {
-                    if let Some(h) = self.hooks {
-                        h.start(size);
-                    }
-                    self.teardown()?;
-                    progress(Progress { size, done: size });
-                    return Ok(RunOutcome::Finished);
+                    .install(&mut self.h.metadata, self.ends.post(boundary), None);
+                if !finished {
+                    commit(self.hdr_dev, self.h)?;
                 }
-            },
+                Some(boundary).filter(|_| !finished)
+            }
+            None => self.resume_boundary()?,
+        };
+        let Some(mut boundary) = recovered else {
+            if let Some(h) = self.hooks {
+                h.start(size);
+            }
+            self.teardown()?;
+            progress(Progress { size, done: size });
+            return Ok(RunOutcome::Finished);
         };
         if let Some(h) = self.hooks {
-            h.start(offset);
+            h.start(boundary);
         }
         let alignment = self.alignment(opts.io_block);
         if let Some(m) = opts.max_hotzone {
@@ -346,10 +383,12 @@ impl<'a> Run<'a> {
             opts.max_hotzone,
             alignment,
         )?;
+        let left = size - self.done(boundary);
         // Re-keyed in place, piece by piece: between hotzones the buffer holds ciphertext only,
         // so it needs no wiping (a 1 GiB wipe would cost as much as a hotzone's crypto).
+        // Decrypting leaves plaintext in it, which is the device's content from then on.
         // Page-aligned, so a disk's hotzones can go past the page cache.
-        let mut buf = AlignedBuf::new(max.min(size - offset) as usize);
+        let mut buf = AlignedBuf::new(max.min(left) as usize);
         if self.hooks.is_none() {
             self.direct = super::direct::DirectIo::new(
                 self.data_dev,
@@ -359,19 +398,23 @@ impl<'a> Run<'a> {
         }
         let mut outcome = RunOutcome::Finished;
         let result = (|| {
-            while offset < size {
-                if !progress(Progress { size, done: offset }) {
+            while self.done(boundary) < size {
+                if !progress(Progress {
+                    size,
+                    done: self.done(boundary),
+                }) {
                     outcome = RunOutcome::Stopped;
                     break;
                 }
-                let length = max.min(size - offset);
+                let length = max.min(size - self.done(boundary));
+                let offset = if forward { boundary } else { boundary - length };
                 if let Some(h) = self.hooks {
                     h.enter(offset, length);
                 }
                 self.step(&mut buf.all()[..length as usize], offset)?;
-                offset += length;
+                boundary = if forward { offset + length } else { offset };
                 if let Some(h) = self.hooks {
-                    h.leave(offset);
+                    h.leave(boundary);
                 }
             }
             Ok::<(), LuksError>(())
@@ -402,9 +445,16 @@ impl<'a> Run<'a> {
         let at = self.data_offset + offset;
         if self.hooks.is_none() && !self.window.as_ref().is_some_and(|w| w.covers(at, length)) {
             self.window = None;
-            let end = self.data_offset + self.ends.device_size;
-            let len = super::mapped::WINDOW.max(length).min(end - at);
-            self.window = super::mapped::Mapped::new(self.data_dev, at, len);
+            let window = super::mapped::WINDOW.max(length);
+            let (from, to) = if self.ends.forward {
+                let end = self.data_offset + self.ends.device_size;
+                (at, (at + window).min(end))
+            } else {
+                // Backward: the window reaches back, where the next hotzones are.
+                let from = (at + length).saturating_sub(window).max(self.data_offset);
+                (from, at + length)
+            };
+            self.window = super::mapped::Mapped::new(self.data_dev, from, to - from);
         }
         let mapped = self.window.is_some();
         let mut window = self.window.take();
@@ -417,7 +467,7 @@ impl<'a> Run<'a> {
         let res = &self.st.keyslot.resilience;
         let unit = match res {
             Resilience::Checksum { sector_size, .. } => *sector_size as usize,
-            _ => parallel::unit(Some(&self.old), Some(&self.new)),
+            _ => parallel::unit(self.old.as_ref(), self.new.as_ref()),
         };
         // Direct requests need 4096-byte boundaries; 4096 is a multiple of every sector and
         // checksum block size.
@@ -481,11 +531,11 @@ impl<'a> Run<'a> {
         }
         // Re-keyed and written a sub-piece at a time, writeback of each started at once: the
         // disk writes while the core re-keys the next, and the flush below has little left.
-        let (old, new) = (&self.old, &self.new);
+        let (old, new) = (self.old.as_ref(), self.new.as_ref());
         parallel::pieces(buf, unit, |o, piece| {
             for (s, sub) in parallel::sub_pieces(piece, unit) {
                 let o = o + s;
-                parallel::rekey_piece(sub, offset + o as u64, Some(old), Some(new));
+                parallel::rekey_piece(sub, offset + o as u64, old, new);
                 if !mapped {
                     match direct.and_then(|d| d.write_at(sub, at + o as u64)) {
                         Some(r) => r?,
@@ -510,7 +560,11 @@ impl<'a> Run<'a> {
         if protected {
             data_dev.flush()?;
         }
-        let post = self.ends.post(offset + length);
+        let post = self.ends.post(if self.ends.forward {
+            offset + length
+        } else {
+            offset
+        });
         self.ends.install(&mut self.h.metadata, post, None);
         if protected {
             commit(hdr_dev, self.h)?;
@@ -534,13 +588,13 @@ impl<'a> Run<'a> {
             ..
         } = self;
         drop_metadata(hdr_dev, h, &st)?;
-        if ends.digest_old == ends.digest_new {
+        let Some(digest_old) = ends.digest_old.filter(|&d| Some(d) != ends.digest_new) else {
             return Ok(());
-        }
+        };
         let old_slots: Vec<u32> = h
             .metadata
             .digests
-            .get(&ends.digest_old)
+            .get(&digest_old)
             .map(|d| d.keyslots.clone())
             .unwrap_or_default();
         for id in old_slots {

@@ -7,8 +7,8 @@
 
 use super::area;
 use super::engine::commit;
-use super::layout::{crypt, flagged};
-use super::state::{Mode, ReencryptState, Resilience};
+use super::layout::{crypt, flagged, linear};
+use super::state::{Direction, Mode, ReencryptState, Resilience};
 use super::verify;
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{random_key, CipherSpec};
@@ -93,25 +93,7 @@ pub fn init(
     p: &InitParams,
 ) -> Result<u32, LuksError> {
     let invalid = |s: String| LuksError::Invalid(s);
-    if ReencryptState::read(&h.metadata)?.is_some() {
-        return Err(invalid(
-            "LUKS2 reencryption already initialized in metadata.".into(),
-        ));
-    }
-    activate::check_requirements(h, dev.name())?;
-    let seg0 = match (h.metadata.segments.len(), h.metadata.segments.get(&0)) {
-        (1, Some(s)) if s.kind == "crypt" => s.clone(),
-        _ => {
-            return Err(LuksError::Unsupported(
-                "reencryption of a device whose data is not one crypt segment".into(),
-            ))
-        }
-    };
-    if seg0.integrity_type().is_some() {
-        return Err(invalid(
-            "Reencryption of device with integrity profile is not supported.".into(),
-        ));
-    }
+    let seg0 = only_segment(dev, h)?;
     let spec = CipherSpec::parse(&p.cipher).map_err(|e| {
         invalid(format!(
             "Unable to use cipher specification {}: {e}",
@@ -123,13 +105,7 @@ pub fn init(
     if !(512..=4096).contains(&p.sector_size) || !p.sector_size.is_power_of_two() {
         return Err(invalid("Unsupported encryption sector size.".into()));
     }
-    let larger = p.sector_size.max(seg0.sector_size) as u64;
-    let data = data_size.saturating_sub(seg0.offset);
-    if data == 0 || data % larger != 0 {
-        return Err(invalid(format!(
-            "Data device is not aligned to encryption sector size ({larger} bytes)."
-        )));
-    }
+    check_aligned(data_size, seg0.offset, p.sector_size.max(seg0.sector_size))?;
     if slots.is_empty() {
         return Err(invalid("no keyslot to reencrypt".into()));
     }
@@ -221,10 +197,39 @@ fn write_metadata(
             x.segments.push(d);
         }
     }
+    let keys = verify::KeysByDigest::from([(digest_old, old_key), (digest_new, new_key)]);
+    let sectors = (seg0.sector_size, p.sector_size);
+    seal(
+        dev,
+        h,
+        next,
+        Mode::Reencrypt,
+        Direction::Forward,
+        &keys,
+        sectors,
+        p,
+    )
+}
+
+/// The rest of the one header write that puts a device into reencryption: `next` has its
+/// segments (data and backups) bound to their digests; the reencrypt keyslot (in the largest
+/// free gap, the checksum block the hotzone alignment of both `sectors` sizes), the
+/// requirement and the digest over `keys` are added, and the header is committed.
+#[allow(clippy::too_many_arguments)]
+fn seal(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    mut next: Luks2Header,
+    mode: Mode,
+    direction: Direction,
+    keys: &verify::KeysByDigest<'_>,
+    sectors: (u32, u32),
+    p: &InitParams,
+) -> Result<u32, LuksError> {
     let alignment = p
         .io_block
-        .max(u64::from(seg0.sector_size))
-        .max(u64::from(p.sector_size))
+        .max(u64::from(sectors.0))
+        .max(u64::from(sectors.1))
         .max(512);
     let resilience = match &p.resilience {
         Resilience::Checksum { hash, .. } => {
@@ -252,14 +257,148 @@ fn write_metadata(
         .ok_or_else(|| LuksError::Invalid("All key slots full.".into()))?;
     let m = &mut next.metadata;
     m.keyslots
-        .insert(ks, area::keyslot(Mode::Reencrypt, &resilience, gap));
+        .insert(ks, area::keyslot(mode, direction, &resilience, gap));
     m.config.requirements = vec![format!("online-reencrypt-v{}", super::REQ_VERSION)];
     let st = ReencryptState::read(m)?
         .ok_or_else(|| LuksError::Invalid("reencryption state lost".into()))?;
-    let keys = verify::KeysByDigest::from([(digest_old, old_key), (digest_new, new_key)]);
-    verify::create(m, &st, &keys, &p.hash, p.benchmark_digest)?;
+    verify::create(m, &st, keys, &p.hash, p.benchmark_digest)?;
     // The only header write of the initialization: the device is in reencryption from here.
     commit(dev, &mut next)?;
     *h = next;
     Ok(ks)
+}
+
+/// The one data segment of a header `h` about to be put into reencryption: it must have no
+/// reencryption yet, no unmet requirement, and exactly one crypt segment without integrity.
+fn only_segment(
+    dev: &dyn BlockDevice,
+    h: &Luks2Header,
+) -> Result<crate::crypt::luks2::json::Segment, LuksError> {
+    if ReencryptState::read(&h.metadata)?.is_some() {
+        return Err(LuksError::Invalid(
+            "LUKS2 reencryption already initialized in metadata.".into(),
+        ));
+    }
+    activate::check_requirements(h, dev.name())?;
+    let seg0 = match (h.metadata.segments.len(), h.metadata.segments.get(&0)) {
+        (1, Some(s)) if s.kind == "crypt" => s.clone(),
+        _ => {
+            return Err(LuksError::Unsupported(
+                "reencryption of a device whose data is not one crypt segment".into(),
+            ))
+        }
+    };
+    if seg0.integrity_type().is_some() {
+        return Err(LuksError::Invalid(
+            "Reencryption of device with integrity profile is not supported.".into(),
+        ));
+    }
+    Ok(seg0)
+}
+
+/// `data_size` bytes of a device whose data starts at `offset`: some, and whole sectors of
+/// `sector` bytes.
+fn check_aligned(data_size: u64, offset: u64, sector: u32) -> Result<(), LuksError> {
+    let data = data_size.saturating_sub(offset);
+    if data == 0 || !data.is_multiple_of(u64::from(sector)) {
+        return Err(LuksError::Invalid(format!(
+            "Data device is not aligned to encryption sector size ({sector} bytes)."
+        )));
+    }
+    Ok(())
+}
+
+/// Put a plaintext device into encryption (`reencrypt --encrypt` with a detached header):
+/// `h` is the header just formatted for it on `dev` (its segment 0 the crypt segment the data
+/// will have, keyslot(s) bound to the key `key`). In one header write, its data becomes one
+/// linear segment (the plaintext as it is), backed by a linear `backup-previous` and the
+/// crypt `backup-final`, with the reencrypt keyslot (mode `encrypt`, forward) and its digest
+/// over the new key only. Returns the reencrypt keyslot.
+pub fn init_encrypt(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    data_size: u64,
+    key: &[u8],
+    p: &InitParams,
+) -> Result<u32, LuksError> {
+    let seg0 = only_segment(dev, h)?;
+    check_aligned(data_size, seg0.offset, seg0.sector_size)?;
+    let digest_new = h
+        .metadata
+        .segment_digest(0)
+        .map(|(i, _)| i)
+        .ok_or_else(|| LuksError::Invalid("no digest for segment 0".into()))?;
+    let mut next = h.clone();
+    let m = &mut next.metadata;
+    m.segments.clear();
+    m.segments.insert(0, linear(seg0.offset, None, &[]));
+    m.segments
+        .insert(1, linear(seg0.offset, None, &["backup-previous"]));
+    m.segments.insert(2, flagged(&seg0, "backup-final"));
+    for d in m.digests.values_mut() {
+        d.segments.clear();
+    }
+    if let Some(d) = m.digests.get_mut(&digest_new) {
+        d.segments.push(2);
+    }
+    let keys = verify::KeysByDigest::from([(digest_new, key)]);
+    let sectors = (512, seg0.sector_size);
+    seal(
+        dev,
+        h,
+        next,
+        Mode::Encrypt,
+        Direction::Forward,
+        &keys,
+        sectors,
+        p,
+    )
+}
+
+/// Put a LUKS2 device whose header is detached (data at offset 0) into decryption
+/// (`reencrypt --decrypt`): the key `pass` unlocks (keyslot `slot` when given) stays the only
+/// one; in one header write a crypt `backup-previous` (the segment as it is) and a linear
+/// `backup-final` are added with the reencrypt keyslot (mode `decrypt`, backward, as
+/// cryptsetup walks a decryption without data shift) and its digest over the old key.
+/// Returns the reencrypt keyslot.
+pub fn init_decrypt(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    data_size: u64,
+    pass: &[u8],
+    slot: Option<u32>,
+    p: &InitParams,
+) -> Result<u32, LuksError> {
+    let seg0 = only_segment(dev, h)?;
+    check_aligned(data_size, seg0.offset, seg0.sector_size)?;
+    let (_, key) = keyslot::unlock(dev, h, pass, slot, keyslot::Segment::Default)?;
+    let digest_old = h
+        .metadata
+        .segment_digest(0)
+        .map(|(i, _)| i)
+        .ok_or_else(|| LuksError::Invalid("no digest for segment 0".into()))?;
+    if MAX_KEYSLOTS as usize <= h.metadata.keyslots.len() {
+        return Err(LuksError::Invalid("All key slots full.".into()));
+    }
+    let mut next = h.clone();
+    let m = &mut next.metadata;
+    let first = m.segments.len() as u32;
+    m.segments.insert(first, flagged(&seg0, "backup-previous"));
+    m.segments
+        .insert(first + 1, linear(seg0.offset, None, &["backup-final"]));
+    if let Some(d) = m.digests.get_mut(&digest_old) {
+        d.segments.push(first);
+    }
+    let keys = verify::KeysByDigest::from([(digest_old, &key[..])]);
+    let sectors = (seg0.sector_size, 512);
+    seal(
+        dev,
+        h,
+        next,
+        Mode::Decrypt,
+        Direction::Backward,
+        &keys,
+        sectors,
+        p,
+    )
 }

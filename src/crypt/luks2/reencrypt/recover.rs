@@ -27,15 +27,15 @@ pub struct Devices<'a> {
     pub data_offset: u64,
     /// Bytes of data.
     pub device_size: u64,
-    /// The old key.
-    pub old: &'a Keyed,
-    /// The new key.
-    pub new: &'a Keyed,
+    /// The old key (`None`: plaintext).
+    pub old: Option<&'a Keyed>,
+    /// The new key (`None`: plaintext).
+    pub new: Option<&'a Keyed>,
 }
 
 /// Recover the hotzone `seg` (the segment flagged `in-reencryption`) on the data device,
-/// flush it, and give where the data now ends being new (the hotzone's end).
-pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<u64, LuksError> {
+/// flush it, and give the hotzone (offset in the data, length), now new.
+pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<(u64, u64), LuksError> {
     let bad = |what: &str| LuksError::Invalid(format!("reencryption metadata: {what}"));
     let offset = seg
         .offset
@@ -70,8 +70,7 @@ pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<u64, LuksError> {
                 }
                 let b = &mut buf[i * block..(i + 1) * block];
                 let o = offset + (i * block) as u64;
-                run.old.run(b, o, true);
-                run.new.run(b, o, false);
+                super::parallel::rekey_piece(b, o, run.old, run.new);
                 run.data_dev.write_at(b, at + (i * block) as u64)?;
             }
             buf.zeroize();
@@ -82,7 +81,7 @@ pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<u64, LuksError> {
             }
             let mut buf = vec![0u8; length as usize];
             run.hdr_dev.read_at(&mut buf, area)?;
-            super::parallel::rekey(&mut buf, offset, Some(run.old), Some(run.new));
+            super::parallel::rekey(&mut buf, offset, run.old, run.new);
             let written = run.data_dev.write_at(&buf, at);
             buf.zeroize();
             written?;
@@ -100,5 +99,5 @@ pub fn hotzone(run: &Devices<'_>, seg: &Segment) -> Result<u64, LuksError> {
         }
     }
     run.data_dev.flush()?;
-    Ok(offset + length)
+    Ok((offset, length))
 }

@@ -1,0 +1,125 @@
+//! `reencrypt --encrypt` with a detached header: a plaintext device gets a new LUKS2 header
+//! file that says "in encryption, nothing encrypted yet"; the run then encrypts the data in
+//! place ([`super::LuksVolume::reencrypt_run`]). cryptsetup formats the header, then rewrites
+//! it for the reencryption, so a crash between the two leaves a header that claims
+//! ciphertext over plaintext. Here the header is made in memory and written once: the
+//! keyslots area first, the two header copies last.
+
+use super::{LuksError, LuksVolume};
+use crate::block::{BlockDevice, Claim, MemoryDevice};
+use crate::crypt::luks2::header::MAGIC_PRIMARY;
+use crate::crypt::luks2::reencrypt::{self, InitParams};
+use crate::crypt::luks2::{self as luks2, FormatParams};
+use std::path::Path;
+
+/// Whether `dev` starts with a LUKS header (cryptsetup's `check_luks_device`).
+fn is_luks(dev: &dyn BlockDevice) -> bool {
+    let mut magic = [0u8; 6];
+    dev.size() >= 6 && dev.read_at(&mut magic, 0).is_ok() && &magic == MAGIC_PRIMARY
+}
+
+/// Put the plaintext `device` into encryption with a new header in the file `header`
+/// (created owner-only; an existing one must not hold a LUKS header): keyslot 0 for `pass`
+/// under a new volume key of `format`'s cipher, and the reencryption metadata of mode
+/// `encrypt`. Nothing of the data is written.
+pub fn encrypt_init(
+    device: &Path,
+    header: &Path,
+    format: &FormatParams,
+    pass: &[u8],
+    params: &InitParams,
+) -> Result<(), LuksError> {
+    let data = crate::block::open_backing(device, false, false)?;
+    let _claim = Claim::take(data.file(), device, 0, 0, true)?;
+    let already = |p: &Path| {
+        LuksError::Invalid(format!(
+            "Device {} is already LUKS device. Aborting operation.",
+            p.display()
+        ))
+    };
+    if is_luks(&data) {
+        return Err(already(device));
+    }
+    if header.exists() {
+        let h = crate::block::open_backing(header, true, false)?;
+        if is_luks(&h) {
+            return Err(already(header));
+        }
+    }
+    let mut p = format.clone();
+    p.detached = true;
+    p.data_offset = Some(0);
+    let (keyslots_size, _) = luks2::format::layout(&p)?;
+    let need = 2 * p.metadata_size + keyslots_size;
+    let mem = MemoryDevice::new("header", need as usize);
+    let data_size = data.size();
+    let prepared = luks2::format::prepare(&mem, data_size, &p)?;
+    let (mut h, key) = luks2::format::write(&mem, prepared, &p, pass)?;
+    let mut ip = params.clone();
+    ip.io_block = super::reencrypt::io_block(&data);
+    reencrypt::init_encrypt(&mem, &mut h, data_size, &key, &ip)?;
+    drop(key);
+    write_header_file(header, &mem.contents(), 2 * p.metadata_size)
+}
+
+/// Write `image` (a whole header: copies and keyslots area) to the file `path`, the part
+/// from `copies` on first and flushed, then the header copies.
+fn write_header_file(path: &Path, image: &[u8], copies: u64) -> Result<(), LuksError> {
+    let io = |e: std::io::Error| LuksError::Invalid(format!("{}: {e}", path.display()));
+    let f = match super::files::create_new(path, super::files::HEADER_MODE) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map_err(io)?,
+        Err(e) => return Err(io(e)),
+    };
+    let _claim = Claim::take(&f, path, 0, 0, true)?;
+    let meta = f.metadata().map_err(io)?;
+    if meta.is_file() && meta.len() < image.len() as u64 {
+        f.set_len(image.len() as u64).map_err(io)?;
+    }
+    let dev = crate::block::open_device(path, false, false)?;
+    let copies = copies as usize;
+    dev.write_at(&image[copies..], copies as u64)?;
+    dev.flush()?;
+    dev.write_at(&image[..copies], 0)?;
+    dev.flush()?;
+    Ok(())
+}
+
+impl LuksVolume {
+    /// Put this volume, whose header is detached and whose data starts at 0, into
+    /// decryption (`reencrypt --decrypt --init-only`) with `pass` (keyslot `slot` when
+    /// given). Returns the reencrypt keyslot. cryptsetup 2.6 decrypts in place only with
+    /// such a header; its refusal otherwise is kept.
+    pub fn reencrypt_init_decrypt(
+        &mut self,
+        pass: &[u8],
+        slot: Option<u32>,
+        params: &InitParams,
+    ) -> Result<u32, LuksError> {
+        let refuse = || {
+            LuksError::Unsupported(
+                "LUKS2 decryption is supported with detached header device only (with data offset set to 0).".into(),
+            )
+        };
+        let super::Header::V2(h) = &self.header else {
+            return Err(LuksError::Unsupported(
+                "reencryption of a LUKS1 device (convert it to LUKS2 first)".into(),
+            ));
+        };
+        if self.header_path.is_none() || h.metadata.segments.get(&0).is_none_or(|s| s.offset > 0) {
+            return Err(refuse());
+        }
+        let data = crate::block::open_backing(&self.device, false, false)?;
+        let _claim = Claim::take(data.file(), &self.device, 0, 0, true)?;
+        let mut ip = params.clone();
+        ip.io_block = super::reencrypt::io_block(&data);
+        let super::Header::V2(h) = &mut self.header else {
+            unreachable!("checked above")
+        };
+        reencrypt::init_decrypt(&self.dev, h, data.size(), pass, slot, &ip)
+    }
+}
