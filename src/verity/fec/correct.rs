@@ -47,7 +47,8 @@ impl<'a> Corrector<'a> {
         &self.geometry
     }
 
-    /// The round of covered block `block` and its position among the round's blocks.
+    /// The round of covered block `block` and its position among the round's blocks (`block`
+    /// below [`FecGeometry::blocks`]).
     pub fn place(&self, block: u64) -> (u64, usize) {
         (
             block % self.geometry.rounds,
@@ -110,7 +111,9 @@ impl<'a> Corrector<'a> {
             }
         }
         let mut parity = vec![0u8; bs * self.rs.roots()];
-        let at = self.fec_offset + round * parity.len() as u64;
+        // The offset comes from the command line: past the end of the address space the read
+        // fails as out of range instead of wrapping.
+        let at = (round.saturating_mul(parity.len() as u64)).saturating_add(self.fec_offset);
         self.fec.read_at(&mut parity, at)?;
         Ok(Round { blocks, parity })
     }
@@ -119,6 +122,10 @@ impl<'a> Corrector<'a> {
     /// indexes, the target among them or not) as erasures. `None` when a codeword is beyond
     /// repair. The second value counts the symbols corrected in the round's codewords.
     pub fn correct(&self, block: u64, bad: &[u64]) -> Result<Option<(Vec<u8>, usize)>, FecError> {
+        // A block FEC does not cover has no round (with none covered, no rounds at all).
+        if block >= self.geometry.blocks {
+            return Ok(None);
+        }
         let (round, target) = self.place(block);
         let r = self.read_round(round)?;
         let bs = self.geometry.block_size as usize;

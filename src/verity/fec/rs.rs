@@ -126,13 +126,27 @@ impl Rs {
     /// place, as the kernel's `decode_rs8` does: `erasures` are positions known to be bad
     /// (blocks whose hash failed), which lets 2·errors + erasures ≤ roots be corrected.
     /// Returns the number of symbols corrected, or `None` when the word is beyond repair (it
-    /// is then left unchanged).
+    /// is then left unchanged). A position named twice is one erasure; a position outside the
+    /// word, or more erasures than roots, make the word beyond repair.
     pub fn decode(&self, word: &mut [u8], erasures: &[usize]) -> Option<usize> {
         let (exp, log) = (&self.field.exp, &self.field.log);
         let nroots = self.roots;
         let ex = |i: usize| usize::from(exp[i]);
         let lg = |v: usize| usize::from(log[v]);
-        if word.len() != NN || erasures.len() > nroots || erasures.iter().any(|&p| p >= NN) {
+        if word.len() != NN || erasures.iter().any(|&p| p >= NN) {
+            return None;
+        }
+        // A repeated position would put a double root in the erasure locator, which the
+        // Chien search counts once: the word would be refused although it is correctable.
+        let erasures: std::borrow::Cow<'_, [usize]> = if erasures.windows(2).all(|w| w[0] < w[1]) {
+            erasures.into()
+        } else {
+            let mut e = erasures.to_vec();
+            e.sort_unstable();
+            e.dedup();
+            e.into()
+        };
+        if erasures.len() > nroots {
             return None;
         }
         // Syndromes: the word evaluated at the roots α^i of the generator.
@@ -280,8 +294,25 @@ impl Rs {
                 fixed[loc] ^= exp[modnn(lg(num1) + lg(num2) + NN - lg(den))];
             }
         }
+        // Past the bound, the locator can have all its roots and still yield a word that is
+        // not a codeword (Karn's decoder, as the kernel's, does not check): such a word is
+        // beyond repair, not corrected.
+        if !self.is_codeword(&fixed) {
+            return None;
+        }
         word.copy_from_slice(&fixed);
         Some(roots.len())
+    }
+
+    /// Whether the 255 bytes of `word` are a codeword: zero at every root α^i of the
+    /// generator.
+    pub fn is_codeword(&self, word: &[u8]) -> bool {
+        let f = &self.field;
+        word.len() == NN
+            && (0..self.roots).all(|i| {
+                let x = f.exp[i];
+                word.iter().fold(0u8, |acc, &c| f.mul(acc, x) ^ c) == 0
+            })
     }
 
     /// The generator polynomial's coefficients, lowest degree first (for tests).
