@@ -61,6 +61,38 @@ enum BenchCommand {
     /// Offline LUKS2 re-keying: `cryptsetup reencrypt --force-offline-reencrypt` against
     /// `dmkit luks reencrypt` per resilience mode, in RAM and on disk, beside the AES-XTS bound.
     Reencrypt(ReencryptBenchArgs),
+    /// dm-verity FEC: reads of an image with scattered corrupted blocks against the clean
+    /// image through `dmkit verity open --fec-device`, and the time of `verity repair`.
+    Fec(FecBenchArgs),
+}
+
+/// Arguments of `dmkit bench fec`.
+#[derive(clap::Args)]
+struct FecBenchArgs {
+    /// Size of the random data file [default: 1G, --quick: 64M].
+    #[arg(long)]
+    size: Option<String>,
+    /// Parity bytes per codeword (2 to 24).
+    #[arg(long, default_value_t = crate::verity::fec::DEFAULT_ROOTS)]
+    fec_roots: u8,
+    /// Corrupted data blocks, scattered within the bound [default: 1000, --quick: 64].
+    #[arg(long)]
+    damaged: Option<u64>,
+    /// Runs per side and of the repair [default: 3, --quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Seconds per fio run [default: 4, --quick: 1.5].
+    #[arg(long)]
+    runtime: Option<f64>,
+    /// Directory for the scratch files (a temporary directory is made inside).
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Small and fast: 64M with 64 damaged blocks, 1 run, 1.5 s per fio run.
+    #[arg(long)]
+    quick: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `dmkit bench reencrypt`.
@@ -272,6 +304,12 @@ struct FormatArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// Verity+FEC rows: `--fec-roots` of each (2 to 24), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    fec_roots: Vec<u8>,
+    /// No verity+FEC rows.
+    #[arg(long, conflicts_with = "fec_roots")]
+    no_fec: bool,
 }
 
 fn cli_error(e: BenchError) -> CliError {
@@ -306,6 +344,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Nbd(a)) => run_nbd(a),
         Some(BenchCommand::Export(a)) => run_export(a),
         Some(BenchCommand::Reencrypt(a)) => run_reencrypt(a),
+        Some(BenchCommand::Fec(a)) => run_fec(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -336,6 +375,7 @@ fn run_format(a: FormatArgs) -> CliResult {
         size: bench::parse_size(&a.size).map_err(cli_error)?,
         runs: a.runs,
         dir: a.dir,
+        fec_roots: if a.no_fec { Vec::new() } else { a.fec_roots },
         ..FormatOptions::default()
     };
     let interrupt = Interrupt::install();
@@ -476,6 +516,30 @@ fn run_reencrypt(a: ReencryptBenchArgs) -> CliResult {
     };
     let interrupt = Interrupt::install();
     let r = reencrypt::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r)
+}
+
+fn run_fec(a: FecBenchArgs) -> CliResult {
+    use crate::bench::scenarios::fec::{self, FecBenchOptions};
+    use std::io::IsTerminal;
+    let mut o = FecBenchOptions::defaults(a.quick);
+    if let Some(s) = &a.size {
+        o.size = bench::parse_size(s).map_err(cli_error)?;
+    }
+    if let Some(d) = a.damaged {
+        o.damaged = d;
+    }
+    if let Some(r) = a.runs {
+        o.runs = r;
+    }
+    if let Some(ms) = runtime_ms(a.runtime, "bench fec")? {
+        o.runtime_ms = ms;
+    }
+    o.roots = a.fec_roots;
+    o.dir = a.dir;
+    o.progress = std::io::stderr().is_terminal();
+    let interrupt = Interrupt::install();
+    let r = fec::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r)
 }
 
