@@ -23,6 +23,17 @@ scripts/deps.sh
 step "cargo fmt --check"
 cargo fmt --all --check
 
+# The fuzz targets (nightly, sanitizers: minutes of CPU) build in the background at the lowest
+# priority, on the cycles the lints and tests leave idle; the smoke at the end waits for them.
+prepare_log=$(mktemp)
+if [ "$fuzz_seconds" != 0 ]; then
+    step "in the background: scripts/fuzz-prepare.sh (nightly, cargo-fuzz, the fuzz targets' build)"
+    nice -n 19 scripts/fuzz-prepare.sh >"$prepare_log" 2>&1 &
+    prepare_pid=$!
+    # A step failing before the smoke ends the run: take the build down with it.
+    trap 'kill "$prepare_pid" 2>/dev/null || true' EXIT
+fi
+
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 
@@ -38,8 +49,35 @@ fi
 step "cargo doc (broken or private links in the docs are errors)"
 RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --quiet
 
-step "cargo test --release --no-fail-fast"
-cargo test --release --no-fail-fast
+step "cargo test --release --no-run (build every test binary once)"
+cargo test --release --no-run
+
+# Two lanes at once: the QEMU guests (one core each, mostly waiting on the emulated kernel) and
+# cryptsetup's own suite beside everything else; run one after the other they were two thirds of
+# CI's time. cargo takes its build lock only while it builds, so both lanes run their binaries
+# concurrently. The guests' lane logs to a file, shown whole when both lanes have ended.
+mapfile -t slow < <(cd tests && ls kernel*.rs cryptsetup_suite.rs | sed 's/\.rs$//')
+mapfile -t rest < <(cd tests && ls *.rs | sed 's/\.rs$//' | grep -vxF -f <(printf '%s\n' "${slow[@]}"))
+lane_args() { for t in "$@"; do printf -- '--test\n%s\n' "$t"; done; }
+mapfile -t slow_args < <(lane_args "${slow[@]}")
+mapfile -t rest_args < <(lane_args "${rest[@]}")
+lanes=$(mktemp -d)
+step "cargo test --release --no-fail-fast, two lanes: [${slow[*]}] (log shown when it ends) beside [lib, bins, ${#rest[@]} test files, doc tests]"
+(cargo test --release --no-fail-fast "${slow_args[@]}" >"$lanes/slow.log" 2>&1; echo $? >"$lanes/slow.rc") &
+slow_pid=$!
+rest_rc=0
+cargo test --release --no-fail-fast --lib --bins "${rest_args[@]}" || rest_rc=$?
+# cargo takes --doc only alone.
+cargo test --release --doc || rest_rc=$?
+wait "$slow_pid" || true
+slow_rc=$(cat "$lanes/slow.rc")
+echo "---- lane: ${slow[*]} (exit $slow_rc, $(date +%T))"
+cat "$lanes/slow.log"
+rm -rf "$lanes"
+if [ "$rest_rc" != 0 ] || [ "$slow_rc" != 0 ]; then
+    echo "cargo test failed (lanes above: exit $rest_rc and $slow_rc)" >&2
+    exit 1
+fi
 
 step "the FUSE tests through FUSE over io_uring: scripts/test-fuse-uring.sh"
 scripts/test-fuse-uring.sh
@@ -49,26 +87,14 @@ if [ "$fuzz_seconds" = 0 ]; then
     exit 0
 fi
 
-have_fuzz() {
-    cargo +nightly --version >/dev/null 2>&1 && cargo +nightly fuzz --version >/dev/null 2>&1
-}
-
-if ! have_fuzz; then
-    step "installing nightly and cargo-fuzz"
-    if ! cargo +nightly --version >/dev/null 2>&1; then
-        rustup toolchain install nightly --profile minimal
-    fi
-    if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
-        cargo install cargo-fuzz --locked
-    fi
-fi
-
-if have_fuzz; then
-    step "fuzz smoke: ${fuzz_seconds}s per target"
-    scripts/fuzz-smoke.sh "$fuzz_seconds"
-else
-    echo "fuzz smoke: nightly or cargo-fuzz could not be installed" >&2
+step "fuzz smoke: ${fuzz_seconds}s per target (waiting for scripts/fuzz-prepare.sh)"
+prepare_rc=0
+wait "$prepare_pid" || prepare_rc=$?
+cat "$prepare_log"
+if [ "$prepare_rc" != 0 ]; then
+    echo "fuzz smoke: scripts/fuzz-prepare.sh failed (exit $prepare_rc): nightly, cargo-fuzz or a target build (log above)" >&2
     exit 1
 fi
+scripts/fuzz-smoke.sh "$fuzz_seconds"
 
 step "all tests passed"

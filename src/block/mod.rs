@@ -6,6 +6,7 @@
 //! serve many requests at once and each layer does its work inline on the serving thread.
 
 pub mod activated;
+pub mod aligned;
 mod claim;
 mod faulty;
 mod file;

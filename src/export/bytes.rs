@@ -5,7 +5,7 @@
 //! its read-modify-write lock covers them all (an NBD write and a FUSE write to the same block
 //! never lose each other), and so that their error logs share one cap.
 
-use super::buf::AlignedBuf;
+use crate::block::aligned::AlignedBuf;
 use crate::block::{BlockDevice, BlockError, Result};
 use crate::logcap::LogCap;
 use std::sync::{Arc, RwLock};

@@ -3,7 +3,6 @@
 //! daemon lifecycle behind `open`, `close` and `status`. The exporters of one device share its
 //! byte-granular access (`bytes`).
 
-mod buf;
 mod bytes;
 pub mod daemon;
 pub mod fuse;

@@ -21,6 +21,7 @@ use super::superblock::{
     Superblock, SALT_SIZE, SB_FLAG_FIXED_HMAC, SB_FLAG_FIXED_PADDING, SB_SECTORS,
 };
 use super::tags::{hashing_threads, TagAlgorithm, TagHasher};
+use crate::block::aligned::AlignedBuf;
 use crate::block::BlockDevice;
 use zeroize::Zeroizing;
 
@@ -253,35 +254,30 @@ pub fn plan(p: &FormatParams, device_bytes: u64) -> Result<FormatPlan> {
     })
 }
 
-/// A heap buffer with a 4 KiB-aligned window (for `O_DIRECT`), zero but for the `dirty`
-/// ranges: a chunk is mostly zeros, and clearing only what the last fill wrote saves a
-/// memset of the whole device.
-struct AlignedBuf {
-    raw: Vec<u8>,
-    off: usize,
-    len: usize,
+/// A 4 KiB-aligned chunk buffer (for `O_DIRECT`), zero but for the `dirty` ranges: a chunk is
+/// mostly zeros, and clearing only what the last fill wrote saves a memset of the whole device.
+struct ChunkBuf {
+    buf: AlignedBuf,
     dirty: Vec<(usize, usize)>,
 }
 
-impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        let raw = vec![0u8; len + ALIGN];
-        let off = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
-        AlignedBuf {
-            raw,
-            off,
-            len,
+impl ChunkBuf {
+    fn new(len: usize) -> ChunkBuf {
+        ChunkBuf {
+            buf: AlignedBuf::new(len),
             dirty: Vec::new(),
         }
     }
     fn slice(&mut self, len: usize) -> &mut [u8] {
-        &mut self.raw[self.off..self.off + len.min(self.len)]
+        let len = len.min(self.buf.len());
+        self.buf.get(len)
     }
     /// Zero what the last fill wrote; the whole window is zero afterwards.
     fn clear(&mut self) {
-        let (off, len) = (self.off, self.len);
+        let all = self.buf.all();
+        let len = all.len();
         for (a, b) in std::mem::take(&mut self.dirty) {
-            self.raw[off + a.min(len)..off + b.min(len)].fill(0);
+            all[a.min(len)..b.min(len)].fill(0);
         }
     }
 }
@@ -331,7 +327,7 @@ fn fill_chunk(
     journal: &[u8],
     zeros: &[u8],
     start: u64,
-    chunk: &mut AlignedBuf,
+    chunk: &mut ChunkBuf,
     len: usize,
     threads: usize,
 ) {
@@ -471,17 +467,17 @@ pub fn write(
     let journal = empty_journal(&plan.geometry);
     let zeros = vec![0u8; ZERO_BUF];
     let threads = hashing_threads();
-    let mut spare: Vec<AlignedBuf> = Vec::new();
+    let mut spare: Vec<ChunkBuf> = Vec::new();
     std::thread::scope(|s| -> Result<()> {
         // Up to IN_FLIGHT chunk writes at once (each on its own scoped thread), while the
         // next chunk is filled: a deeper queue keeps the device busy.
         let mut pending: std::collections::VecDeque<
-            std::thread::ScopedJoinHandle<'_, Result<(AlignedBuf, u64)>>,
+            std::thread::ScopedJoinHandle<'_, Result<(ChunkBuf, u64)>>,
         > = std::collections::VecDeque::new();
         let mut offset = 0u64;
         while offset < stream {
             let len = (stream - offset).min(CHUNK_BYTES as u64) as usize;
-            let mut buf = spare.pop().unwrap_or_else(|| AlignedBuf::new(CHUNK_BYTES));
+            let mut buf = spare.pop().unwrap_or_else(|| ChunkBuf::new(CHUNK_BYTES));
             fill_chunk(plan, &journal, &zeros, offset, &mut buf, len, threads);
             if pending.len() >= IN_FLIGHT {
                 if let Some(h) = pending.pop_front() {
@@ -517,7 +513,7 @@ pub fn write(
         let zeroed = d.write_zeroes(0, zero_bytes).is_ok();
         let zero_bytes = if zeroed { 0 } else { zero_bytes };
         let mut zero = AlignedBuf::new(CHUNK_BYTES);
-        let zero = &*zero.slice(CHUNK_BYTES);
+        let zero = &*zero.all();
         std::thread::scope(|s| -> Result<()> {
             let mut pending = std::collections::VecDeque::new();
             let mut offset = 0u64;
@@ -546,7 +542,7 @@ pub fn write(
     }
     dev.flush()?;
     let mut sb_area = AlignedBuf::new((SB_SECTORS * 512) as usize);
-    let area = sb_area.slice((SB_SECTORS * 512) as usize);
+    let area = sb_area.all();
     area[..512].copy_from_slice(&plan.superblock.encode());
     dev.write_at(area, 0)?;
     dev.flush()?;

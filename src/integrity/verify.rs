@@ -15,6 +15,7 @@ use super::journal_layout::{
 };
 use super::superblock::{Superblock, SB_FLAG_DIRTY_BITMAP, SB_FLAG_RECALCULATING};
 use super::tags::TagHasher;
+use crate::block::aligned::AlignedBuf;
 use crate::block::BlockDevice;
 use std::collections::BTreeSet;
 
@@ -67,23 +68,6 @@ impl VerifyReport {
     /// garbage commit id the kernel fails the device on open).
     pub fn clean(&self) -> bool {
         self.bad_sectors.is_empty() && !matches!(self.journal, JournalState::Unreadable { .. })
-    }
-}
-
-/// A heap buffer with a 4 KiB-aligned window (for `O_DIRECT`).
-struct AlignedBuf {
-    raw: Vec<u8>,
-    off: usize,
-}
-
-impl AlignedBuf {
-    fn new(len: usize) -> AlignedBuf {
-        let raw = vec![0u8; len + 4096];
-        let off = raw.as_ptr().align_offset(4096).min(4096);
-        AlignedBuf { raw, off }
-    }
-    fn slice(&mut self, len: usize) -> &mut [u8] {
-        &mut self.raw[self.off..self.off + len]
     }
 }
 
@@ -152,10 +136,7 @@ fn load(
             let start = a0.metadata_start * 512;
             let end = (last.data_start + last.data_sectors) * 512;
             let len = (end - start) as usize;
-            if buf.raw.len() < len + 4096 {
-                buf = AlignedBuf::new(len);
-            }
-            dev.read_at(buf.slice(len), start)?;
+            dev.read_at(buf.get(len), start)?;
             for a in first..first + count {
                 let area = g.area(a);
                 let n = area.data_sectors / spb;
@@ -178,16 +159,10 @@ fn load(
             let r1 = t1.div_ceil(4096) * 4096;
             let r1 = r1.min(meta.size());
             let tlen = (r1 - r0) as usize;
-            if tags_buf.raw.len() < tlen + 4096 {
-                tags_buf = AlignedBuf::new(tlen);
-            }
-            meta.read_at(tags_buf.slice(tlen), r0)?;
+            meta.read_at(tags_buf.get(tlen), r0)?;
             let d0 = (area.data_start + k0 * spb) * 512;
             let dlen = (n * bs) as usize;
-            if buf.raw.len() < dlen + 4096 {
-                buf = AlignedBuf::new(dlen);
-            }
-            dev.read_at(buf.slice(dlen), d0)?;
+            dev.read_at(buf.get(dlen), d0)?;
             parts.push((area, k0, n, (t0 - r0) as usize, 0, true));
         }
     }
@@ -203,8 +178,8 @@ fn check(g: &Geometry, h: &TagHasher, l: &Loaded, threads: usize, bad: &mut Vec<
     let ts = g.tag_size() as usize;
     let bs = g.sector_size() as usize;
     let spb = u64::from(g.sectors_per_block());
-    let raw = &l.buf.raw[l.buf.off..];
-    let traw = &l.tags_buf.raw[l.tags_buf.off..];
+    let raw = l.buf.as_slice();
+    let traw = l.tags_buf.as_slice();
     // Every block of the piece as (logical sector, data, stored tag), split over threads by
     // contiguous ranges of the parts' blocks.
     let total: u64 = l.parts.iter().map(|p| p.2).sum();

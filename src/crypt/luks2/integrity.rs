@@ -13,6 +13,7 @@
 //!   with `--integrity-no-journal`), then [`AeadCryptDevice`].
 
 use super::activate::{ActivateOptions, DataSegment};
+use crate::block::aligned::AlignedBuf;
 use crate::block::{BlockDevice, BlockError, TaggedBlockDevice, Window};
 use crate::crypt::cipher::{AeadKind, SectorAead};
 use crate::crypt::luks::LuksError;
@@ -187,24 +188,6 @@ impl Writer<'_> {
 /// Alignment of direct I/O.
 const ALIGN: usize = 4096;
 
-/// A zeroed buffer of `len` bytes whose start is `ALIGN`-aligned.
-struct Aligned {
-    raw: Vec<u8>,
-    off: usize,
-    len: usize,
-}
-
-impl Aligned {
-    fn new(len: usize) -> Aligned {
-        let raw = vec![0u8; len + ALIGN];
-        let off = raw.as_ptr().align_offset(ALIGN).min(ALIGN);
-        Aligned { raw, off, len }
-    }
-    fn get(&mut self) -> &mut [u8] {
-        &mut self.raw[self.off..self.off + self.len]
-    }
-}
-
 /// Data bytes sealed per thread per step.
 const WIPE_STEP: usize = 4 << 20;
 
@@ -222,16 +205,16 @@ fn wipe_sealed(
     let bs = g.sector_size() as usize;
     let total = g.provided_data_sectors() * 512;
     let mut done = 0u64;
-    let mut bufs: Vec<Aligned> = (0..threads).map(|_| Aligned::new(WIPE_STEP)).collect();
-    let mut tag_buf = Aligned::new(0);
+    let mut bufs: Vec<AlignedBuf> = (0..threads).map(|_| AlignedBuf::new(WIPE_STEP)).collect();
+    let mut tag_buf = AlignedBuf::new(0);
     for area in g.area_iter() {
         let bytes = (area.data_sectors * 512) as usize;
         let blocks = bytes / bs;
         let run = (area.metadata_sectors * 512) as usize;
-        if tag_buf.len != run {
-            tag_buf = Aligned::new(run);
+        if tag_buf.len() != run {
+            tag_buf = AlignedBuf::new(run);
         }
-        let tags = tag_buf.get();
+        let tags = tag_buf.all();
         let per = blocks.div_ceil(threads).max(1);
         let results: Vec<Result<(), BlockError>> = std::thread::scope(|s| {
             let handles: Vec<_> = tags[..blocks * ts]
@@ -245,7 +228,7 @@ fn wipe_sealed(
                         let mut k = 0;
                         while k < n {
                             let m = (n - k).min(WIPE_STEP / bs);
-                            let data = &mut buf.get()[..m * bs];
+                            let data = &mut buf.all()[..m * bs];
                             data.fill(0);
                             let block = (first + k) as u64;
                             let sector = area.first_logical + block * (bs as u64 / 512);

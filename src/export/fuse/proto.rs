@@ -25,7 +25,7 @@ pub(super) const OUT_HEADER: usize = 16;
 pub(super) const WRITE_IN: usize = 40;
 /// Head of a request read separately so that a WRITE payload starts on a page boundary.
 pub(super) const HEAD: usize = IN_HEADER + WRITE_IN;
-pub(super) use crate::export::buf::PAGE;
+pub(super) use crate::block::aligned::PAGE;
 /// Non-WRITE requests we parse are all under this size.
 pub(super) const MAX_ARGS: usize = 512;
 
@@ -81,7 +81,7 @@ pub(super) const FATTR_SIZE: u32 = 1 << 3;
 /// `FUSE_DEV_IOC_CLONE` = `_IOR(229, 0, uint32_t)`.
 pub(super) const FUSE_DEV_IOC_CLONE: u64 = 0x8004_e500;
 
-pub(super) use crate::export::buf::AlignedBuf;
+pub(super) use crate::block::aligned::AlignedBuf;
 
 /// Builds small reply payloads (native byte order: `_ne` writes).
 pub(super) type Out = crate::codec::Writer;

@@ -16,6 +16,7 @@ use super::parallel::{self, Keyed};
 use super::state::{Mode, ReencryptState, Resilience};
 use super::verify::KeysByDigest;
 use super::{area, recover, verify};
+use crate::block::aligned::AlignedBuf;
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::luks::{LuksError, VolumeKey};
@@ -166,6 +167,8 @@ pub struct Run<'a> {
     hooks: Option<&'a dyn Hotzones>,
     /// The journal area mapped in memory, when the header device is a file in RAM.
     journal: Option<super::mapped::Mapped>,
+    /// The data read and written past the page cache, offline on a disk (`direct`).
+    direct: Option<super::direct::DirectIo>,
 }
 
 impl<'a> Run<'a> {
@@ -219,6 +222,7 @@ impl<'a> Run<'a> {
             window: None,
             hooks: None,
             journal: None,
+            direct: None,
         })
     }
 
@@ -344,7 +348,15 @@ impl<'a> Run<'a> {
         )?;
         // Re-keyed in place, piece by piece: between hotzones the buffer holds ciphertext only,
         // so it needs no wiping (a 1 GiB wipe would cost as much as a hotzone's crypto).
-        let mut buf = vec![0u8; max.min(size - offset) as usize];
+        // Page-aligned, so a disk's hotzones can go past the page cache.
+        let mut buf = AlignedBuf::new(max.min(size - offset) as usize);
+        if self.hooks.is_none() {
+            self.direct = super::direct::DirectIo::new(
+                self.data_dev,
+                self.data_offset,
+                self.ends.device_size,
+            );
+        }
         let mut outcome = RunOutcome::Finished;
         let result = (|| {
             while offset < size {
@@ -356,7 +368,7 @@ impl<'a> Run<'a> {
                 if let Some(h) = self.hooks {
                     h.enter(offset, length);
                 }
-                self.step(&mut buf[..length as usize], offset)?;
+                self.step(&mut buf.all()[..length as usize], offset)?;
                 offset += length;
                 if let Some(h) = self.hooks {
                     h.leave(offset);
@@ -407,6 +419,14 @@ impl<'a> Run<'a> {
             Resilience::Checksum { sector_size, .. } => *sector_size as usize,
             _ => parallel::unit(Some(&self.old), Some(&self.new)),
         };
+        // Direct requests need 4096-byte boundaries; 4096 is a multiple of every sector and
+        // checksum block size.
+        let direct = self.direct.as_ref().filter(|_| !mapped);
+        let unit = if direct.is_some() {
+            unit.max(4096)
+        } else {
+            unit
+        };
         if *res == Resilience::Journal && self.journal.is_none() {
             self.journal = super::mapped::Mapped::new(hdr_dev, area, self.st.area().1);
         }
@@ -423,7 +443,10 @@ impl<'a> Run<'a> {
             for (s, sub) in parallel::sub_pieces(piece, unit) {
                 let o = o + s;
                 if !mapped {
-                    data_dev.read_at(sub, at + o as u64)?;
+                    match direct.and_then(|d| d.read_at(sub, at + o as u64)) {
+                        Some(r) => r?,
+                        None => data_dev.read_at(sub, at + o as u64)?,
+                    }
                 }
                 match (res, journal) {
                     (Resilience::Checksum { hash, sector_size }, _) => {
@@ -464,8 +487,17 @@ impl<'a> Run<'a> {
                 let o = o + s;
                 parallel::rekey_piece(sub, offset + o as u64, Some(old), Some(new));
                 if !mapped {
-                    data_dev.write_at(sub, at + o as u64)?;
-                    super::mapped::start_writeback(data_dev, at + o as u64, sub.len() as u64);
+                    match direct.and_then(|d| d.write_at(sub, at + o as u64)) {
+                        Some(r) => r?,
+                        None => {
+                            data_dev.write_at(sub, at + o as u64)?;
+                            super::mapped::start_writeback(
+                                data_dev,
+                                at + o as u64,
+                                sub.len() as u64,
+                            );
+                        }
+                    }
                 }
             }
             Ok(())

@@ -19,6 +19,7 @@
 //! `recover` finishes a hotzone left `in-reencryption` with cryptsetup's rules.
 
 mod area;
+mod direct;
 pub mod engine;
 mod init;
 mod layout;

@@ -1,11 +1,12 @@
-//! The page-aligned I/O buffer every exporter reads into and assembles writes in, so that an
-//! `O_DIRECT` backend can use it as is.
+//! The page-aligned I/O buffer for `O_DIRECT`: exporters read into it and assemble writes in
+//! it, dm-integrity's format and check read and write their chunks through it, reencryption
+//! re-keys its hotzones in it. One type, so alignment is decided once.
 
 /// The alignment of [`AlignedBuf`]: a page.
-pub(crate) const PAGE: usize = 4096;
+pub const PAGE: usize = 4096;
 
 /// A heap buffer with a page-aligned window that grows on demand (never shrinks).
-pub(crate) struct AlignedBuf {
+pub struct AlignedBuf {
     raw: Vec<u8>,
     off: usize,
     len: usize,
@@ -13,39 +14,49 @@ pub(crate) struct AlignedBuf {
 
 impl AlignedBuf {
     /// A buffer with an aligned window of `len` bytes.
-    pub(crate) fn new(len: usize) -> Self {
+    pub fn new(len: usize) -> Self {
         let raw = vec![0u8; len + PAGE];
         let off = raw.as_ptr().align_offset(PAGE);
         AlignedBuf { raw, off, len }
     }
 
     /// Make the window at least `len` bytes long (its contents are lost when it grows).
-    pub(crate) fn ensure(&mut self, len: usize) {
+    pub fn ensure(&mut self, len: usize) {
         if len > self.len {
             *self = AlignedBuf::new(len);
         }
     }
 
     /// Give the memory back when the window grew beyond `max` (to a window of `max`).
-    pub(crate) fn cap(&mut self, max: usize) {
+    pub fn cap(&mut self, max: usize) {
         if self.len > max {
             *self = AlignedBuf::new(max);
         }
     }
 
     /// The first `len` bytes of the window, grown if needed.
-    pub(crate) fn get(&mut self, len: usize) -> &mut [u8] {
+    pub fn get(&mut self, len: usize) -> &mut [u8] {
         self.ensure(len);
         &mut self.raw[self.off..self.off + len]
     }
 
     /// The whole window.
-    pub(crate) fn all(&mut self) -> &mut [u8] {
+    pub fn all(&mut self) -> &mut [u8] {
         &mut self.raw[self.off..self.off + self.len]
     }
 
+    /// The window's length.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the window is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// The whole window, read-only.
-    pub(crate) fn as_slice(&self) -> &[u8] {
+    pub fn as_slice(&self) -> &[u8] {
         &self.raw[self.off..self.off + self.len]
     }
 }
