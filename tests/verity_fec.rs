@@ -320,58 +320,27 @@ fn fec_options_never_trust_sizes() {
     let (data, hash, fec) = (e.s("data"), e.s("hash"), e.s("fec"));
     // An offset whose area would end past 2^64 (a multiple of 512, so only its size is wrong).
     let huge = (u64::MAX - 511).to_string();
+    let with = |verb: &str, more: &[&str]| {
+        let mut a = vec!["verity", verb, &data, &hash, &root, "--fec-device", &fec];
+        a.extend_from_slice(more);
+        common::run::text(DMKIT, &a)
+    };
     for verb in ["verify", "repair"] {
-        let r = common::run::text(
-            DMKIT,
-            &[
-                "verity",
-                verb,
-                &data,
-                &hash,
-                &root,
-                "--fec-device",
-                &fec,
-                "--fec-roots",
-                "4",
-                "--fec-offset",
-                &huge,
-            ],
+        refused(
+            &with(verb, &["--fec-roots", "4", "--fec-offset", &huge]),
+            "--fec-offset",
         );
-        refused(&r, "--fec-offset");
         for roots in ["0", "1", "25", "255"] {
-            let r = common::run::text(
-                DMKIT,
-                &[
-                    "verity",
-                    verb,
-                    &data,
-                    &hash,
-                    &root,
-                    "--fec-device",
-                    &fec,
-                    "--fec-roots",
-                    roots,
-                ],
-            );
+            let r = with(verb, &["--fec-roots", roots]);
             assert_eq!(r.code, Some(1), "{}: {}", r.what, r.stderr);
             assert!(r.stderr.contains("--fec-roots"), "{}", r.stderr);
         }
     }
     assert_eq!(files(&e), before, "nothing written by a refusal");
-    let r = common::run::text(
-        DMKIT,
-        &[
-            "verity",
-            "format",
-            "-q",
-            &data,
-            &e.s("hash2"),
-            "--fec-device",
-            &e.s("fec2"),
-            "--fec-offset",
-            &huge,
-        ],
-    );
+    let (hash2, fec2) = (e.s("hash2"), e.s("fec2"));
+    let format = ["verity", "format", "-q", &data, &hash2];
+    let fec_at = ["--fec-device", &fec2, "--fec-offset", &huge];
+    let r = common::run::text(DMKIT, &[&format[..], &fec_at[..]].concat());
     refused(&r, "--fec-offset");
     let grown = fs::metadata(e.path("fec2")).map_or(0, |m| m.len());
     assert_eq!(grown, 0, "no FEC file grown for a refused offset");

@@ -268,15 +268,18 @@ fn inputs<'a>(
     ]
 }
 
-/// `len` bytes of a xorshift stream from `seed`.
+/// `len` bytes of SHA-256 in counter mode from `seed`.
 fn noise(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    use sha2::{Digest, Sha256};
+    let mut out = Vec::with_capacity(len + 32);
+    let mut counter = 0u64;
+    while out.len() < len {
+        let mut h = Sha256::new();
+        h.update(seed.to_le_bytes());
+        h.update(counter.to_le_bytes());
+        out.extend_from_slice(&h.finalize());
+        counter += 1;
+    }
+    out.truncate(len);
+    out
 }

@@ -69,30 +69,14 @@ enum BenchCommand {
 /// Arguments of `dmkit bench fec`.
 #[derive(clap::Args)]
 struct FecBenchArgs {
-    /// Size of the random data file [default: 1G, --quick: 64M].
-    #[arg(long)]
-    size: Option<String>,
     /// Parity bytes per codeword (2 to 24).
     #[arg(long, default_value_t = crate::verity::fec::DEFAULT_ROOTS)]
     fec_roots: u8,
     /// Corrupted data blocks, scattered within the bound [default: 1000, --quick: 64].
     #[arg(long)]
     damaged: Option<u64>,
-    /// Runs per side and of the repair [default: 3, --quick: 1].
-    #[arg(long)]
-    runs: Option<u32>,
-    /// Seconds per fio run [default: 4, --quick: 1.5].
-    #[arg(long)]
-    runtime: Option<f64>,
-    /// Directory for the scratch files (a temporary directory is made inside).
-    #[arg(long, default_value = "/var/tmp")]
-    dir: PathBuf,
-    /// Small and fast: 64M with 64 damaged blocks, 1 run, 1.5 s per fio run.
-    #[arg(long)]
-    quick: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    rw: RwArgs,
 }
 
 /// Arguments of `dmkit bench reencrypt`.
@@ -521,26 +505,21 @@ fn run_reencrypt(a: ReencryptBenchArgs) -> CliResult {
 
 fn run_fec(a: FecBenchArgs) -> CliResult {
     use crate::bench::scenarios::fec::{self, FecBenchOptions};
-    use std::io::IsTerminal;
-    let mut o = FecBenchOptions::defaults(a.quick);
-    if let Some(s) = &a.size {
-        o.size = bench::parse_size(s).map_err(cli_error)?;
-    }
-    if let Some(d) = a.damaged {
-        o.damaged = d;
-    }
-    if let Some(r) = a.runs {
-        o.runs = r;
-    }
-    if let Some(ms) = runtime_ms(a.runtime, "bench fec")? {
-        o.runtime_ms = ms;
-    }
-    o.roots = a.fec_roots;
-    o.dir = a.dir;
-    o.progress = std::io::stderr().is_terminal();
+    let rw = a.rw.options("bench fec")?;
+    let d = FecBenchOptions::defaults(rw.quick);
+    let o = FecBenchOptions {
+        size: rw.size,
+        roots: a.fec_roots,
+        damaged: a.damaged.unwrap_or(d.damaged),
+        runs: rw.runs,
+        runtime_ms: rw.runtime_ms,
+        dir: rw.dir,
+        progress: rw.progress,
+        ..d
+    };
     let interrupt = Interrupt::install();
     let r = fec::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r)
+    print_report(a.rw.json, &r)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

@@ -484,7 +484,7 @@ seq-1m  verity/plain = 0.70 (target >= 0.80)  BELOW TARGET
             "{text}"
         );
         assert!(
-            text.contains("| dmkit verity format | 2.000 s (1.900..2.100) |"),
+            text.contains("| dmkit verity format |    2.000 s (1.900..2.100) |"),
             "{text}"
         );
         assert!(

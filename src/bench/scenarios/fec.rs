@@ -58,16 +58,17 @@ pub struct FecBenchOptions {
 
 impl FecBenchOptions {
     /// The defaults of `dmkit bench fec` (or with `--quick`): 1 GiB with 1,000 damaged blocks
-    /// (64 MiB with 64).
+    /// (256 MiB with 64), as the read-write benchmarks size their data.
     pub fn defaults(quick: bool) -> FecBenchOptions {
+        let rw = crate::bench::harness::rw::RwBenchOptions::defaults(quick);
         FecBenchOptions {
-            size: if quick { 64 << 20 } else { 1 << 30 },
+            size: rw.size,
             roots: crate::verity::fec::DEFAULT_ROOTS,
             damaged: if quick { 64 } else { 1000 },
-            runs: if quick { 1 } else { 3 },
-            runtime_ms: if quick { 1500 } else { 4000 },
+            runs: rw.runs,
+            runtime_ms: rw.runtime_ms,
             quick,
-            dir: PathBuf::from("/var/tmp"),
+            dir: rw.dir,
             workloads: Workload::select(&["seq-1m".into(), "rand-4k-qd32".into()])
                 .expect("standard workloads"),
             progress: false,
@@ -174,7 +175,7 @@ pub fn run(opts: &FecBenchOptions, interrupt: &Interrupt) -> Result<FecBenchRepo
     .map_err(|e| BenchError::Invalid(e.to_string()))?;
     let per_round = opts.damaged.div_ceil(g.rounds);
     // The read path knows only the block it reads as an erasure: 1 + 2·(k − 1) ≤ roots.
-    let bound = (u64::from(opts.roots) + 1) / 2;
+    let bound = u64::from(opts.roots).div_ceil(2);
     if per_round > bound {
         return Err(BenchError::Invalid(format!(
             "--damaged {}: {} rounds of codewords with {} roots correct at most {} blocks \

@@ -145,16 +145,7 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
     }
 
     let dmkit_build = dmkit.build_label();
-    let tools: Vec<ToolTiming> = TOOLS
-        .iter()
-        .zip(&seconds)
-        .filter_map(|(name, s)| ToolTiming::new(name, opts.size, s))
-        .collect();
-    if tools.len() != 2 {
-        return Err(BenchError::Tool(
-            "a format run took no measurable time".into(),
-        ));
-    }
+    let tools = tool_timings(TOOLS, opts.size, &seconds, "a format run")?;
     let ratio = tools[1].mib_s.median / tools[0].mib_s.median;
     Ok(FormatReport {
         size: opts.size,
@@ -211,7 +202,7 @@ fn run_fec(
             } else {
                 dmkit.command(args)
             };
-            remove(&fec)?;
+            harness::remove_file(&fec)?;
             let f = run_format(&mut cmd, hash, ws.dir(), interrupt)?;
             let area = std::fs::read(&fec).map_err(|source| BenchError::Io {
                 what: format!("read {}", fec.display()),
@@ -246,17 +237,8 @@ fn run_fec(
         }
     }
     let fec_bytes = first.map_or(0, |f| f.1.len() as u64);
-    remove(&fec)?;
-    let tools: Vec<ToolTiming> = TOOLS
-        .iter()
-        .zip(&seconds)
-        .filter_map(|(name, s)| ToolTiming::new(name, opts.size, s))
-        .collect();
-    if tools.len() != 2 {
-        return Err(BenchError::Tool(
-            "a format run took no measurable time".into(),
-        ));
-    }
+    harness::remove_file(&fec)?;
+    let tools = tool_timings(TOOLS, opts.size, &seconds, "a format run")?;
     let ratio = tools[1].mib_s.median / tools[0].mib_s.median;
     Ok(FecFormatRow {
         roots,
@@ -268,15 +250,22 @@ fn run_fec(
     })
 }
 
-/// Remove `path` if it exists.
-fn remove(path: &std::path::Path) -> Result<(), BenchError> {
-    match std::fs::remove_file(path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(BenchError::Io {
-            what: format!("remove {}", path.display()),
-            source: e,
-        }),
-        _ => Ok(()),
-    }
+/// Both tools' timings of `size` bytes from their seconds per run; `what` names one run in
+/// the error when one took no measurable time.
+pub fn tool_timings(
+    names: [&str; 2],
+    size: u64,
+    seconds: &[Vec<f64>; 2],
+    what: &str,
+) -> Result<Vec<ToolTiming>, BenchError> {
+    names
+        .iter()
+        .zip(seconds)
+        .map(|(name, s)| {
+            ToolTiming::new(name, size, s)
+                .ok_or_else(|| BenchError::Tool(format!("{what} took no measurable time")))
+        })
+        .collect()
 }
 
 crate::bench::harness::report::impl_report!(crate::bench::harness::model::FormatReport => crate::bench::harness::table::render_format);
