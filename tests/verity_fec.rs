@@ -580,7 +580,7 @@ fn an_open_device_serves_corrected_blocks_and_counts_them() {
     e.run.close("fixed");
 
     // Five blocks of one round, the same byte of each: five errors in those codewords, beyond
-    // four roots even with the block read as an erasure (1 + 2·4 > 4): EIO for those blocks.
+    // four roots even with all five blocks marked as erasures (5 > 4): EIO for those blocks.
     for i in 0..5 {
         common::xor_byte(&e.path("data"), (7 + i * rounds) * 4096 + 9, 0x3c);
     }

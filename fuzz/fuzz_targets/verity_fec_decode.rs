@@ -13,7 +13,7 @@
 use std::collections::BTreeSet;
 
 use dmkit::block::MemoryDevice;
-use dmkit::verity::fec::correct::Corrector;
+use dmkit::verity::fec::correct::{Corrector, IsBad};
 use dmkit::verity::fec::encode::encode;
 use dmkit::verity::fec::rs::{Rs, NN};
 use dmkit::verity::fec::{FecGeometry, FecInput};
@@ -140,9 +140,9 @@ fn rs_case(roots: u8, mode: u8, input: &mut Bytes) {
 }
 
 /// A small FEC area built over random blocks, damaged, then asked for one block through
-/// [`Corrector::correct`]. `mode` bit 0: the FEC device is cut short; bit 1: the FEC offset is
+/// [`Corrector::decode_pass`]. `mode` bit 0: the FEC device is cut short; bit 1: the FEC offset is
 /// near the end of the address space; bit 2: a parity byte is damaged; bit 3: the target is
-/// any u64 rather than a covered block; bit 4: no block covered at all.
+/// any u64 rather than a covered block; bit 4: no block covered at all; bit 5: no erasures.
 fn corrector_case(roots: u8, mode: u8, input: &mut Bytes) {
     let bs = 1 + u32::from(input.u8() % 16);
     let blocks = if mode & 16 != 0 {
@@ -218,7 +218,12 @@ fn corrector_case(roots: u8, mode: u8, input: &mut Bytes) {
     let sane = mode & 3 == 0;
     let (data, hash) = build(&covered);
     let corrector = Corrector::new(g, inputs(&data, &hash, split as u64, hash_start, hash_len), &fec, offset).expect("roots");
-    let result = corrector.correct(target, &bad);
+    // The blocks the caller calls bad (the kernel: data blocks whose digest fails); bit 5 of
+    // the mode: the errors-only pass.
+    let bad_set: BTreeSet<u64> = bad.iter().copied().collect();
+    let is_bad = |index: u64, _: &[u8]| bad_set.contains(&index);
+    let with_erasures = mode & 32 == 0;
+    let result = corrector.decode_pass(target, with_erasures.then_some(&is_bad as IsBad<'_>));
     if !sane || target >= blocks {
         if target >= blocks {
             assert!(
@@ -239,7 +244,12 @@ fn corrector_case(roots: u8, mode: u8, input: &mut Bytes) {
         })
         .map(|&(b, _, _)| b)
         .collect();
-    let erased: BTreeSet<u64> = bad.iter().copied().filter(|&b| in_round(b)).collect();
+    // Only data blocks are erasures (the kernel never checks tree blocks).
+    let erased: BTreeSet<u64> = bad_set
+        .iter()
+        .copied()
+        .filter(|&b| with_erasures && in_round(b) && b < data_blocks)
+        .collect();
     let wrong = damaged.difference(&erased).count();
     let result = result.expect("a sane FEC device reads");
     if !parity_damaged && 2 * wrong + erased.len() <= usize::from(roots) {

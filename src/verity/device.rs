@@ -76,6 +76,55 @@ pub struct VerityStats {
     pub fec: std::sync::atomic::AtomicBool,
 }
 
+/// How many FEC corrections may be in progress on one thread. The kernel allowed four nested
+/// ones (`DM_VERITY_FEC_MAX_RECURSION`) until "dm-verity: disable recursive forward error
+/// correction" (6.19, backported to the stable kernels: Debian 12's 6.1.192 has it), which
+/// made a correction needed inside a correction fail with EIO: the nesting cost up to 253^4
+/// round reads, and the nested call overwrote the outer one's buffers.
+pub const FEC_MAX_RECURSION: u32 = 1;
+
+thread_local! {
+    /// FEC corrections in progress on this thread (the kernel's per-bio `fio->level`).
+    static FEC_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// The hash device as the kernel's FEC reads it: through dm-bufio, where a hash block
+/// corrected from the FEC area replaced the bytes read, so a later round sees the corrected
+/// block while it stays cached (verified blocks are the bytes on disk anyway).
+struct CachedHash<'a> {
+    dev: &'a VerityDevice,
+}
+
+impl BlockDevice for CachedHash<'_> {
+    fn name(&self) -> &str {
+        self.dev.hash.name()
+    }
+    fn size(&self) -> u64 {
+        self.dev.hash.size()
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        let hbs = self.dev.layout.hash_block_size;
+        if offset.is_multiple_of(hbs) && buf.len() as u64 == hbs {
+            if let Some(b) = self.dev.cache.get(offset / hbs) {
+                buf.copy_from_slice(&b);
+                return Ok(());
+            }
+        }
+        self.dev.hash.read_at(buf, offset)
+    }
+    fn write_at(&self, _buf: &[u8], _offset: u64) -> Result<()> {
+        Err(BlockError::ReadOnly {
+            device: self.dev.hash.name().to_string(),
+        })
+    }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
 /// A dm-verity target.
 pub struct VerityDevice {
     data: Arc<dyn BlockDevice>,
@@ -148,12 +197,28 @@ impl VerityDevice {
 
     /// `what` block `block` (covered index `index`) failed its digest: its bytes rebuilt from
     /// the FEC area if they then hash to `want`, counted and logged either way.
+    ///
+    /// A correction's erasure pass looks up the digests of the round's other data blocks,
+    /// which may need a hash block corrected in turn: as in the kernel, that nested
+    /// correction fails at once ([`FEC_MAX_RECURSION`]), silently, so the data blocks under
+    /// that hash block are not marked as erasures.
     fn rebuild(&self, what: &str, block: u64, index: Option<u64>, want: &[u8]) -> Option<Vec<u8>> {
         let (fec, index) = (self.fec.as_ref()?, index?);
-        let r = fec.rebuild(&*self.data, &*self.hash, index, |b| {
+        let name = &self.opts.name;
+        let depth = FEC_DEPTH.with(|d| d.get());
+        if depth >= FEC_MAX_RECURSION {
+            return None;
+        }
+        FEC_DEPTH.with(|d| d.set(depth + 1));
+        let is_bad = |d: u64, bytes: &[u8]| {
+            self.data_digest(d)
+                .is_some_and(|want| self.hash_one(bytes) != want)
+        };
+        let hash = CachedHash { dev: self };
+        let r = fec.rebuild(&*self.data, &hash, index, &is_bad, |b| {
             self.hash_one(b) == want
         });
-        let name = &self.opts.name;
+        FEC_DEPTH.with(|d| d.set(depth));
         match r {
             Ok(Some(bytes)) => {
                 self.stats.fec_corrected.fetch_add(1, Ordering::Relaxed);
@@ -174,6 +239,18 @@ impl VerityDevice {
                 None
             }
         }
+    }
+
+    /// The digest the tree expects for data block `block` (`verity_hash_for_block`), `None`
+    /// when its hash blocks cannot be verified or corrected.
+    fn data_digest(&self, block: u64) -> Option<Vec<u8>> {
+        if self.layout.levels() == 0 {
+            return Some(self.root.clone());
+        }
+        let bits = self.layout.hashes_per_block_bits;
+        let hb = self.hash_block(0, block >> bits).ok()?;
+        let pos = (block & ((1 << bits) - 1)) as usize * self.layout.entry_size;
+        Some(hb[pos..pos + self.layout.digest_size].to_vec())
     }
 
     /// The live counters.

@@ -187,6 +187,15 @@ impl GuestRun {
         String::from_utf8_lossy(&self.stdout).into_owned()
     }
 
+    /// The stdout lines starting with `prefix`, without it.
+    pub fn lines(&self, prefix: &str) -> Vec<String> {
+        self.out()
+            .lines()
+            .filter_map(|l| l.strip_prefix(prefix))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Panics with everything the guest said unless the script exited 0.
     pub fn assert_ok(&self, what: &str) {
         assert_eq!(

@@ -1,9 +1,10 @@
 //! Verification with FEC: the blocks a verification found corrupt are rebuilt from their
-//! rounds ([`Corrector`]), and a rebuilt block counts only when the whole volume, read with
-//! the rebuilt blocks in place ([`Patched`]), verifies against the root hash again, so a
-//! miscorrection can never pass. Errors alone are tried first, then with every block known
-//! to be bad as an erasure (as the kernel retries). `verity repair` writes the blocks that
-//! passed back.
+//! rounds ([`Corrector`]) with the kernel's rules, and a rebuilt block counts only when the
+//! whole volume, read with the rebuilt blocks in place ([`Patched`]), verifies against the
+//! root hash again, so a miscorrection can never pass. As the kernel does for each block it
+//! reads, errors alone are tried first, then with erasures: the round's data blocks whose
+//! digest fails against the tree (hash blocks are never erasures, see
+//! [`super::correct`]). `verity repair` writes the blocks that passed back.
 
 use super::correct::Corrector;
 use super::{hash_offset_block, FecError};
@@ -120,26 +121,40 @@ pub fn correct(
         if now.ok() || now.root_hash_mismatch {
             break;
         }
-        let bad: Vec<u64> = now
+        // The data blocks whose digest fails against the tree, as the kernel's erasure pass
+        // marks them: it needs the block's hash blocks, and cannot correct one inside a
+        // correction, so a block under a still-corrupt hash block is not marked.
+        let corrupt_hash: std::collections::BTreeSet<u64> =
+            now.corrupt_hash_blocks.iter().copied().collect();
+        let path_ok = |d: u64| {
+            let bits = v.layout.hashes_per_block_bits;
+            (0..v.layout.levels()).all(|l| {
+                let abs =
+                    v.layout.level_start[l] + d.checked_shr(bits * (l as u32 + 1)).unwrap_or(0);
+                !corrupt_hash.contains(&abs)
+            })
+        };
+        let bad: std::collections::BTreeSet<u64> = now
             .corrupt_data_blocks
             .iter()
             .copied()
-            .chain(
-                now.corrupt_hash_blocks
-                    .iter()
-                    .filter_map(|&h| covered_of_hash(h)),
-            )
+            .filter(|&d| path_ok(d))
             .collect();
-        let erasures: &[u64] = if with_erasures { &bad } else { &[] };
+        let is_bad = |d: u64, _: &[u8]| bad.contains(&d);
+        let pass: Option<super::correct::IsBad<'_>> = with_erasures.then_some(&is_bad);
+        // The kernel's FEC reads hash blocks through the cache its corrections went to, and
+        // data blocks from the device.
+        let hash_view = Patched::new(v.hash, bs, hash_patches.clone());
+        let corrector = corrector.over(v.data, &hash_view);
         for &d in &now.corrupt_data_blocks {
-            if let Some((bytes, n)) = corrector.correct(d, erasures)? {
+            if let Some((bytes, n)) = corrector.decode_pass(d, pass)? {
                 data_patches.insert(d, bytes);
                 symbols += n;
             }
         }
         for &h in &now.corrupt_hash_blocks {
             if let Some(c) = covered_of_hash(h) {
-                if let Some((bytes, n)) = corrector.correct(c, erasures)? {
+                if let Some((bytes, n)) = corrector.decode_pass(c, pass)? {
                     hash_patches.insert(h, bytes);
                     symbols += n;
                 }

@@ -126,8 +126,7 @@ impl Rs {
     /// place, as the kernel's `decode_rs8` does: `erasures` are positions known to be bad
     /// (blocks whose hash failed), which lets 2·errors + erasures ≤ roots be corrected.
     /// Returns the number of symbols corrected, or `None` when the word is beyond repair (it
-    /// is then left unchanged). A position named twice is one erasure; a position outside the
-    /// word, or more erasures than roots, make the word beyond repair.
+    /// is then left unchanged). A position named twice is one erasure.
     pub fn decode(&self, word: &mut [u8], erasures: &[usize]) -> Option<usize> {
         let (exp, log) = (&self.field.exp, &self.field.log);
         let nroots = self.roots;
@@ -146,9 +145,6 @@ impl Rs {
             e.dedup();
             e.into()
         };
-        if erasures.len() > nroots {
-            return None;
-        }
         // Syndromes: the word evaluated at the roots α^i of the generator.
         let mut s = vec![0usize; nroots];
         for si in s.iter_mut() {
@@ -163,8 +159,17 @@ impl Rs {
                 };
             }
         }
+        // A codeword is left alone whatever the erasures say, as the kernel returns before
+        // it looks at them: a round with more bad blocks than roots still decodes the
+        // codewords their damage missed.
         if s.iter().all(|&x| x == 0) {
             return Some(0);
+        }
+        // The kernel's dm-verity marks at most roots + 1 erasures, and `decode_rs` then writes
+        // past its locator (undefined); no codeword can be rebuilt from more unknowns than
+        // syndromes, so more erasures than roots fail here.
+        if erasures.len() > nroots {
+            return None;
         }
         for si in s.iter_mut() {
             *si = lg(*si);
@@ -254,7 +259,9 @@ impl Rs {
             }
             k = modnn(k + 1);
         }
-        if deg_lambda != roots.len() {
+        // deg(lambda) 0 with a non-zero syndrome, or fewer roots than its degree: beyond
+        // repair (decode_rs's -EBADMSG).
+        if deg_lambda == 0 || deg_lambda != roots.len() {
             return None;
         }
         // The evaluator omega = s·lambda mod x^roots, index form.
@@ -269,10 +276,12 @@ impl Rs {
             }
             *o = lg(tmp);
         }
-        // Forney: the error values (fcr = 0), applied to a copy first so that a word found
-        // beyond repair is left as it was.
-        let mut fixed = word.to_vec();
-        for (&root, &loc) in roots.iter().zip(&locs).rev() {
+        // Forney: the error values (fcr = 0), as decode_rs computes them (a zero denominator
+        // is not special-cased there: log 0 is A0 = NN, so the value comes out as
+        // num1·num2 and the syndrome check below refuses it).
+        let mut values = vec![0u8; roots.len()];
+        let mut corrected = 0;
+        for (&root, v) in roots.iter().zip(values.iter_mut()) {
             let mut num1 = 0usize;
             for (i, &o) in omega.iter().enumerate().rev() {
                 if o != A0 {
@@ -287,32 +296,28 @@ impl Rs {
                     den ^= ex(modnn(lambda[i + 1] + i * root));
                 }
             }
-            if den == 0 {
+            if num1 != 0 {
+                *v = exp[modnn(lg(num1) + lg(num2) + NN - lg(den))];
+                corrected += 1;
+            }
+        }
+        // The kernel's last check (rslib since 5.3): the syndrome of the error pattern must be
+        // the received word's, or the pattern is a miscorrection of too many errors.
+        for (i, &si) in s.iter().enumerate() {
+            let mut tmp = 0u8;
+            for (&v, &loc) in values.iter().zip(&locs) {
+                if v != 0 {
+                    tmp ^= exp[modnn(lg(usize::from(v)) + i * (NN - loc - 1))];
+                }
+            }
+            if tmp != exp[si] {
                 return None;
             }
-            if num1 != 0 {
-                fixed[loc] ^= exp[modnn(lg(num1) + lg(num2) + NN - lg(den))];
-            }
         }
-        // Past the bound, the locator can have all its roots and still yield a word that is
-        // not a codeword (Karn's decoder, as the kernel's, does not check): such a word is
-        // beyond repair, not corrected.
-        if !self.is_codeword(&fixed) {
-            return None;
+        for (&v, &loc) in values.iter().zip(&locs) {
+            word[loc] ^= v;
         }
-        word.copy_from_slice(&fixed);
-        Some(roots.len())
-    }
-
-    /// Whether the 255 bytes of `word` are a codeword: zero at every root α^i of the
-    /// generator.
-    pub fn is_codeword(&self, word: &[u8]) -> bool {
-        let f = &self.field;
-        word.len() == NN
-            && (0..self.roots).all(|i| {
-                let x = f.exp[i];
-                word.iter().fold(0u8, |acc, &c| f.mul(acc, x) ^ c) == 0
-            })
+        Some(corrected)
     }
 
     /// The generator polynomial's coefficients, lowest degree first (for tests).
@@ -582,11 +587,18 @@ mod tests {
         );
         let mut w = vec![0u8; 10];
         assert_eq!(rs.decode(&mut w, &[]), None, "a short word is refused");
-        let mut w = vec![0u8; NN];
+        let mut w = codeword(&rs, 5);
+        w[3] ^= 1;
         assert_eq!(
             rs.decode(&mut w, &[0, 1, 2, 3, 4, 5, 6, 7, 8]),
             None,
             "more erasures than roots"
+        );
+        let mut w = codeword(&rs, 6);
+        assert_eq!(
+            rs.decode(&mut w, &[0, 1, 2, 3, 4, 5, 6, 7, 8]),
+            Some(0),
+            "a clean codeword passes whatever the erasures (as decode_rs returns first)"
         );
     }
 

@@ -1,8 +1,9 @@
 //! The FEC area behind a verified device: when a block's digest fails on read, it is rebuilt
-//! from its round and served only if its digest then matches what the tree expects (errors
-//! first, then the block itself as an erasure, which doubles what one codeword can fix).
+//! from its round with the kernel's rules ([`Corrector::decode`]: errors alone, then with the
+//! round's bad data blocks as erasures) and served only if its digest then matches what the
+//! tree expects.
 
-use super::correct::Corrector;
+use super::correct::{Corrector, IsBad};
 use super::{hash_offset_block, layout, FecError, FecGeometry, FecInput, FecOptions};
 use crate::block::BlockDevice;
 use crate::verity::VerityParams;
@@ -68,13 +69,16 @@ impl FecSource {
         (abs >= self.first_hash_block).then(|| data_blocks + abs - self.first_hash_block)
     }
 
-    /// Covered block `index` rebuilt from its round, if one of the attempts gives bytes that
-    /// `check` accepts (their digest is the one the tree expects).
+    /// Covered block `index` rebuilt from its round, if one of the kernel's two passes gives
+    /// bytes that `check` accepts (their digest is the one the tree expects); `is_bad` tells
+    /// the erasure pass which of the round's data blocks fail their digest. `hash` is the
+    /// hash device as the kernel's FEC sees it (with the hash blocks already corrected).
     pub fn rebuild(
         &self,
         data: &dyn BlockDevice,
         hash: &dyn BlockDevice,
         index: u64,
+        is_bad: IsBad<'_>,
         check: impl Fn(&[u8]) -> bool,
     ) -> Result<Option<Vec<u8>>, FecError> {
         let mut inputs = vec![FecInput {
@@ -90,13 +94,6 @@ impl FecSource {
             });
         }
         let c = Corrector::new(self.geometry, inputs, &*self.device, self.offset)?;
-        for erasures in [&[][..], &[index][..]] {
-            if let Some((bytes, _)) = c.correct(index, erasures)? {
-                if check(&bytes) {
-                    return Ok(Some(bytes));
-                }
-            }
-        }
-        Ok(None)
+        Ok(c.decode(index, is_bad, &check)?.map(|(bytes, _)| bytes))
     }
 }
