@@ -302,6 +302,59 @@ fn fec_refusals_match_veritysetup() {
     assert!(String::from_utf8_lossy(&d.stderr).contains("overlaps the hash area"));
 }
 
+#[test]
+fn fec_options_never_trust_sizes() {
+    // The FEC options come from the command line and the FEC device from disk: a device too
+    // short for the area, roots out of range and offsets that run off the address space are
+    // one clear line and exit 1, never a panic, a wrapped offset or a changed byte.
+    let e = Workspace::new();
+    let (root, _) = format_fec(&e, 4);
+    let files = |e: &Workspace| ["data", "hash", "fec"].map(|f| fs::read(e.path(f)).unwrap());
+    let before = files(&e);
+    let refused = |r: &common::run::Run, needle: &str| {
+        assert_eq!(r.code, Some(1), "{}: {}", r.what, r.stderr);
+        assert!(r.stderr.contains(needle), "{}: {}", r.what, r.stderr);
+        assert_eq!(r.stderr.lines().count(), 1, "one line: {}", r.stderr);
+        assert!(!r.stderr.contains("panicked"), "{}", r.stderr);
+    };
+    let (data, hash, fec) = (e.s("data"), e.s("hash"), e.s("fec"));
+    // An offset whose area would end past 2^64 (a multiple of 512, so only its size is wrong).
+    let huge = (u64::MAX - 511).to_string();
+    let with = |verb: &str, more: &[&str]| {
+        let mut a = vec!["verity", verb, &data, &hash, &root, "--fec-device", &fec];
+        a.extend_from_slice(more);
+        common::run::text(DMKIT, &a)
+    };
+    for verb in ["verify", "repair"] {
+        refused(
+            &with(verb, &["--fec-roots", "4", "--fec-offset", &huge]),
+            "--fec-offset",
+        );
+        for roots in ["0", "1", "25", "255"] {
+            let r = with(verb, &["--fec-roots", roots]);
+            assert_eq!(r.code, Some(1), "{}: {}", r.what, r.stderr);
+            assert!(r.stderr.contains("--fec-roots"), "{}", r.stderr);
+        }
+    }
+    assert_eq!(files(&e), before, "nothing written by a refusal");
+    let (hash2, fec2) = (e.s("hash2"), e.s("fec2"));
+    let format = ["verity", "format", "-q", &data, &hash2];
+    let fec_at = ["--fec-device", &fec2, "--fec-offset", &huge];
+    let r = common::run::text(DMKIT, &[&format[..], &fec_at[..]].concat());
+    refused(&r, "--fec-offset");
+    let grown = fs::metadata(e.path("fec2")).map_or(0, |m| m.len());
+    assert_eq!(grown, 0, "no FEC file grown for a refused offset");
+    // A FEC device cut short: verify and repair name it and its size.
+    let short = &before[2][..before[2].len() - 4096];
+    fs::write(e.path("fec"), short).unwrap();
+    for verb in ["verify", "repair"] {
+        let r = dmkit_with_fec(&e, &[verb], &root, 4);
+        refused(&r, "FEC device is truncated");
+    }
+    assert_eq!(fs::read(e.path("fec")).unwrap(), short);
+    assert_eq!(fs::read(e.path("data")).unwrap(), before[0]);
+}
+
 /// Format `data` (4 MiB of noise) with dmkit and FEC of `roots`; returns (root hash, rounds).
 fn format_fec(e: &Workspace, roots: u32) -> (String, u64) {
     fs::write(e.path("data"), common::rng::bytes(11, 4 << 20)).unwrap();

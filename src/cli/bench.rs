@@ -61,6 +61,22 @@ enum BenchCommand {
     /// Offline LUKS2 re-keying: `cryptsetup reencrypt --force-offline-reencrypt` against
     /// `dmkit luks reencrypt` per resilience mode, in RAM and on disk, beside the AES-XTS bound.
     Reencrypt(ReencryptBenchArgs),
+    /// dm-verity FEC: reads of an image with scattered corrupted blocks against the clean
+    /// image through `dmkit verity open --fec-device`, and the time of `verity repair`.
+    Fec(FecBenchArgs),
+}
+
+/// Arguments of `dmkit bench fec`.
+#[derive(clap::Args)]
+struct FecBenchArgs {
+    /// Parity bytes per codeword (2 to 24).
+    #[arg(long, default_value_t = crate::verity::fec::DEFAULT_ROOTS)]
+    fec_roots: u8,
+    /// Corrupted data blocks, scattered within the bound [default: 1000, --quick: 64].
+    #[arg(long)]
+    damaged: Option<u64>,
+    #[command(flatten)]
+    rw: RwArgs,
 }
 
 /// Arguments of `dmkit bench reencrypt`.
@@ -272,6 +288,12 @@ struct FormatArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+    /// Verity+FEC rows: `--fec-roots` of each (2 to 24), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "2")]
+    fec_roots: Vec<u8>,
+    /// No verity+FEC rows.
+    #[arg(long, conflicts_with = "fec_roots")]
+    no_fec: bool,
 }
 
 fn cli_error(e: BenchError) -> CliError {
@@ -306,6 +328,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Nbd(a)) => run_nbd(a),
         Some(BenchCommand::Export(a)) => run_export(a),
         Some(BenchCommand::Reencrypt(a)) => run_reencrypt(a),
+        Some(BenchCommand::Fec(a)) => run_fec(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -336,6 +359,7 @@ fn run_format(a: FormatArgs) -> CliResult {
         size: bench::parse_size(&a.size).map_err(cli_error)?,
         runs: a.runs,
         dir: a.dir,
+        fec_roots: if a.no_fec { Vec::new() } else { a.fec_roots },
         ..FormatOptions::default()
     };
     let interrupt = Interrupt::install();
@@ -477,6 +501,25 @@ fn run_reencrypt(a: ReencryptBenchArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = reencrypt::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r)
+}
+
+fn run_fec(a: FecBenchArgs) -> CliResult {
+    use crate::bench::scenarios::fec::{self, FecBenchOptions};
+    let rw = a.rw.options("bench fec")?;
+    let d = FecBenchOptions::defaults(rw.quick);
+    let o = FecBenchOptions {
+        size: rw.size,
+        roots: a.fec_roots,
+        damaged: a.damaged.unwrap_or(d.damaged),
+        runs: rw.runs,
+        runtime_ms: rw.runtime_ms,
+        dir: rw.dir,
+        progress: rw.progress,
+        ..d
+    };
+    let interrupt = Interrupt::install();
+    let r = fec::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.rw.json, &r)
 }
 
 /// `--runtime SECONDS` as whole milliseconds, refusing what fio could not run.

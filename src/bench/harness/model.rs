@@ -335,6 +335,27 @@ pub struct FormatReport {
     pub veritysetup_version: String,
     /// How the measured dmkit was built (see [`Params::build`]).
     pub dmkit_build: String,
+    /// The same format with a FEC area (`--fec-device`), one row per `--fec-roots`.
+    #[serde(default)]
+    pub fec: Vec<FecFormatRow>,
+}
+
+/// `veritysetup format --fec-device` against `dmkit verity format --fec-device` with the
+/// same roots, in the format benchmark.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FecFormatRow {
+    /// Parity bytes per codeword.
+    pub roots: u8,
+    /// Size of the FEC area, bytes (identical from both tools in every run).
+    pub fec_bytes: u64,
+    /// veritysetup first, then dmkit (throughput in MiB/s of data).
+    pub tools: Vec<ToolTiming>,
+    /// Median throughput of dmkit / median throughput of veritysetup.
+    pub ratio: f64,
+    /// Required minimum ratio.
+    pub target: f64,
+    /// `ratio >= target`.
+    pub pass: bool,
 }
 
 #[cfg(test)]

@@ -356,6 +356,17 @@ impl Xoshiro256 {
     }
 }
 
+/// Remove `path` if it exists.
+pub fn remove_file(path: &Path) -> Result<(), BenchError> {
+    match fs::remove_file(path) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(BenchError::Io {
+            what: format!("remove {}", path.display()),
+            source: e,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// Print a progress line when `progress` is on.
 pub fn say(progress: bool, msg: String) {
     if progress {

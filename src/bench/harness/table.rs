@@ -1,7 +1,9 @@
 //! Text rendering: Markdown-style tables shaped like the published studies' tables (so they can
 //! be pasted next to them), and the acceptance lines. Pure functions from the model to text.
 
-use super::model::{Comparison, FormatReport, Measurement, OverheadReport, Row, Stats};
+use super::model::{
+    Comparison, FecFormatRow, FormatReport, Measurement, OverheadReport, Row, Stats,
+};
 
 /// Column alignment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -258,14 +260,34 @@ pub fn render_format(r: &FormatReport) -> String {
             format!("; dmkit build: {}", r.dmkit_build)
         },
     );
+    out.push_str(&tool_table(&r.tools, r.runs).render());
+    if r.runs > 1 {
+        out.push_str("\nmedian (min..max) over runs\n");
+    }
+    out.push_str(&format!(
+        "\nroot hash {} (identical from both tools in every run)\n\
+         dmkit/veritysetup = {:.2}x (target >= {:.0}x){}\n",
+        r.root_hash,
+        r.ratio,
+        r.target,
+        if r.pass { "" } else { "  BELOW TARGET" },
+    ));
+    for f in &r.fec {
+        out.push_str(&render_fec_format(f, r.runs));
+    }
+    out
+}
+
+/// One row per tool: time and throughput, median (min..max) when there are several runs.
+fn tool_table(tools: &[super::model::ToolTiming], runs: u32) -> TextTable {
     let mut t = TextTable::new(vec![
         ("tool".into(), Align::Left),
         ("time".into(), Align::Right),
         ("throughput".into(), Align::Right),
     ]);
-    for tool in &r.tools {
+    for tool in tools {
         let (s, m) = (&tool.seconds, &tool.mib_s);
-        let spread = r.runs > 1;
+        let spread = runs > 1;
         t.push(vec![
             tool.tool.clone(),
             if spread {
@@ -280,19 +302,22 @@ pub fn render_format(r: &FormatReport) -> String {
             },
         ]);
     }
-    out.push_str(&t.render());
-    if r.runs > 1 {
-        out.push_str("\nmedian (min..max) over runs\n");
-    }
-    out.push_str(&format!(
-        "\nroot hash {} (identical from both tools in every run)\n\
+    t
+}
+
+/// The verity+FEC rows of the format benchmark, for one roots count.
+fn render_fec_format(f: &FecFormatRow, runs: u32) -> String {
+    format!(
+        "\nverity format --fec-device --fec-roots {} (same data, same salt, alternated):\n\n{}\n\
+         FEC area of {} bytes identical from both tools in every run, root hash too\n\
          dmkit/veritysetup = {:.2}x (target >= {:.0}x){}\n",
-        r.root_hash,
-        r.ratio,
-        r.target,
-        if r.pass { "" } else { "  BELOW TARGET" },
-    ));
-    out
+        f.roots,
+        tool_table(&f.tools, runs).render(),
+        f.fec_bytes,
+        f.ratio,
+        f.target,
+        if f.pass { "" } else { "  BELOW TARGET" },
+    )
 }
 
 #[cfg(test)]
@@ -441,8 +466,31 @@ seq-1m  verity/plain = 0.70 (target >= 0.80)  BELOW TARGET
             pass: true,
             veritysetup_version: "veritysetup 2.6.1".into(),
             dmkit_build: "release".into(),
+            fec: vec![FecFormatRow {
+                roots: 2,
+                fec_bytes: 16 << 20,
+                tools: vec![
+                    ToolTiming::new("veritysetup format", 2 << 30, &[40.0, 41.0, 39.0]).unwrap(),
+                    ToolTiming::new("dmkit verity format", 2 << 30, &[2.0, 2.1, 1.9]).unwrap(),
+                ],
+                ratio: 20.0,
+                target: 10.0,
+                pass: true,
+            }],
         };
         let text = render_format(&r);
+        assert!(
+            text.contains("verity format --fec-device --fec-roots 2 (same data"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| dmkit verity format |    2.000 s (1.900..2.100) |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("dmkit/veritysetup = 20.00x (target >= 10x)\n"),
+            "{text}"
+        );
         assert!(
             text.contains("| veritysetup format  | 4.000 s (3.900..4.100) |"),
             "{text}"

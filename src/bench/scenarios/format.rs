@@ -1,13 +1,15 @@
 //! `dmkit bench format`: `veritysetup format` against `dmkit verity format` on the same
 //! freshly written random file (page cache warm for both), same parameters, fixed salt and
-//! UUID, runs alternated; both must print the same root hash.
+//! UUID, runs alternated; both must print the same root hash. Then the same with a FEC area
+//! (`--fec-device --fec-roots N`) for each roots count asked: both must write the same FEC
+//! area, byte for byte, in every run.
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::Command;
 
 use super::verity::{run_format, VerityParams};
-use crate::bench::harness::model::{FormatReport, ToolTiming};
+use crate::bench::harness::model::{FecFormatRow, FormatReport, ToolTiming};
 use crate::bench::harness::process::{self as harness, Dmkit, Interrupt, Workspace};
 use crate::bench::BenchError;
 
@@ -17,6 +19,8 @@ pub const SALT: &str = "5eed002d1b0f0ca11ed0dbe4c4000000000000000000000000000000
 pub const UUID: &str = "d1a7e5e7-0000-4000-8000-000000000002";
 /// The project's target: dmkit at least this many times veritysetup's throughput.
 pub const TARGET: f64 = 5.0;
+/// The issue's target with FEC: dmkit at least this many times veritysetup's throughput.
+pub const FEC_TARGET: f64 = 10.0;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -31,6 +35,8 @@ pub struct FormatOptions {
     pub params: VerityParams,
     /// Print progress on stderr.
     pub progress: bool,
+    /// `--fec-roots` of each verity+FEC row (none: no FEC rows).
+    pub fec_roots: Vec<u8>,
 }
 
 impl Default for FormatOptions {
@@ -44,6 +50,7 @@ impl Default for FormatOptions {
                 ..VerityParams::default()
             },
             progress: std::io::stderr().is_terminal(),
+            fec_roots: vec![crate::verity::fec::DEFAULT_ROOTS],
         }
     }
 }
@@ -59,6 +66,15 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
     }
     if opts.runs == 0 {
         return Err(BenchError::Invalid("--runs must be at least 1".into()));
+    }
+    if let Some(r) = opts
+        .fec_roots
+        .iter()
+        .find(|&&r| crate::verity::fec::rs::Rs::new(r).is_none())
+    {
+        return Err(BenchError::Invalid(format!(
+            "--fec-roots {r}: 2 to 24 parity bytes per codeword"
+        )));
     }
     let mut params = opts.params.clone();
     let salt = params.salt.get_or_insert_with(|| SALT.into()).clone();
@@ -115,17 +131,21 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
         }
     }
 
-    let dmkit_build = dmkit.build_label();
-    let tools: Vec<ToolTiming> = TOOLS
-        .iter()
-        .zip(&seconds)
-        .filter_map(|(name, s)| ToolTiming::new(name, opts.size, s))
-        .collect();
-    if tools.len() != 2 {
-        return Err(BenchError::Tool(
-            "a format run took no measurable time".into(),
-        ));
+    let mut fec = Vec::new();
+    for &roots in &opts.fec_roots {
+        fec.push(run_fec(
+            opts,
+            &params,
+            roots,
+            [&data, &hash],
+            &dmkit,
+            &ws,
+            interrupt,
+        )?);
     }
+
+    let dmkit_build = dmkit.build_label();
+    let tools = tool_timings(TOOLS, opts.size, &seconds, "a format run")?;
     let ratio = tools[1].mib_s.median / tools[0].mib_s.median;
     Ok(FormatReport {
         size: opts.size,
@@ -141,7 +161,111 @@ pub fn run(opts: &FormatOptions, interrupt: &Interrupt) -> Result<FormatReport, 
         pass: ratio >= TARGET,
         veritysetup_version: version,
         dmkit_build,
+        fec,
     })
+}
+
+/// The verity+FEC row for `roots`: both tools alternated on the same data, each run's FEC area
+/// compared byte for byte with the first run's (and the root hashes too).
+fn run_fec(
+    opts: &FormatOptions,
+    params: &VerityParams,
+    roots: u8,
+    [data, hash]: [&std::path::Path; 2],
+    dmkit: &Dmkit,
+    ws: &Workspace,
+    interrupt: &Interrupt,
+) -> Result<FecFormatRow, BenchError> {
+    let fec = ws.path("fec.img");
+    let fec_args = [
+        format!("--fec-device={}", fec.display()),
+        format!("--fec-roots={roots}"),
+    ];
+    const TOOLS: [&str; 2] = ["veritysetup format", "dmkit verity format"];
+    let mut seconds: [Vec<f64>; 2] = [Vec::new(), Vec::new()];
+    let mut first: Option<(String, Vec<u8>, &str)> = None;
+    for run in 0..opts.runs as usize {
+        for k in 0..2 {
+            let t = (k + run) % 2;
+            let mut args = if t == 0 {
+                params.veritysetup_format_args(data, hash, UUID)
+            } else {
+                params.dmkit_format_args(data, hash)
+            };
+            // Options before the two positional files.
+            let at = args.len() - 2;
+            args.splice(at..at, fec_args.iter().cloned());
+            let mut cmd = if t == 0 {
+                let mut c = Command::new("veritysetup");
+                c.args(args);
+                c
+            } else {
+                dmkit.command(args)
+            };
+            harness::remove_file(&fec)?;
+            let f = run_format(&mut cmd, hash, ws.dir(), interrupt)?;
+            let area = std::fs::read(&fec).map_err(|source| BenchError::Io {
+                what: format!("read {}", fec.display()),
+                source,
+            })?;
+            if opts.progress {
+                eprintln!(
+                    "run {}/{} roots {roots} {:<20} {:.3} s  {}",
+                    run + 1,
+                    opts.runs,
+                    TOOLS[t],
+                    f.elapsed.as_secs_f64(),
+                    f.root_hash
+                );
+            }
+            match &first {
+                None => first = Some((f.root_hash, area, TOOLS[t])),
+                Some((r, a, by)) if *r != f.root_hash || *a != area => {
+                    return Err(BenchError::Mismatch(format!(
+                        "--fec-roots {roots}: {} wrote a different {} than {by} on the same data",
+                        TOOLS[t],
+                        if *r != f.root_hash {
+                            "root hash"
+                        } else {
+                            "FEC area"
+                        }
+                    )))
+                }
+                Some(_) => {}
+            }
+            seconds[t].push(f.elapsed.as_secs_f64());
+        }
+    }
+    let fec_bytes = first.map_or(0, |f| f.1.len() as u64);
+    harness::remove_file(&fec)?;
+    let tools = tool_timings(TOOLS, opts.size, &seconds, "a format run")?;
+    let ratio = tools[1].mib_s.median / tools[0].mib_s.median;
+    Ok(FecFormatRow {
+        roots,
+        fec_bytes,
+        tools,
+        ratio,
+        target: FEC_TARGET,
+        pass: ratio >= FEC_TARGET,
+    })
+}
+
+/// Both tools' timings of `size` bytes from their seconds per run; `what` names one run in
+/// the error when one took no measurable time.
+pub fn tool_timings(
+    names: [&str; 2],
+    size: u64,
+    seconds: &[Vec<f64>; 2],
+    what: &str,
+) -> Result<Vec<ToolTiming>, BenchError> {
+    names
+        .iter()
+        .zip(seconds)
+        .map(|(name, s)| {
+            ToolTiming::new(name, size, s)
+                .ok_or_else(|| BenchError::Tool(format!("{what} took no measurable time")))
+        })
+        .collect()
 }
 
 crate::bench::harness::report::impl_report!(crate::bench::harness::model::FormatReport => crate::bench::harness::table::render_format);

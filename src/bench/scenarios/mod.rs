@@ -4,7 +4,8 @@
 //! - [`overhead`] (`dmkit bench`): the fio matrix over the configurations of [`config`] (plain,
 //!   [`verity`], integrity, crypt) side by side;
 //! - [`format`](mod@format) (`dmkit bench format`): `dmkit verity format` against
-//!   `veritysetup format`;
+//!   `veritysetup format` (with and without FEC); [`fec`]: reads and repair of a damaged
+//!   image through dm-verity forward error correction;
 //! - [`integrity`], [`verity_integrity`]: read-write runs through dm-integrity, and verity over
 //!   integrity;
 //! - [`cloudflare`] (`dmkit bench crypt`): Cloudflare's dm-crypt study; [`cipher`]: the cipher
@@ -20,6 +21,7 @@ pub mod cipher;
 pub mod cloudflare;
 pub mod config;
 pub mod export;
+pub mod fec;
 pub mod format;
 pub mod fsverity_digest;
 pub mod fsverity_read;

@@ -271,16 +271,7 @@ fn run_dir(
                 seconds[t].push(s);
             }
         }
-        let tools: Vec<ToolTiming> = TOOLS
-            .iter()
-            .zip(&seconds)
-            .filter_map(|(name, s)| ToolTiming::new(name, opts.size, s))
-            .collect();
-        if tools.len() != 2 {
-            return Err(BenchError::Tool(
-                "a reencryption took no measurable time".into(),
-            ));
-        }
+        let tools = super::format::tool_timings(TOOLS, opts.size, &seconds, "a reencryption")?;
         let ratio = tools[0].seconds.median / tools[1].seconds.median;
         modes.push(ModeResult {
             resilience: r.clone(),

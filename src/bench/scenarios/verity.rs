@@ -102,15 +102,7 @@ pub fn run_format(
     scratch: &Path,
     interrupt: &Interrupt,
 ) -> Result<Formatted, BenchError> {
-    match std::fs::remove_file(hash) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(BenchError::Io {
-                what: format!("remove {}", hash.display()),
-                source: e,
-            })
-        }
-        _ => {}
-    }
+    harness::remove_file(hash)?;
     let line = harness::command_line(cmd);
     let out = harness::run_ok(cmd, scratch, interrupt, Some(FORMAT_TIMEOUT))?;
     let root_hash =

@@ -69,7 +69,8 @@ impl<'a> Corrector<'a> {
         &self.geometry
     }
 
-    /// The round of covered block `block` and its position among the round's blocks.
+    /// The round of covered block `block` and its position among the round's blocks (`block`
+    /// below [`FecGeometry::blocks`]).
     pub fn place(&self, block: u64) -> (u64, usize) {
         (
             block % self.geometry.rounds,
@@ -156,7 +157,9 @@ impl<'a> Corrector<'a> {
             }
         }
         let mut parity = vec![0u8; bs * self.rs.roots()];
-        let at = self.fec_offset + round * parity.len() as u64;
+        // The offset comes from the command line: past the end of the address space the read
+        // fails as out of range instead of wrapping.
+        let at = (round.saturating_mul(parity.len() as u64)).saturating_add(self.fec_offset);
         self.fec.read_at(&mut parity, at)?;
         Ok(Round {
             blocks,
@@ -201,6 +204,10 @@ impl<'a> Corrector<'a> {
         block: u64,
         is_bad: Option<IsBad<'_>>,
     ) -> Result<Option<(Vec<u8>, usize)>, FecError> {
+        // A block FEC does not cover has no round (with none covered, no rounds at all).
+        if block >= self.geometry.blocks {
+            return Ok(None);
+        }
         let (round, target) = self.place(block);
         let r = self.read_round(round)?;
         let erasures = is_bad.map_or_else(Vec::new, |f| self.erasures(&r, round, f));

@@ -37,6 +37,14 @@ pub enum FecError {
     /// `--fec-offset` not a multiple of 512.
     #[error("--fec-offset: {0} is not a multiple of 512")]
     Offset(u64),
+    /// The FEC area would end past the largest byte offset.
+    #[error("--fec-offset: a FEC area of {size} bytes at byte {offset} ends past the largest device offset")]
+    OffsetRange {
+        /// The FEC offset.
+        offset: u64,
+        /// The area's size.
+        size: u64,
+    },
     /// The FEC area would overlap the hash area or the data in the same file.
     #[error(
         "--fec-offset: the FEC area at byte {offset} overlaps the {what} ending at byte {end}"
@@ -136,7 +144,10 @@ impl FecGeometry {
 
     /// Bytes of parity: `rounds × roots` blocks (`VERITY_FEC_RS_blocks`).
     pub fn parity_bytes(&self) -> u64 {
-        self.rounds * u64::from(self.roots) * u64::from(self.block_size)
+        // Saturating: a size past the address space is refused by [`layout`], not wrapped.
+        self.rounds
+            .saturating_mul(u64::from(self.roots))
+            .saturating_mul(u64::from(self.block_size))
     }
 }
 
@@ -219,7 +230,20 @@ pub fn layout<'a>(
         hash.size() / bs
     };
     let hash_blocks = hash_end.saturating_sub(first);
-    let geometry = FecGeometry::new(opts.roots, p.data_block_size, p.data_blocks + hash_blocks)?;
+    let geometry = FecGeometry::new(
+        opts.roots,
+        p.data_block_size,
+        p.data_blocks.saturating_add(hash_blocks),
+    )?;
+    // Every user of the area adds its size to the offset: it must end in the address space.
+    if opts.offset.checked_add(geometry.parity_bytes()).is_none()
+        || geometry.parity_bytes() == u64::MAX
+    {
+        return Err(FecError::OffsetRange {
+            offset: opts.offset,
+            size: geometry.parity_bytes(),
+        });
+    }
     let mut inputs = vec![FecInput {
         device: data,
         start: 0,

@@ -126,7 +126,7 @@ impl Rs {
     /// place, as the kernel's `decode_rs8` does: `erasures` are positions known to be bad
     /// (blocks whose hash failed), which lets 2·errors + erasures ≤ roots be corrected.
     /// Returns the number of symbols corrected, or `None` when the word is beyond repair (it
-    /// is then left unchanged).
+    /// is then left unchanged). A position named twice is one erasure.
     pub fn decode(&self, word: &mut [u8], erasures: &[usize]) -> Option<usize> {
         let (exp, log) = (&self.field.exp, &self.field.log);
         let nroots = self.roots;
@@ -135,6 +135,16 @@ impl Rs {
         if word.len() != NN || erasures.iter().any(|&p| p >= NN) {
             return None;
         }
+        // A repeated position would put a double root in the erasure locator, which the
+        // Chien search counts once: the word would be refused although it is correctable.
+        let erasures: std::borrow::Cow<'_, [usize]> = if erasures.windows(2).all(|w| w[0] < w[1]) {
+            erasures.into()
+        } else {
+            let mut e = erasures.to_vec();
+            e.sort_unstable();
+            e.dedup();
+            e.into()
+        };
         // Syndromes: the word evaluated at the roots α^i of the generator.
         let mut s = vec![0usize; nroots];
         for si in s.iter_mut() {

@@ -28,6 +28,15 @@ pub fn write_fec(
     fec_path: &Path,
     opts: &FecOptions,
 ) -> Result<FecGeometry, FecError> {
+    // The parameters first: a refused offset or size creates no file.
+    let (geometry, inputs) = layout(
+        p,
+        opts,
+        covered.data,
+        covered.hash,
+        covered.fec_in_hash,
+        covered.fec_in_data,
+    )?;
     let file_error = |what, source| FecError::File {
         path: fec_path.to_path_buf(),
         what,
@@ -47,14 +56,6 @@ pub fn write_fec(
     } else {
         Some(Claim::take(&file, fec_path, opts.offset, 0, true)?)
     };
-    let (geometry, inputs) = layout(
-        p,
-        opts,
-        covered.data,
-        covered.hash,
-        covered.fec_in_hash,
-        covered.fec_in_data,
-    )?;
     // A regular file grows to hold the area, as veritysetup's writes grow it.
     let end = opts.offset + geometry.parity_bytes();
     let meta = file.metadata().map_err(|e| file_error("extend", e))?;

@@ -54,6 +54,16 @@ impl VerityVolume {
         }
         let in_hash = same_file(&self.hash_path, fec);
         let fec_dev = crate::block::open_device(fec, !write || in_hash, false)?;
+        // The geometry before the claim: a claim of an offset past the file's range would be
+        // refused with a less useful message than the offset's own.
+        let (geometry, inputs) = layout(
+            &self.params,
+            opts,
+            &*self.data,
+            &*self.hash,
+            in_hash,
+            same_file(&self.data_path, fec),
+        )?;
         // A FEC file of its own that repair may rewrite has one writer: this one.
         let _claim = if write && !in_hash {
             Some(crate::block::Claim::take(
@@ -66,14 +76,6 @@ impl VerityVolume {
         } else {
             None
         };
-        let (geometry, inputs) = layout(
-            &self.params,
-            opts,
-            &*self.data,
-            &*self.hash,
-            in_hash,
-            same_file(&self.data_path, fec),
-        )?;
         let need = opts.offset + geometry.parity_bytes();
         if fec_dev.size() < need {
             return Err(crate::verity::fec::FecError::Truncated {
