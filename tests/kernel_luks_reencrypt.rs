@@ -84,19 +84,7 @@ fn dmkit_format(img: &str, pass: &str, luks_type: &str) {
 
 /// The volume key cryptsetup unlocks (hex).
 fn volume_key(img: &str, pass: &str) -> String {
-    let text = ok(
-        "cryptsetup",
-        &[
-            "luksDump",
-            "--dump-volume-key",
-            "--batch-mode",
-            "--key-file",
-            pass,
-            img,
-        ],
-    );
-    let start = text.find("MK dump:").expect("MK dump line");
-    text[start + 8..].split_whitespace().collect()
+    hex::encode(common::volume_key::cryptsetup(pass, img, None))
 }
 
 fn in_reencryption(img: &str) -> bool {

@@ -63,13 +63,6 @@ fn luks1_images(dir: &Path) -> Option<PathBuf> {
     Some(dir.join("luks1-images"))
 }
 
-/// The volume key from `luksDump --dump-volume-key` text (cryptsetup's or ours).
-fn mk_from_dump(text: &str) -> Vec<u8> {
-    let start = text.find("MK dump:").expect("MK dump line");
-    let hex: String = text[start + 8..].split_whitespace().collect();
-    hex::decode(hex).unwrap()
-}
-
 fn blkid_uuid(path: &Path) -> String {
     run(
         "blkid",
@@ -114,7 +107,7 @@ fn cryptsetups_luks1_images_unlock_and_decrypt_to_their_filesystem() {
             .run
             .ok(&["luks", "test-passphrase", "--key-file", &key, path]);
         assert_eq!(out.trim(), "Key slot 0 unlocked.", "{name}");
-        let vk = mk_from_dump(&e.run.ok(&[
+        let vk = common::volume_key::from_dump(&e.run.ok(&[
             "luks",
             "dump",
             "--dump-volume-key",
@@ -135,7 +128,7 @@ fn cryptsetups_luks1_images_unlock_and_decrypt_to_their_filesystem() {
             && (cipher.starts_with("aes-xts") || cipher.starts_with("aes-cbc"))
             && !cipher.contains("essiv:wp")
         {
-            let theirs = mk_from_dump(&run(
+            let theirs = common::volume_key::from_dump(&run(
                 "cryptsetup",
                 &[
                     "luksDump",
@@ -250,7 +243,7 @@ fn volumes_we_format_with_these_ciphers_read_back_and_match_libgcrypt() {
             comparable(&theirs),
             "{what}: dumps differ"
         );
-        let vk = mk_from_dump(&e.run.ok(&[
+        let vk = common::volume_key::from_dump(&e.run.ok(&[
             "luks",
             "dump",
             "--dump-volume-key",
@@ -267,7 +260,7 @@ fn volumes_we_format_with_these_ciphers_read_back_and_match_libgcrypt() {
                 "cryptsetup",
                 &["open", "--test-passphrase", "--key-file", &pass, &img],
             );
-            let cs_vk = mk_from_dump(&run(
+            let cs_vk = common::volume_key::from_dump(&run(
                 "cryptsetup",
                 &[
                     "luksDump",
@@ -372,7 +365,7 @@ fn whirlpool_volumes_cryptsetup_formats_open_with_its_volume_key() {
             .run
             .ok(&["luks", "test-passphrase", "--key-file", &pass, &img]);
         assert_eq!(out.trim(), "Key slot 0 unlocked.", "{kind}");
-        let ours = mk_from_dump(&e.run.ok(&[
+        let ours = common::volume_key::from_dump(&e.run.ok(&[
             "luks",
             "dump",
             "--dump-volume-key",
@@ -381,7 +374,7 @@ fn whirlpool_volumes_cryptsetup_formats_open_with_its_volume_key() {
             &pass,
             &img,
         ]));
-        let theirs = mk_from_dump(&run(
+        let theirs = common::volume_key::from_dump(&run(
             "cryptsetup",
             &[
                 "luksDump",

@@ -26,28 +26,6 @@ fn env() -> Workspace {
     e
 }
 
-/// The volume key from `luksDump --dump-volume-key` text (cryptsetup's or ours).
-fn mk_from_dump(text: &str) -> Vec<u8> {
-    let start = text.find("MK dump:").expect("MK dump line");
-    let hex: String = text[start + 8..].split_whitespace().collect();
-    hex::decode(hex).unwrap()
-}
-
-fn cs_volume_key(pass_file: &str, device: &str, header: Option<&str>) -> Vec<u8> {
-    let mut args = vec![
-        "luksDump",
-        "--dump-volume-key",
-        "--batch-mode",
-        "--key-file",
-        pass_file,
-    ];
-    if let Some(h) = header {
-        args.extend(["--header", h]);
-    }
-    args.push(device);
-    mk_from_dump(&run("cryptsetup", &args))
-}
-
 fn our_volume_key(e: &Workspace, device: &str, header: Option<&str>) -> Vec<u8> {
     let p = e.s("pass");
     let mut args = vec!["luks", "dump", "--dump-volume-key", "-q", "--key-file", &p];
@@ -55,7 +33,7 @@ fn our_volume_key(e: &Workspace, device: &str, header: Option<&str>) -> Vec<u8> 
         args.extend(["--header", h]);
     }
     args.push(device);
-    mk_from_dump(&e.run.ok(&args))
+    common::volume_key::from_dump(&e.run.ok(&args))
 }
 
 /// The dump minus the line naming the device path, which differs only in spelling.
@@ -227,7 +205,7 @@ fn cryptsetup_reads_what_we_format() {
         let vk = our_volume_key(&e, &img, header);
         assert_eq!(vk.len() * 8, c.key_bits as usize, "case {i}");
         assert_eq!(
-            cs_volume_key(&pass, &img, header),
+            common::volume_key::cryptsetup(&pass, &img, header),
             vk,
             "case {i}: volume keys differ"
         );
@@ -283,7 +261,7 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
             "cryptsetup",
             &["open", "--test-passphrase", "--key-file", &f, &img],
         );
-        assert_eq!(cs_volume_key(&f, &img, None), vk);
+        assert_eq!(common::volume_key::cryptsetup(&f, &img, None), vk);
     }
     // cryptsetup adds one too, and we open it.
     let f4 = e.s("pass4");
@@ -352,7 +330,10 @@ fn several_keyslots_and_key_management_stay_readable_by_cryptsetup() {
             &img,
         ],
     );
-    assert_eq!(cs_volume_key(&e.s("pass1"), &img, None), vk);
+    assert_eq!(
+        common::volume_key::cryptsetup(&e.s("pass1"), &img, None),
+        vk
+    );
     // UUID and header backup round trip.
     let uuid = "0c3ed3d5-4b0a-4c52-9b3a-1f1d2d0a0b0c";
     e.run.ok(&["luks", "uuid", "--uuid", uuid, &img]);
@@ -498,7 +479,7 @@ fn we_open_what_cryptsetup_formats() {
         assert!(e.run.ok(&t).contains("Key slot 0 unlocked."));
         assert_eq!(
             our_volume_key(&e, &img, header),
-            cs_volume_key(&pass, &img, header),
+            common::volume_key::cryptsetup(&pass, &img, header),
             "case {i}"
         );
         // The JSON dump is cryptsetup's metadata, value for value.
@@ -573,7 +554,7 @@ fn data_written_through_open_decrypts_with_cryptsetups_volume_key() {
         let at = (16 << 20) + (64 << 10);
         let cipher_text = &raw[at..at + data.len()];
         assert_ne!(cipher_text, &data[..]);
-        let vk = cs_volume_key(&pass, &img, None);
+        let vk = common::volume_key::cryptsetup(&pass, &img, None);
         let plain = xts_decrypt(&vk, cipher_text, sector, ((64 << 10) / 512) as u64);
         assert!(
             plain == data,
@@ -697,7 +678,7 @@ fn luks1_from_cryptsetup_opens_and_reads() {
     e.run.ok(&["close", "l1"]);
     let raw = fs::read(&img).unwrap();
     let offset = 4096 * 512;
-    let vk = cs_volume_key(&pass, &img, None);
+    let vk = common::volume_key::cryptsetup(&pass, &img, None);
     assert!(xts_decrypt(&vk, &raw[offset..offset + data.len()], 512, 0) == data);
 }
 

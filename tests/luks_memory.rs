@@ -128,10 +128,7 @@ fn a_serving_daemon_keeps_keys_locked_undumpable_and_forgets_the_passphrase() {
             &pass,
             &img,
         ]);
-        let hex: String = dump[dump.find("MK dump:").unwrap() + 8..]
-            .split_whitespace()
-            .collect();
-        let vk = hex::decode(hex).unwrap();
+        let vk = common::volume_key::from_dump(&dump);
         fs::remove_file(&pass).unwrap();
         // Open with the passphrase on stdin (a line), as a person piping it would.
         let mut child = Command::new(common::DMKIT)

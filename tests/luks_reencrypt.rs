@@ -44,24 +44,6 @@ fn in_reencryption(img: &str) -> bool {
     json(img)["config"].get("requirements").is_some()
 }
 
-/// The volume key cryptsetup unlocks with PASS.
-fn cs_key(pass: &str, img: &str) -> Vec<u8> {
-    let text = run(
-        "cryptsetup",
-        &[
-            "luksDump",
-            "--dump-volume-key",
-            "--batch-mode",
-            "--key-file",
-            pass,
-            img,
-        ],
-    );
-    let start = text.find("MK dump:").expect("MK dump line");
-    let hex: String = text[start + 8..].split_whitespace().collect();
-    hex::decode(hex).unwrap()
-}
-
 struct Case {
     e: Workspace,
     /// The data device.
@@ -97,7 +79,12 @@ fn case_with(seed: u64, detached: bool) -> Case {
     args.extend(["--key-file", &pass, &img]);
     run("cryptsetup", &args);
     let plain = SplitMix64(seed).bytes(DATA);
-    let ct = xts(&cs_key(&pass, &hdr), &plain, 4096, Mode::Encrypt);
+    let ct = xts(
+        &common::volume_key::cryptsetup(&pass, &hdr, None),
+        &plain,
+        4096,
+        Mode::Encrypt,
+    );
     let mut f = fs::OpenOptions::new().write(true).open(&img).unwrap();
     f.seek(SeekFrom::Start(offset)).unwrap();
     f.write_all(&ct).unwrap();
@@ -130,7 +117,12 @@ impl Case {
         let mut f = fs::File::open(&self.img).unwrap();
         f.seek(SeekFrom::Start(off)).unwrap();
         f.read_exact(&mut ct).unwrap();
-        let got = xts(&cs_key(&self.pass, &self.hdr), &ct, ss, Mode::Decrypt);
+        let got = xts(
+            &common::volume_key::cryptsetup(&self.pass, &self.hdr, None),
+            &ct,
+            ss,
+            Mode::Decrypt,
+        );
         assert!(got == self.plain, "{what}: the plaintext differs");
     }
 
@@ -253,11 +245,11 @@ fn dmkit_reencrypts_and_cryptsetup_opens_the_result() {
     .enumerate()
     {
         let c = case(i as u64);
-        let before = cs_key(&c.pass, &c.img);
+        let before = common::volume_key::cryptsetup(&c.pass, &c.img, None);
         c.dmkit_ok(extra);
         c.check(&format!("{extra:?}"));
         assert_ne!(
-            cs_key(&c.pass, &c.img),
+            common::volume_key::cryptsetup(&c.pass, &c.img, None),
             before,
             "{extra:?}: the key did not change"
         );

@@ -102,17 +102,7 @@ impl Pair {
     }
 
     fn volume_key(&self) -> Vec<u8> {
-        let args = [
-            "luksDump",
-            "--dump-volume-key",
-            "--batch-mode",
-            "--key-file",
-            &self.key,
-            &self.hdr,
-        ];
-        let text = String::from_utf8(cryptsetup(&args).stdout).unwrap();
-        let at = text.find("MK dump:").expect("a volume key dump");
-        hex::decode(text[at + 8..].split_whitespace().collect::<String>()).unwrap()
+        common::volume_key::cryptsetup(&self.key, &self.hdr, None)
     }
 
     /// The header file says a reencryption is under way (read raw: it may be half made).

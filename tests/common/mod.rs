@@ -18,6 +18,7 @@
 //! - [`xor_byte`]: corrupting one byte of an image in place.
 //! - [`status_field`]: one value of `dmkit status` text.
 //! - [`xts`]: AES-XTS over dm-crypt sectors with OpenSSL.
+//! - [`volume_key`]: a LUKS volume key from `luksDump --dump-volume-key`.
 
 // Not every test file uses every helper.
 #![allow(dead_code)]
@@ -33,6 +34,7 @@ pub mod run;
 pub mod sys;
 pub mod tty;
 pub mod verity_case;
+pub mod volume_key;
 pub mod xts;
 
 use std::path::Path;
