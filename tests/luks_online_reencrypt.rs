@@ -17,6 +17,17 @@ use std::time::{Duration, Instant};
 const PASS: &str = "online reencryption";
 const FAST: [&str; 4] = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 
+/// Open `img` as `name` (tracked, closed with the workspace) and fill all 64 MiB of it with
+/// pattern `seed`, synced; the served file's path and what it holds.
+fn open_filled(e: &Workspace, img: &str, pass: &str, name: &str, seed: u8) -> (String, Vec<u8>) {
+    let out = e.run.ok(&["luks", "open", img, name, "--key-file", pass]);
+    e.run.track(name);
+    let dev = out.lines().next().unwrap().to_string();
+    let want = pattern(64 << 20, seed);
+    write_synced(&dev, 0, &want);
+    (dev, want)
+}
+
 /// A LUKS2 image made by cryptsetup: 16 MiB of header, then `data_mib` MiB of data.
 fn image(e: &Workspace, data_mib: u64) -> (String, String) {
     let pass = e.s("pass");
@@ -202,13 +213,7 @@ fn kill_9_mid_way_loses_no_fsynced_write_and_resume_only_finishes() {
     }
     let e = Workspace::new();
     let (img, pass) = image(&e, 64);
-    let out = e
-        .run
-        .ok(&["luks", "open", &img, "okill", "--key-file", &pass]);
-    e.run.track("okill");
-    let dev = out.lines().next().unwrap().to_string();
-    let mut want = pattern(64 << 20, 3);
-    write_synced(&dev, 0, &want);
+    let (dev, mut want) = open_filled(&e, &img, &pass, "okill", 3);
     let child = start_reencrypt(&e, "okill", &pass, &["--hotzone-size", "256K"]);
     wait_mid_way(&e, "okill");
     // Writes on both sides of the boundary, fsync'd while the reencryption runs.
@@ -262,13 +267,7 @@ fn status_shows_progress_and_close_mid_way_resumes_offline() {
     }
     let e = Workspace::new();
     let (img, pass) = image(&e, 64);
-    let out = e
-        .run
-        .ok(&["luks", "open", &img, "oclose", "--key-file", &pass]);
-    e.run.track("oclose");
-    let dev = out.lines().next().unwrap().to_string();
-    let want = pattern(64 << 20, 9);
-    write_synced(&dev, 0, &want);
+    let (_, want) = open_filled(&e, &img, &pass, "oclose", 9);
     // --init-only on the open device, then --resume-only NAME, as cryptsetup does.
     let mut init = vec![
         "luks",
