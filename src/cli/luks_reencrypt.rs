@@ -70,6 +70,11 @@ pub struct ReencryptArgs {
     /// Decrypt a LUKS2 device whose header is detached (--header), in place.
     #[arg(long)]
     decrypt: bool,
+    /// With --encrypt and no --header: give up this many bytes at the device's end (at most
+    /// 1 GiB, whole 512-byte sectors); half of it becomes the LUKS2 header at the start and
+    /// the data moves by that half while it is encrypted.
+    #[arg(long, value_parser = parse_reduce)]
+    reduce_device_size: Option<u64>,
     /// With --encrypt: the header's type (luks2 only).
     #[arg(long = "type", short = 'M', value_name = "TYPE")]
     kind: Option<String>,
@@ -95,6 +100,18 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .ok()
         .and_then(|n| n.checked_mul(mul))
         .ok_or_else(|| format!("{s:?} is not a size"))
+}
+
+/// `--reduce-device-size`: cryptsetup's limits, its messages.
+fn parse_reduce(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if n > 1 << 30 {
+        return Err("Maximum device reduce size is 1 GiB.".into());
+    }
+    if n % 512 != 0 {
+        return Err("Reduce size must be multiple of 512 bytes sector.".into());
+    }
+    Ok(n)
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -250,10 +267,18 @@ fn start_encrypt(a: &ReencryptArgs) -> Result<Option<(LuksVolume, Passphrase)>, 
         ));
     }
     let Some(header) = a.volume.header.as_deref() else {
-        return Err(CliError::invalid(
-            "Encryption without detached header (--header) is not possible without data device size reduction (--reduce-device-size).",
-        ));
+        let Some(reduce) = a.reduce_device_size.filter(|&r| r > 0) else {
+            return Err(CliError::invalid(
+                "Encryption without detached header (--header) is not possible without data device size reduction (--reduce-device-size).",
+            ));
+        };
+        return start_encrypt_shift(a, reduce);
     };
+    if a.reduce_device_size.is_some_and(|r| r > 0) {
+        return Err(CliError::invalid(
+            "dmkit encrypts with --reduce-device-size only with the header at the device's start (no --header).",
+        ));
+    }
     let device = a.volume.device.display().to_string();
     let resuming = header.exists()
         && LuksVolume::open(&a.volume.device, Some(header), false, Some(2))
@@ -267,6 +292,34 @@ fn start_encrypt(a: &ReencryptArgs) -> Result<Option<(LuksVolume, Passphrase)>, 
     crate::crypt::luks::encrypt_init(
         &a.volume.device,
         header,
+        &encrypt_format(a)?,
+        &pass,
+        &init_params(a)?,
+    )?;
+    if a.init_only {
+        return Ok(None);
+    }
+    Ok(Some((a.volume.load(true, Some(2))?, pass)))
+}
+
+/// `--encrypt --reduce-device-size` without `--header`: the data shifted to make room for the
+/// header at the device's start; a device already in that reencryption is resumed.
+fn start_encrypt_shift(
+    a: &ReencryptArgs,
+    reduce: u64,
+) -> Result<Option<(LuksVolume, Passphrase)>, CliError> {
+    let device = a.volume.device.display().to_string();
+    let resuming = LuksVolume::open(&a.volume.device, None, false, Some(2))
+        .ok()
+        .and_then(|v| v.reencryption().ok().flatten())
+        .is_some();
+    if resuming || a.resume_only {
+        return Ok(None);
+    }
+    let pass = passphrase(&a.key, &format!("Enter passphrase for {device}: "), true)?;
+    crate::crypt::luks::encrypt_init_shift(
+        &a.volume.device,
+        reduce,
         &encrypt_format(a)?,
         &pass,
         &init_params(a)?,

@@ -8,7 +8,7 @@
 use super::{LuksError, LuksVolume};
 use crate::block::{BlockDevice, Claim, MemoryDevice};
 use crate::crypt::luks2::header::MAGIC_PRIMARY;
-use crate::crypt::luks2::reencrypt::{self, InitParams};
+use crate::crypt::luks2::reencrypt::{self, datashift, InitParams, ReencryptState};
 use crate::crypt::luks2::{self as luks2, FormatParams};
 use std::path::Path;
 
@@ -60,6 +60,63 @@ pub fn encrypt_init(
     reencrypt::init_encrypt(&mem, &mut h, data_size, &key, &ip)?;
     drop(key);
     write_header_file(header, &mem.contents(), 2 * p.metadata_size)
+}
+
+/// Put the plaintext `device` into encryption in place with its header at its start
+/// (`reencrypt --encrypt --reduce-device-size reduce`, cryptsetup's moved first segment): the
+/// header is made in memory with the data offset half the reduction (the shift), the
+/// plaintext's first shift bytes are copied to the device's end and flushed, then the header
+/// is written over them: the keyslots area first, then the secondary header copy, the primary
+/// last, each flushed (a crash before the primary leaves the secondary, which readers fall
+/// back to). Nothing is written when a check fails.
+pub fn encrypt_init_shift(
+    device: &Path,
+    reduce: u64,
+    format: &FormatParams,
+    pass: &[u8],
+    params: &InitParams,
+) -> Result<(), LuksError> {
+    let data = crate::block::open_backing(device, false, false)?;
+    let _claim = Claim::take(data.file(), device, 0, 0, true)?;
+    if is_luks(&data) {
+        return Err(LuksError::Invalid(format!(
+            "Device {} is already LUKS device. Aborting operation.",
+            device.display()
+        )));
+    }
+    // cryptsetup: the data offset is half the reduction in whole sectors, and so is the shift.
+    let shift = reduce / 1024 * 512;
+    let mut p = format.clone();
+    p.detached = true;
+    p.data_offset = Some(shift);
+    let (keyslots_size, _) = luks2::format::layout(&p)?;
+    let copies = 2 * p.metadata_size;
+    let mem = MemoryDevice::new("header", (copies + keyslots_size) as usize);
+    let data_size = data.size();
+    let prepared = luks2::format::prepare(&mem, data_size, &p)?;
+    let (mut h, key) = luks2::format::write(&mem, prepared, &p, pass).map_err(|e| match e {
+        LuksError::Invalid(m) if m.contains("keyslot") => {
+            LuksError::Invalid("No space for new keyslot.".into())
+        }
+        e => e,
+    })?;
+    let mut ip = params.clone();
+    ip.io_block = super::reencrypt::io_block(&data);
+    let name = device.display().to_string();
+    datashift::init_encrypt(&mem, &mut h, &name, data_size, shift, &key, &ip)?;
+    drop(key);
+    let st = ReencryptState::read(&h.metadata)?
+        .ok_or_else(|| LuksError::Invalid("reencryption state lost".into()))?;
+    datashift::move_first_segment(&data, &st)?;
+    let image = mem.contents();
+    let md = p.metadata_size as usize;
+    data.write_at(&image[2 * md..], 2 * md as u64)?;
+    data.flush()?;
+    data.write_at(&image[md..2 * md], md as u64)?;
+    data.flush()?;
+    data.write_at(&image[..md], 0)?;
+    data.flush()?;
+    Ok(())
 }
 
 /// Write `image` (a whole header: copies and keyslots area) to the file `path`, the part

@@ -178,8 +178,11 @@ impl LuksVolume {
             Some(d) => d,
             None => &self.dev,
         };
-        let run = engine::Run::new(&self.dev, data_dev, h, &keys)?;
-        let r = run.run(&o, progress);
+        let r = if reencrypt::datashift::is_moved_encryption(&st) {
+            reencrypt::datashift::run(&self.dev, data_dev, h, &keys, progress)
+        } else {
+            engine::Run::new(&self.dev, data_dev, h, &keys).and_then(|run| run.run(&o, progress))
+        };
         drop(keys);
         crate::crypt::secret::burn_stack();
         r

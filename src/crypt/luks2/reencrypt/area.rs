@@ -30,21 +30,30 @@ pub fn max_gap(h: &Luks2Header) -> Option<(u64, u64)> {
 }
 
 /// The reencrypt keyslot for `mode` walking `direction`, protecting hotzones with
-/// `resilience`, its area at `area`.
+/// `resilience` (the data moving by `shift` bytes in the datashift modes), its area at `area`.
 pub fn keyslot(
     mode: Mode,
     direction: Direction,
     resilience: &Resilience,
     area: (u64, u64),
+    shift: u64,
 ) -> Keyslot {
     let mut a = json!({
         "offset": area.0.to_string(),
         "size": area.1.to_string(),
         "type": resilience.word(),
     });
-    if let Resilience::Checksum { hash, sector_size } = resilience {
+    if let Resilience::Checksum { hash, sector_size }
+    | Resilience::DatashiftChecksum { hash, sector_size } = resilience
+    {
         a["hash"] = Value::from(hash.clone());
         a["sector_size"] = Value::from(*sector_size);
+    }
+    if matches!(
+        resilience,
+        Resilience::Datashift | Resilience::DatashiftChecksum { .. } | Resilience::DatashiftJournal
+    ) {
+        a["shift_size"] = Value::from(shift.to_string());
     }
     let raw = json!({
         "area": a,

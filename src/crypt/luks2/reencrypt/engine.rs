@@ -122,7 +122,7 @@ pub fn commit(dev: &dyn BlockDevice, h: &mut Luks2Header) -> Result<(), LuksErro
 }
 
 /// The cipher of a backup segment: `None` for a plaintext (linear) one.
-fn keyed(seg: &Segment, key: Option<&VolumeKey>) -> Result<Option<Keyed>, LuksError> {
+pub(super) fn keyed(seg: &Segment, key: Option<&VolumeKey>) -> Result<Option<Keyed>, LuksError> {
     if seg.kind == "linear" {
         return Ok(None);
     }
@@ -606,7 +606,7 @@ impl<'a> Run<'a> {
 
 /// The reencryption's metadata dropped in one header write (backup segments, requirement,
 /// reencrypt keyslot), then the keyslot's area wiped.
-fn drop_metadata(
+pub(super) fn drop_metadata(
     hdr_dev: &dyn BlockDevice,
     h: &mut Luks2Header,
     st: &ReencryptState,

@@ -207,16 +207,19 @@ fn write_metadata(
         Direction::Forward,
         &keys,
         sectors,
+        0,
         p,
     )
 }
 
 /// The rest of the one header write that puts a device into reencryption: `next` has its
 /// segments (data and backups) bound to their digests; the reencrypt keyslot (in the largest
-/// free gap, the checksum block the hotzone alignment of both `sectors` sizes), the
-/// requirement and the digest over `keys` are added, and the header is committed.
+/// free gap, the checksum block the hotzone alignment of both `sectors` sizes; a data shift
+/// of `shift` bytes needs no area and takes the first free 4096 bytes, as
+/// `reenc_keyslot_alloc` does), the requirement and the digest over `keys` are added, and the
+/// header is committed.
 #[allow(clippy::too_many_arguments)]
-fn seal(
+pub(super) fn seal(
     dev: &dyn BlockDevice,
     h: &mut Luks2Header,
     mut next: Luks2Header,
@@ -224,6 +227,7 @@ fn seal(
     direction: Direction,
     keys: &verify::KeysByDigest<'_>,
     sectors: (u32, u32),
+    shift: u64,
     p: &InitParams,
 ) -> Result<u32, LuksError> {
     let alignment = p
@@ -250,14 +254,19 @@ fn seal(
         }
         other => other.clone(),
     };
-    let gap = area::max_gap(&next)
-        .ok_or_else(|| LuksError::Invalid("Not enough space in header keyslot area.".into()))?;
+    let no_space = || LuksError::Invalid("Not enough space in header keyslot area.".into());
+    let gap = if resilience == Resilience::Datashift {
+        let at = crate::crypt::luks2::keyslot::free_area(&next, 4096).ok_or_else(no_space)?;
+        (at, 4096)
+    } else {
+        area::max_gap(&next).ok_or_else(no_space)?
+    };
     let ks = (0..MAX_KEYSLOTS)
         .find(|i| !next.metadata.keyslots.contains_key(i))
         .ok_or_else(|| LuksError::Invalid("All key slots full.".into()))?;
     let m = &mut next.metadata;
     m.keyslots
-        .insert(ks, area::keyslot(mode, direction, &resilience, gap));
+        .insert(ks, area::keyslot(mode, direction, &resilience, gap, shift));
     m.config.requirements = vec![format!("online-reencrypt-v{}", super::REQ_VERSION)];
     let st = ReencryptState::read(m)?
         .ok_or_else(|| LuksError::Invalid("reencryption state lost".into()))?;
@@ -270,7 +279,7 @@ fn seal(
 
 /// The one data segment of a header `h` about to be put into reencryption: it must have no
 /// reencryption yet, no unmet requirement, and exactly one crypt segment without integrity.
-fn only_segment(
+pub(super) fn only_segment(
     dev: &dyn BlockDevice,
     h: &Luks2Header,
 ) -> Result<crate::crypt::luks2::json::Segment, LuksError> {
@@ -298,7 +307,7 @@ fn only_segment(
 
 /// `data_size` bytes of a device whose data starts at `offset`: some, and whole sectors of
 /// `sector` bytes.
-fn check_aligned(data_size: u64, offset: u64, sector: u32) -> Result<(), LuksError> {
+pub(super) fn check_aligned(data_size: u64, offset: u64, sector: u32) -> Result<(), LuksError> {
     let data = data_size.saturating_sub(offset);
     if data == 0 || !data.is_multiple_of(u64::from(sector)) {
         return Err(LuksError::Invalid(format!(
@@ -351,6 +360,7 @@ pub fn init_encrypt(
         Direction::Forward,
         &keys,
         sectors,
+        0,
         p,
     )
 }
@@ -399,6 +409,7 @@ pub fn init_decrypt(
         Direction::Backward,
         &keys,
         sectors,
+        0,
         p,
     )
 }

@@ -19,6 +19,7 @@
 //! `recover` finishes a hotzone left `in-reencryption` with cryptsetup's rules.
 
 mod area;
+pub mod datashift;
 mod direct;
 pub mod engine;
 mod init;

@@ -1,0 +1,456 @@
+//! `reencrypt --encrypt --reduce-device-size` with the header at the start of the device, as
+//! cryptsetup 2.6 does it (`encrypt_luks2_init` with `CRYPT_REENCRYPT_MOVE_FIRST_SEGMENT`,
+//! `reencrypt_set_encrypt_segments`, `reencrypt_make_hot_segments_encrypt_shift`,
+//! `_enc_create_segments_shift_after`, `reencrypt_offset_backward_moved`).
+//!
+//! The device's last `reduce` bytes are given up; half of them, the shift `S`, becomes the
+//! header and keyslots area. The plaintext's first `S` bytes (where the header goes) are
+//! copied first to the device's last `S` bytes (the "moved" segment), then the header is
+//! written over them. The data then moves forward by `S` while it is encrypted, from the end
+//! backward, a hotzone of `S` bytes at a time: a hotzone's new place never overlaps its old
+//! one, so a crash mid-hotzone leaves the old plaintext readable where it was (resilience
+//! `datashift`) and recovery simply does the hotzone again. The moved first segment goes
+//! last, from its copy; the copy is wiped at the end.
+//!
+//! Layout, `D` bytes in all, `P = D - 2S` bytes of plaintext:
+//! `[header S][plaintext S..P]...[moved copy of plaintext 0..S]` becomes
+//! `[header S][ciphertext of 0..P][wiped]`.
+
+use super::engine::{commit, drop_metadata, keyed, Keys, Progress, RunOutcome};
+use super::init::{check_aligned, only_segment, seal};
+use super::layout::{crypt, flagged, linear};
+use super::parallel::{self, Keyed};
+use super::state::{Direction, Mode, ReencryptState, Resilience};
+use super::{verify, InitParams};
+use crate::block::aligned::AlignedBuf;
+use crate::block::BlockDevice;
+use crate::crypt::luks::LuksError;
+use crate::crypt::luks2::header::Luks2Header;
+use crate::crypt::luks2::json::{Metadata, Segment};
+use std::collections::BTreeMap;
+
+fn invalid(s: String) -> LuksError {
+    LuksError::Invalid(s)
+}
+
+/// Put the plaintext device `data` (`device_size` bytes) into encryption with a data shift of
+/// `shift` bytes: `h` is the header just formatted in memory on `mem` (its data offset the
+/// shift, keyslot 0 bound to `key`). In `h` (written to `mem`, not to `data`), the data
+/// becomes the linear segments of the plaintext as it will lie once the first segment is
+/// moved, with `backup-moved-segment`, `backup-previous`, `backup-final`, the reencrypt
+/// keyslot (mode `encrypt`, `backward`, resilience `datashift`) and its digest over `key`.
+/// Nothing is written to the data device: [`move_first_segment`] and the header placement
+/// follow. Returns the reencrypt keyslot.
+pub fn init_encrypt(
+    mem: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    data_name: &str,
+    device_size: u64,
+    shift: u64,
+    key: &[u8],
+    p: &InitParams,
+) -> Result<u32, LuksError> {
+    let seg0 = only_segment(mem, h)?;
+    let data_offset = seg0.offset;
+    let too_small = || invalid(format!("Device {data_name} is too small."));
+    let data_size = device_size
+        .checked_sub(data_offset)
+        .filter(|&s| s > 0)
+        .ok_or_else(too_small)?;
+    check_aligned(device_size, data_offset, seg0.sector_size)?;
+    if data_size < shift {
+        return Err(too_small());
+    }
+    if shift < data_offset {
+        return Err(invalid(format!(
+            "Data shift ({} sectors) is less than future data offset ({} sectors).",
+            shift >> 9,
+            data_offset >> 9
+        )));
+    }
+    if shift == 0 || !shift.is_multiple_of(u64::from(seg0.sector_size)) {
+        return Err(invalid(format!(
+            "Data shift value is not aligned to encryption sector size ({} bytes).",
+            seg0.sector_size
+        )));
+    }
+    // `reencrypt_set_encrypt_segments`: [future header (shift)][second data segment][gap
+    // (shift)][first data segment (shift)].
+    let plain = data_size - shift;
+    if plain == 0 {
+        return Err(too_small());
+    }
+    let first = plain.min(shift);
+    let digest_new = h
+        .metadata
+        .segment_digest(0)
+        .map(|(i, _)| i)
+        .ok_or_else(|| invalid("no digest for segment 0".into()))?;
+    let mut next = h.clone();
+    let m = &mut next.metadata;
+    m.segments.clear();
+    m.segments.insert(0, linear(data_size, Some(first), &[]));
+    if plain > shift {
+        m.segments
+            .insert(1, linear(shift, Some(plain - shift), &[]));
+    }
+    let n = m.segments.len() as u32;
+    let moved = flagged(&m.segments[&0], "backup-moved-segment");
+    m.segments.insert(n, moved);
+    m.segments
+        .insert(n + 1, linear(0, Some(plain), &["backup-previous"]));
+    m.segments.insert(n + 2, flagged(&seg0, "backup-final"));
+    for d in m.digests.values_mut() {
+        d.segments.clear();
+    }
+    if let Some(d) = m.digests.get_mut(&digest_new) {
+        d.segments.push(n + 2);
+    }
+    let keys = verify::KeysByDigest::from([(digest_new, key)]);
+    let ip = InitParams {
+        resilience: Resilience::Datashift,
+        ..p.clone()
+    };
+    seal(
+        mem,
+        h,
+        next,
+        Mode::Encrypt,
+        Direction::Backward,
+        &keys,
+        (512, seg0.sector_size),
+        shift,
+        &ip,
+    )
+}
+
+/// Copy the plaintext's first segment to its `backup-moved-segment` place (`reencrypt_move_data`)
+/// and make it durable: this must precede the header written over it.
+pub fn move_first_segment(data: &dyn BlockDevice, st: &ReencryptState) -> Result<(), LuksError> {
+    let moved = st
+        .moved
+        .as_ref()
+        .ok_or_else(|| invalid("reencryption metadata: no moved segment".into()))?;
+    let len = moved.size.filter(|&l| l > 0 && l <= st.keyslot.shift);
+    let len = len.ok_or_else(|| invalid("reencryption metadata: bad moved segment".into()))?;
+    let mut buf = AlignedBuf::new(len as usize);
+    let from = st.previous.offset;
+    data.read_at(buf.all(), from)?;
+    data.write_at(buf.all(), moved.offset)?;
+    data.flush()?;
+    Ok(())
+}
+
+/// Whether `st` is an encryption with a moved first segment, which [`run`] does.
+pub fn is_moved_encryption(st: &ReencryptState) -> bool {
+    st.moved.is_some()
+        && st.keyslot.mode == Mode::Encrypt
+        && st.keyslot.direction == Direction::Backward
+        && st.keyslot.resilience == Resilience::Datashift
+}
+
+/// A datashift encryption under way.
+struct Shift<'a> {
+    hdr_dev: &'a dyn BlockDevice,
+    data_dev: &'a dyn BlockDevice,
+    st: ReencryptState,
+    new: Keyed,
+    /// Where the encrypted data starts (the `backup-final` offset).
+    data_offset: u64,
+    shift: u64,
+    moved: Segment,
+}
+
+fn is_backup(s: &Segment) -> bool {
+    s.flags.iter().any(|f| f.starts_with("backup-"))
+}
+
+/// The data segments of `m`, backups left out.
+fn data_segments(m: &Metadata) -> Vec<Segment> {
+    m.segments
+        .values()
+        .filter(|s| !is_backup(s))
+        .cloned()
+        .collect()
+}
+
+fn size_of(s: &Segment) -> Result<u64, LuksError> {
+    s.size
+        .ok_or_else(|| invalid("reencryption metadata: a linear segment without size".into()))
+}
+
+impl Shift<'_> {
+    /// Make `segs` the header's segments, then the backups (`backup-previous`,
+    /// `backup-final`, `backup-moved-segment`, next free ids), the new key's digest bound
+    /// to the final backup and every crypt segment (`reencrypt_assign_segments_simple`).
+    fn install(&self, m: &mut Metadata, segs: Vec<Segment>) {
+        for d in m.digests.values_mut() {
+            d.segments.clear();
+        }
+        let n = segs.len() as u32;
+        m.segments = segs
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| (i as u32, s))
+            .collect::<BTreeMap<_, _>>();
+        m.segments.insert(n, self.st.previous.clone());
+        m.segments.insert(n + 1, self.st.fin.clone());
+        m.segments.insert(n + 2, self.moved.clone());
+        let Some(d) = self.st.digest_new.and_then(|d| m.digests.get_mut(&d)) else {
+            return;
+        };
+        d.segments.push(n + 1);
+        for (&i, s) in &m.segments {
+            if i < n && s.kind == "crypt" {
+                d.segments.push(i);
+            }
+        }
+    }
+
+    /// The next hotzone (`reencrypt_offset_backward_moved`): the last `shift` bytes of the
+    /// plaintext not counting the moved first segment, or what is left of it, and the moved
+    /// segment itself last (offset 0). `None` when no plaintext is left.
+    fn next(&self, segs: &[Segment]) -> Result<Option<(u64, u64)>, LuksError> {
+        let mut linear = 0;
+        for s in segs.iter().filter(|s| s.kind == "linear") {
+            linear += size_of(s)?;
+        }
+        if linear == 0 {
+            return Ok(None);
+        }
+        let s = self.shift;
+        if segs.len() == 1 {
+            return Ok(Some((0, s)));
+        }
+        if linear < s {
+            return Err(invalid(format!(
+                "reencryption metadata: {linear} bytes of plaintext left, less than the shift"
+            )));
+        }
+        let rest = linear - s;
+        Ok(Some(if rest > 0 && rest < s {
+            (s, rest)
+        } else {
+            (rest, s)
+        }))
+    }
+
+    /// The segments while the hotzone `offset..offset + length` is rewritten, and the index of
+    /// the one in reencryption (`reencrypt_make_hot_segments_encrypt_shift`).
+    fn hot(
+        &self,
+        segs: &[Segment],
+        offset: u64,
+        length: u64,
+    ) -> Result<(Vec<Segment>, usize), LuksError> {
+        let crypt_seg = segs.iter().position(|s| s.kind == "crypt");
+        let sg = segs
+            .iter()
+            .rposition(|s| s.kind == "linear")
+            .ok_or_else(|| invalid("reencryption metadata: no plaintext segment".into()))?;
+        let mut hot: Vec<Segment> = segs[..sg].to_vec();
+        let size = size_of(&segs[sg])?;
+        if size > length {
+            let mut shrunk = segs[sg].clone();
+            shrunk.size = Some(size - length);
+            hot.push(shrunk);
+        }
+        let fin = &self.st.fin;
+        hot.push(crypt(
+            self.data_offset + offset,
+            Some(length),
+            offset >> 9,
+            &fin.encryption,
+            fin.sector_size,
+            &["in-reencryption"],
+        ));
+        let r = hot.len() - 1;
+        if let Some(c) = crypt_seg {
+            hot.push(segs[c].clone());
+        }
+        Ok((hot, r))
+    }
+
+    /// The segments once the hotzone `r` of `hot` is written (`_enc_create_segments_shift_after`):
+    /// it joins the encrypted segment behind it, which is "dynamic" once it is the only one.
+    fn post(&self, hot: &[Segment], r: usize, offset: u64, length: u64) -> Vec<Segment> {
+        let mut post: Vec<Segment> = hot[..r].to_vec();
+        let mut joined = match hot.get(r + 1) {
+            Some(behind) => {
+                let mut s = behind.clone();
+                s.offset = self.data_offset + offset;
+                s.iv_tweak = offset >> 9;
+                s.size = Some(s.size.unwrap_or(0) + length);
+                s
+            }
+            None => {
+                let h = &hot[r];
+                crypt(
+                    h.offset,
+                    Some(length),
+                    h.iv_tweak,
+                    &h.encryption,
+                    h.sector_size,
+                    &[],
+                )
+            }
+        };
+        if r == 0 {
+            joined.size = None;
+        }
+        post.push(joined);
+        post
+    }
+
+    /// Encrypt the hotzone `offset..offset + length` from where its plaintext lies now (the
+    /// moved copy for the first segment, else its old place) to its new place, durably.
+    fn write_zone(&self, buf: &mut [u8], offset: u64) -> Result<(), LuksError> {
+        let from = if offset == 0 {
+            self.moved.offset
+        } else {
+            self.st.previous.offset + offset
+        };
+        self.data_dev.read_at(buf, from)?;
+        parallel::rekey(buf, offset, None, Some(&self.new));
+        self.data_dev.write_at(buf, self.data_offset + offset)?;
+        self.data_dev.flush()?;
+        Ok(())
+    }
+
+    /// One hotzone in cryptsetup's order: the header saying it is in reencryption (the old
+    /// plaintext stays where it was: nothing else protects it), the data, the header saying
+    /// it is done.
+    fn step(
+        &self,
+        h: &mut Luks2Header,
+        buf: &mut [u8],
+        offset: u64,
+        length: u64,
+    ) -> Result<(), LuksError> {
+        let segs = data_segments(&h.metadata);
+        let (hot, r) = self.hot(&segs, offset, length)?;
+        self.install(&mut h.metadata, hot.clone());
+        commit(self.hdr_dev, h)?;
+        self.write_zone(&mut buf[..length as usize], offset)?;
+        self.install(&mut h.metadata, self.post(&hot, r, offset, length));
+        commit(self.hdr_dev, h)
+    }
+
+    /// Finish a hotzone a crash left `in-reencryption` (`reencrypt_recover_segment`,
+    /// datashift): its plaintext is still at its old place, so it is encrypted again.
+    fn recover(&self, h: &mut Luks2Header, r: usize) -> Result<(), LuksError> {
+        let hot = data_segments(&h.metadata);
+        let seg = &hot[r];
+        let offset = seg
+            .offset
+            .checked_sub(self.data_offset)
+            .ok_or_else(|| invalid("reencryption metadata: hotzone before the data".into()))?;
+        let length = seg
+            .size
+            .filter(|&l| l > 0 && l <= self.shift)
+            .ok_or_else(|| invalid("reencryption metadata: bad hotzone size".into()))?;
+        if (offset == 0) != (r == 0) {
+            return Err(invalid(
+                "reencryption metadata: hotzone and moved segment disagree".into(),
+            ));
+        }
+        let mut buf = zeroize::Zeroizing::new(vec![0u8; length as usize]);
+        self.write_zone(&mut buf, offset)?;
+        self.install(&mut h.metadata, self.post(&hot, r, offset, length));
+        commit(self.hdr_dev, h)
+    }
+
+    /// The end (`reencrypt_teardown_ok`): the moved copy of the first segment wiped with
+    /// random bytes, the keyslots area sized to the data offset, then the reencryption
+    /// metadata dropped in one header write.
+    fn teardown(&self, h: &mut Luks2Header) -> Result<(), LuksError> {
+        let len = self.moved.size.unwrap_or(0);
+        let mut chunk = vec![0u8; (1u64 << 20).min(len) as usize];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(chunk.len() as u64) as usize;
+            getrandom::getrandom(&mut chunk[..n])
+                .map_err(|e| LuksError::Crypto(format!("random wipe: {e}")))?;
+            self.data_dev
+                .write_at(&chunk[..n], self.moved.offset + done)?;
+            done += n as u64;
+        }
+        self.data_dev.flush()?;
+        if self.data_offset > 0 {
+            h.metadata.config.keyslots_size = self.data_offset - 2 * h.hdr_size;
+        }
+        drop_metadata(self.hdr_dev, h, &self.st)
+    }
+}
+
+/// Run (or resume) the encryption with a moved first segment whose header `h` is on
+/// `hdr_dev` to its end, or until `progress` returns `false`. `keys` holds the new key.
+pub fn run(
+    hdr_dev: &dyn BlockDevice,
+    data_dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    keys: &Keys,
+    progress: &mut dyn FnMut(Progress) -> bool,
+) -> Result<RunOutcome, LuksError> {
+    let st = ReencryptState::read(&h.metadata)?
+        .ok_or_else(|| invalid("Device not marked for LUKS2 reencryption.".into()))?;
+    verify::check(&h.metadata, &st, &keys.by_digest(&st))?;
+    if !is_moved_encryption(&st) {
+        return Err(LuksError::Unsupported(format!(
+            "a {} reencryption ({}, {} resilience) with a moved segment",
+            st.keyslot.mode.word(),
+            st.keyslot.direction.word(),
+            st.keyslot.resilience.word()
+        )));
+    }
+    let new = keyed(&st.fin, keys.new.as_ref())?
+        .ok_or_else(|| invalid("reencryption metadata: the final segment is not crypt".into()))?;
+    let moved = st.moved.clone().expect("checked by is_moved_encryption");
+    let size = st.previous.size.unwrap_or(0);
+    let run = Shift {
+        hdr_dev,
+        data_dev,
+        data_offset: st.fin.offset,
+        shift: st.keyslot.shift,
+        new,
+        moved,
+        st,
+    };
+    let end = run
+        .moved
+        .offset
+        .checked_add(run.moved.size.unwrap_or(0))
+        .filter(|&e| e <= data_dev.size() && run.shift > 0);
+    if end.is_none() || run.st.fin.offset == 0 {
+        return Err(invalid(format!("Device {} is too small.", data_dev.name())));
+    }
+    if let Some(r) = run.st.hot {
+        run.recover(h, r)?;
+    }
+    let left = |h: &Luks2Header| -> Result<u64, LuksError> {
+        let mut n = 0;
+        for s in data_segments(&h.metadata)
+            .iter()
+            .filter(|s| s.kind == "linear")
+        {
+            n += size_of(s)?;
+        }
+        Ok(n)
+    };
+    let mut buf = zeroize::Zeroizing::new(vec![0u8; run.shift as usize]);
+    loop {
+        let segs = data_segments(&h.metadata);
+        let Some((offset, length)) = run.next(&segs)? else {
+            break;
+        };
+        let done = size.saturating_sub(left(h)?);
+        if !progress(Progress { size, done }) {
+            return Ok(RunOutcome::Stopped);
+        }
+        run.step(h, &mut buf, offset, length)?;
+    }
+    drop(buf);
+    progress(Progress { size, done: size });
+    run.teardown(h)?;
+    Ok(RunOutcome::Finished)
+}
