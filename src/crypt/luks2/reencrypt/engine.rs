@@ -200,8 +200,9 @@ impl<'a> Run<'a> {
         }
         if st.moved.is_some() || st.keyslot.shift != 0 {
             return Err(LuksError::Unsupported(format!(
-                "resuming a reencryption with {} resilience (data shift); dmkit resumes \
-                 reencryption in place only",
+                "a {} reencryption with {} resilience (data shift) here; dmkit runs a data \
+                 shift offline, for an encryption with the header at the start only",
+                st.keyslot.mode.word(),
                 st.keyslot.resilience.word()
             )));
         }
