@@ -13,14 +13,14 @@ mod common;
 
 use common::env::tool_missing;
 use common::rng::SplitMix64;
-use common::run::{ok as run, Workspace, DMKIT_LIMIT};
+use common::run::{ok as run, Workspace};
 use common::DMKIT;
 use openssl::symm::Mode;
 use serde_json::Value;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom, Write};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
 const PASS: &str = "reencrypt me";
 const DATA_OFFSET: u64 = 16 << 20;
@@ -181,26 +181,9 @@ impl Case {
     /// Start `program args`, wait until the header says it is in reencryption, then kill it
     /// (SIGKILL) after `delay`. Returns whether it was still running when killed.
     fn kill_midway(&self, program: &str, args: &[String], delay: Duration) -> bool {
-        let mut child = Command::new(program)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let deadline = Instant::now() + DMKIT_LIMIT;
-        while !self.in_reencryption() {
-            if child.try_wait().unwrap().is_some() {
-                return false;
-            }
-            assert!(Instant::now() < deadline, "{program} never started");
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        std::thread::sleep(delay);
-        let running = child.try_wait().unwrap().is_none();
-        let _ = child.kill();
-        child.wait().unwrap();
-        running
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        common::reencrypt::kill_when_under_way(cmd, &|| self.in_reencryption(), delay)
     }
 
     /// Finish with cryptsetup what was interrupted: repair a crashed hotzone, then resume.

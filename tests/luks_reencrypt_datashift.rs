@@ -12,7 +12,7 @@ mod common;
 
 use common::env::{fuse_missing, tool_missing};
 use common::rng::SplitMix64;
-use common::run::{Workspace, DMKIT_LIMIT};
+use common::run::Workspace;
 use common::DMKIT;
 use dmkit::block::{for_each_crash_state, BlockDevice, FaultyDevice, LoggedOp, MemoryDevice};
 use dmkit::crypt::luks2::copies;
@@ -20,9 +20,8 @@ use dmkit::crypt::luks2::reencrypt::engine::unlock_keys;
 use dmkit::crypt::luks2::reencrypt::{datashift, ReencryptState, RunOutcome};
 use serde_json::Value;
 use std::fs;
-use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const KEY: &str = "shift and encrypt";
 const KDF: [&str; 4] = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
@@ -111,26 +110,19 @@ impl Dev {
         self.under_way() && self.meta().to_string().contains("in-reencryption")
     }
 
-    /// The command line of `program` (dmkit or cryptsetup) reencrypting this device offline.
-    fn argv(&self, program: &str, extra: &[&str]) -> Vec<String> {
-        let head: &[&str] = if program == "cryptsetup" {
-            &["reencrypt", "--batch-mode", "--force-offline-reencrypt"]
-        } else {
-            &["luks", "reencrypt", "--batch-mode"]
-        };
-        head.iter()
-            .chain(&["--key-file", &self.key])
-            .chain(extra)
-            .chain([&self.img.as_str()])
-            .map(|s| s.to_string())
-            .collect()
-    }
-
+    /// The command line of `program` (dmkit or cryptsetup) reencrypting this device offline,
+    /// run in the workspace (cryptsetup makes its temporary header file in the current
+    /// directory).
     fn command(&self, program: &str, extra: &[&str]) -> Command {
         let mut c = Command::new(program);
-        c.args(self.argv(program, extra))
-            .current_dir(self.e.dir())
-            .stdin(Stdio::null());
+        c.args(common::reencrypt::argv(
+            program,
+            &["--key-file", &self.key],
+            extra,
+            &self.img,
+        ))
+        .current_dir(self.e.dir())
+        .stdin(Stdio::null());
         c
     }
 
@@ -144,25 +136,8 @@ impl Dev {
     /// Start encrypting with `program`, SIGKILL it `delay` after the header is in place;
     /// whether it was still running then.
     fn kill(&self, program: &str, delay: Duration) -> bool {
-        let mut child = self
-            .command(program, &encrypt(&[]))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let limit = Instant::now() + DMKIT_LIMIT;
-        while !self.under_way() {
-            if child.try_wait().unwrap().is_some() {
-                return false;
-            }
-            assert!(Instant::now() < limit, "{program} never started");
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        std::thread::sleep(delay);
-        let running = child.try_wait().unwrap().is_none();
-        let _ = child.kill();
-        let _ = child.wait();
-        running
+        let cmd = self.command(program, &encrypt(&[]));
+        common::reencrypt::kill_when_under_way(cmd, &|| self.under_way(), delay)
     }
 
     /// Finish with `program` what is left: cryptsetup wants a crashed hotzone repaired first.
@@ -417,8 +392,7 @@ fn a_device_left_mid_encryption_opens_in_dmkit() {
     if missing() || fuse_missing() {
         return;
     }
-    let mut rng = SplitMix64(0x0be);
-    let mut seen = 0;
+    let (mut rng, mut seen) = (SplitMix64(0x5f7), 0);
     for round in 0..6u64 {
         let d = Dev::new(30 + round);
         let first = if round % 2 == 0 { DMKIT } else { "cryptsetup" };
@@ -429,19 +403,7 @@ fn a_device_left_mid_encryption_opens_in_dmkit() {
         let segs = d.meta()["segments"].as_object().unwrap().len();
         seen += usize::from(segs > 4);
         let name = format!("shift{round}");
-        let args = [
-            "luks",
-            "open",
-            "--read-only",
-            "--key-file",
-            &d.key,
-            &d.img,
-            &name,
-        ];
-        let out = d.e.run.ok(&args);
-        let served = PathBuf::from(out.lines().next().unwrap());
-        let back = fs::read(&served).unwrap();
-        d.e.run.ok(&["close", &name]);
+        let back = common::reencrypt::read_served(&d.e, &["--key-file", &d.key, &d.img], &name);
         assert!(
             back.len() >= d.kept().len() && back[..d.kept().len()] == *d.kept(),
             "round {round} ({first} killed, {segs} segments): read back differs"

@@ -11,13 +11,12 @@ mod common;
 
 use common::env::{fuse_missing, tool_missing};
 use common::rng::SplitMix64;
-use common::run::{Workspace, DMKIT_LIMIT};
+use common::run::Workspace;
 use common::DMKIT;
 use serde_json::Value;
 use std::fs;
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const KEY: &str = "plain to cipher";
 const SIZE: usize = 8 << 20;
@@ -116,18 +115,8 @@ impl Pair {
 
     /// The command line of `program` (dmkit or cryptsetup) reencrypting this pair offline.
     fn argv(&self, program: &str, extra: &[&str]) -> Vec<String> {
-        let head: &[&str] = if program == "cryptsetup" {
-            &["reencrypt", "--batch-mode", "--force-offline-reencrypt"]
-        } else {
-            &["luks", "reencrypt", "--batch-mode"]
-        };
         let tail = ["--key-file", &self.key, "--header", &self.hdr];
-        head.iter()
-            .chain(&tail)
-            .chain(extra)
-            .chain([&self.data.as_str()])
-            .map(|s| s.to_string())
-            .collect()
+        common::reencrypt::argv(program, &tail, extra, &self.data)
     }
 
     fn run(&self, program: &str, extra: &[&str]) {
@@ -137,26 +126,9 @@ impl Pair {
     /// Start `program`, SIGKILL it `delay` after the header is in reencryption; whether it was
     /// still running then.
     fn kill(&self, program: &str, extra: &[&str], delay: Duration) -> bool {
-        let mut child = Command::new(program)
-            .args(self.argv(program, extra))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let limit = Instant::now() + DMKIT_LIMIT;
-        while !self.under_way() {
-            if child.try_wait().unwrap().is_some() {
-                return false;
-            }
-            assert!(Instant::now() < limit, "{program} never started");
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        std::thread::sleep(delay);
-        let running = child.try_wait().unwrap().is_none();
-        let _ = child.kill();
-        let _ = child.wait();
-        running
+        let mut cmd = Command::new(program);
+        cmd.args(self.argv(program, extra));
+        common::reencrypt::kill_when_under_way(cmd, &|| self.under_way(), delay)
     }
 
     /// Finish with `program` what is left: cryptsetup wants a crashed hotzone repaired first.
@@ -388,21 +360,8 @@ fn a_device_dmkit_leaves_mid_encryption_opens_in_dmkit() {
         let segs = p.meta()["segments"].as_object().unwrap().len();
         seen += usize::from(segs > 3);
         let name = format!("enc{round}");
-        let args = [
-            "luks",
-            "open",
-            "--read-only",
-            "--key-file",
-            &p.key,
-            "--header",
-            &p.hdr,
-            &p.data,
-            &name,
-        ];
-        let out = p.e.run.ok(&args);
-        let served = PathBuf::from(out.lines().next().unwrap());
-        let back = fs::read(&served).unwrap();
-        p.e.run.ok(&["close", &name]);
+        let device = ["--key-file", &p.key, "--header", &p.hdr, &p.data];
+        let back = common::reencrypt::read_served(&p.e, &device, &name);
         assert!(
             back == p.plain,
             "round {round} ({segs} segments): read back differs"

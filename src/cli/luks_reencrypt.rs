@@ -279,23 +279,40 @@ fn start_encrypt(a: &ReencryptArgs) -> Result<Option<(LuksVolume, Passphrase)>, 
             "dmkit encrypts with --reduce-device-size only with the header at the device's start (no --header).",
         ));
     }
-    let device = a.volume.device.display().to_string();
-    let resuming = header.exists()
-        && LuksVolume::open(&a.volume.device, Some(header), false, Some(2))
-            .ok()
-            .and_then(|v| v.reencryption().ok().flatten())
-            .is_some();
+    let resuming = header.exists() && in_reencryption(a, Some(header));
+    begin_encrypt(a, resuming, |pass| {
+        crate::crypt::luks::encrypt_init(
+            &a.volume.device,
+            header,
+            &encrypt_format(a)?,
+            pass,
+            &init_params(a)?,
+        )
+        .map_err(CliError::from)
+    })
+}
+
+/// Whether the device (its header in `header` when detached) is in reencryption.
+fn in_reencryption(a: &ReencryptArgs, header: Option<&std::path::Path>) -> bool {
+    LuksVolume::open(&a.volume.device, header, false, Some(2))
+        .ok()
+        .and_then(|v| v.reencryption().ok().flatten())
+        .is_some()
+}
+
+/// The rest of an `--encrypt` start: nothing when resuming, else the passphrase asked twice,
+/// `init` with it, and the volume to run unless `--init-only`.
+fn begin_encrypt(
+    a: &ReencryptArgs,
+    resuming: bool,
+    init: impl FnOnce(&Passphrase) -> Result<(), CliError>,
+) -> Result<Option<(LuksVolume, Passphrase)>, CliError> {
     if resuming || a.resume_only {
         return Ok(None);
     }
+    let device = a.volume.device.display().to_string();
     let pass = passphrase(&a.key, &format!("Enter passphrase for {device}: "), true)?;
-    crate::crypt::luks::encrypt_init(
-        &a.volume.device,
-        header,
-        &encrypt_format(a)?,
-        &pass,
-        &init_params(a)?,
-    )?;
+    init(&pass)?;
     if a.init_only {
         return Ok(None);
     }
@@ -308,26 +325,16 @@ fn start_encrypt_shift(
     a: &ReencryptArgs,
     reduce: u64,
 ) -> Result<Option<(LuksVolume, Passphrase)>, CliError> {
-    let device = a.volume.device.display().to_string();
-    let resuming = LuksVolume::open(&a.volume.device, None, false, Some(2))
-        .ok()
-        .and_then(|v| v.reencryption().ok().flatten())
-        .is_some();
-    if resuming || a.resume_only {
-        return Ok(None);
-    }
-    let pass = passphrase(&a.key, &format!("Enter passphrase for {device}: "), true)?;
-    crate::crypt::luks::encrypt_init_shift(
-        &a.volume.device,
-        reduce,
-        &encrypt_format(a)?,
-        &pass,
-        &init_params(a)?,
-    )?;
-    if a.init_only {
-        return Ok(None);
-    }
-    Ok(Some((a.volume.load(true, Some(2))?, pass)))
+    begin_encrypt(a, in_reencryption(a, None), |pass| {
+        crate::crypt::luks::encrypt_init_shift(
+            &a.volume.device,
+            reduce,
+            &encrypt_format(a)?,
+            pass,
+            &init_params(a)?,
+        )
+        .map_err(CliError::from)
+    })
 }
 
 /// Run `luks reencrypt`.

@@ -19,6 +19,7 @@
 //! - [`status_field`]: one value of `dmkit status` text.
 //! - [`xts`]: AES-XTS over dm-crypt sectors with OpenSSL.
 //! - [`volume_key`]: a LUKS volume key from `luksDump --dump-volume-key`.
+//! - [`reencrypt`]: reencryption command lines, and a run killed once under way.
 
 // Not every test file uses every helper.
 #![allow(dead_code)]
@@ -29,6 +30,7 @@ pub mod gcrypt;
 pub mod image_tree;
 pub mod nbd;
 pub mod pki;
+pub mod reencrypt;
 pub mod rng;
 pub mod run;
 pub mod sys;

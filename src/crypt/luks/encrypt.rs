@@ -18,6 +18,24 @@ fn is_luks(dev: &dyn BlockDevice) -> bool {
     dev.size() >= 6 && dev.read_at(&mut magic, 0).is_ok() && &magic == MAGIC_PRIMARY
 }
 
+/// cryptsetup's refusal to encrypt what already holds a LUKS header.
+fn already(p: &Path) -> LuksError {
+    LuksError::Invalid(format!(
+        "Device {} is already LUKS device. Aborting operation.",
+        p.display()
+    ))
+}
+
+/// The plaintext device, writable and claimed whole, refused when it holds a LUKS header.
+fn open_plain(device: &Path) -> Result<(crate::block::FileDevice, Claim), LuksError> {
+    let data = crate::block::open_backing(device, false, false)?;
+    let claim = Claim::take(data.file(), device, 0, 0, true)?;
+    if is_luks(&data) {
+        return Err(already(device));
+    }
+    Ok((data, claim))
+}
+
 /// Put the plaintext `device` into encryption with a new header in the file `header`
 /// (created owner-only; an existing one must not hold a LUKS header): keyslot 0 for `pass`
 /// under a new volume key of `format`'s cipher, and the reencryption metadata of mode
@@ -29,17 +47,7 @@ pub fn encrypt_init(
     pass: &[u8],
     params: &InitParams,
 ) -> Result<(), LuksError> {
-    let data = crate::block::open_backing(device, false, false)?;
-    let _claim = Claim::take(data.file(), device, 0, 0, true)?;
-    let already = |p: &Path| {
-        LuksError::Invalid(format!(
-            "Device {} is already LUKS device. Aborting operation.",
-            p.display()
-        ))
-    };
-    if is_luks(&data) {
-        return Err(already(device));
-    }
+    let (data, _claim) = open_plain(device)?;
     if header.exists() {
         let h = crate::block::open_backing(header, true, false)?;
         if is_luks(&h) {
@@ -76,14 +84,7 @@ pub fn encrypt_init_shift(
     pass: &[u8],
     params: &InitParams,
 ) -> Result<(), LuksError> {
-    let data = crate::block::open_backing(device, false, false)?;
-    let _claim = Claim::take(data.file(), device, 0, 0, true)?;
-    if is_luks(&data) {
-        return Err(LuksError::Invalid(format!(
-            "Device {} is already LUKS device. Aborting operation.",
-            device.display()
-        )));
-    }
+    let (data, _claim) = open_plain(device)?;
     // cryptsetup: the data offset is half the reduction in whole sectors, and so is the shift.
     let shift = reduce / 1024 * 512;
     let mut p = format.clone();

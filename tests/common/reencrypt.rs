@@ -1,0 +1,65 @@
+//! Driving an offline reencryption from a test: the command line of either tool, and a run
+//! killed (SIGKILL) once its header says the reencryption is under way.
+
+use super::run::DMKIT_LIMIT;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// `program` (cryptsetup, or the dmkit binary) reencrypting `device` offline in batch mode,
+/// `tail` (key file, header) and `extra` options given.
+pub fn argv(program: &str, tail: &[&str], extra: &[&str], device: &str) -> Vec<String> {
+    let head: &[&str] = if program == "cryptsetup" {
+        &["reencrypt", "--batch-mode", "--force-offline-reencrypt"]
+    } else {
+        &["luks", "reencrypt", "--batch-mode"]
+    };
+    head.iter()
+        .chain(tail)
+        .chain(extra)
+        .chain([&device])
+        .map(|s| s.to_string())
+        .collect()
+}
+
+/// Start `cmd` (its output discarded), wait until `under_way` says the header is in
+/// reencryption, then SIGKILL it after `delay`. Returns whether it was still running then
+/// (`false` also when it ended before the header was in reencryption).
+pub fn kill_when_under_way(
+    mut cmd: Command,
+    under_way: &dyn Fn() -> bool,
+    delay: Duration,
+) -> bool {
+    let program = format!("{:?}", cmd.get_program());
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + DMKIT_LIMIT;
+    while !under_way() {
+        if child.try_wait().unwrap().is_some() {
+            return false;
+        }
+        assert!(Instant::now() < deadline, "{program} never started");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    std::thread::sleep(delay);
+    let running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    running
+}
+
+/// Open `device_args` (key file, header, device) read-only in dmkit as `name`, read all it
+/// serves, close it.
+pub fn read_served(e: &super::run::Workspace, device_args: &[&str], name: &str) -> Vec<u8> {
+    let mut args = vec!["luks", "open", "--read-only"];
+    args.extend(device_args);
+    args.push(name);
+    let out = e.run.ok(&args);
+    let served = std::path::PathBuf::from(out.lines().next().unwrap());
+    let back = std::fs::read(&served).unwrap();
+    e.run.ok(&["close", name]);
+    back
+}
