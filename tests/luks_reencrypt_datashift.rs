@@ -58,12 +58,7 @@ impl Dev {
     }
 
     fn sized(seed: u64, size: usize, shift: usize) -> Dev {
-        let e = Workspace::new();
-        let key = e.s("key");
-        fs::write(&key, KEY).unwrap();
-        let plain = SplitMix64(seed).bytes(size);
-        let img = e.s("disk.img");
-        fs::write(&img, &plain).unwrap();
+        let (e, key, img, plain) = common::reencrypt::plain_image(seed, size, KEY, "disk.img");
         Dev {
             e,
             img,

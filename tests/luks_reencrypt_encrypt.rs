@@ -55,12 +55,7 @@ fn succeed(program: &str, args: &[String]) {
 impl Pair {
     /// A plaintext device of random bytes; no header yet.
     fn plain(seed: u64) -> Pair {
-        let e = Workspace::new();
-        let key = e.s("key");
-        fs::write(&key, KEY).unwrap();
-        let plain = SplitMix64(seed).bytes(SIZE);
-        let data = e.s("data.img");
-        fs::write(&data, &plain).unwrap();
+        let (e, key, data, plain) = common::reencrypt::plain_image(seed, SIZE, KEY, "data.img");
         let hdr = e.s("hdr.img");
         Pair {
             e,

@@ -63,3 +63,20 @@ pub fn read_served(e: &super::run::Workspace, device_args: &[&str], name: &str) 
     e.run.ok(&["close", name]);
     back
 }
+
+/// A workspace holding the passphrase file `key` (with `pass`) and a plaintext image `name`
+/// of `size` pseudo-random bytes from `seed`: the workspace, both paths, the plaintext.
+pub fn plain_image(
+    seed: u64,
+    size: usize,
+    pass: &str,
+    name: &str,
+) -> (super::run::Workspace, String, String, Vec<u8>) {
+    let e = super::run::Workspace::new();
+    let key = e.s("key");
+    std::fs::write(&key, pass).unwrap();
+    let plain = super::rng::SplitMix64(seed).bytes(size);
+    let img = e.s(name);
+    std::fs::write(&img, &plain).unwrap();
+    (e, key, img, plain)
+}
