@@ -190,6 +190,9 @@ pub struct OpenArgs {
     /// Only this token.
     #[arg(long)]
     token_id: Option<u32>,
+    /// Only tokens of this type (luks2-keyring is the built-in one).
+    #[arg(long)]
+    token_type: Option<String>,
 }
 
 /// Arguments of `luks dump`.
@@ -311,7 +314,13 @@ fn open(a: OpenArgs) -> CliResult {
         read_only: a.read_only,
         integrity_no_journal: a.integrity_no_journal,
     };
-    if let Some(key) = super::luks_admin::token_key(&v, &a.key, a.token_only, a.token_id)? {
+    if let Some(key) = super::luks_admin::token_key(
+        &v,
+        &a.key,
+        a.token_only,
+        a.token_id,
+        a.token_type.as_deref(),
+    )? {
         let Some((name, how)) = serving else {
             println!("Key slot {} unlocked.", key.slot());
             return Ok(());
