@@ -336,6 +336,33 @@ impl LuksVolume {
         self.write_luks2()
     }
 
+    /// Whether the LUKS2 header's `config.flags` holds `flag` (LUKS1 has none).
+    pub fn persistent_flag(&self, flag: &str) -> bool {
+        matches!(&self.header, Header::V2(h) if h.metadata.config.flags.iter().any(|f| f == flag))
+    }
+
+    /// `open --persistent`: store the activation flags in the LUKS2 header (`config.flags`),
+    /// replacing those stored before, as cryptsetup's `crypt_persistent_flags_set` does. Only
+    /// the flags dmkit activates with are kept: "allow-discards" and "no-journal".
+    pub fn set_persistent_flags(
+        &mut self,
+        allow_discards: bool,
+        no_journal: bool,
+    ) -> Result<(), LuksError> {
+        self.refuse_change()?;
+        let h = self.luks2_mut()?;
+        let flags = [
+            (allow_discards, "allow-discards"),
+            (no_journal, "no-journal"),
+        ];
+        h.metadata.config.flags = flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, name)| name.to_string())
+            .collect();
+        self.write_luks2()
+    }
+
     /// `token unassign`: unbind token `id` from keyslot `slot`, keeping the token.
     pub fn token_unassign(&mut self, id: u32, slot: u32) -> Result<(), LuksError> {
         let h = self.luks2_mut()?;
