@@ -352,14 +352,10 @@ fn persist(a: &OpenArgs, want: Option<u16>) {
     if !a.persistent {
         return;
     }
-    let r = a
-        .volume
-        .load(true, want)
-        .map_err(super::CliError::from)
-        .and_then(|mut w| {
-            w.set_persistent_flags(a.allow_discards, a.integrity_no_journal)
-                .map_err(Into::into)
-        });
+    let r = a.volume.load(true, want).and_then(|mut w| {
+        w.set_persistent_flags(a.allow_discards, a.integrity_no_journal)
+            .map_err(Into::into)
+    });
     if let Err(e) = r {
         eprintln!(
             "Device activated but cannot make flags persistent. ({})",
