@@ -264,6 +264,17 @@ fn full_runs_and_crossed_resumes() {
     let d = Dev::sized(4, (11 << 20) + (512 << 10), SHIFT);
     d.run(DMKIT, &encrypt(&[]));
     d.encrypted("10.5 MiB of plaintext");
+    // The volume key given in a file.
+    let d = Dev::new(6);
+    let vk: Vec<u8> = SplitMix64(66).bytes(64);
+    let vk_file = d.e.s("vk.bin");
+    fs::write(&vk_file, &vk).unwrap();
+    d.run(
+        DMKIT,
+        &[&encrypt(&[])[..], &["--volume-key-file", &vk_file]].concat(),
+    );
+    d.encrypted("--volume-key-file");
+    assert_eq!(common::volume_key::cryptsetup(&d.key, &d.img, None), vk);
     for (init, resume) in [(DMKIT, "cryptsetup"), ("cryptsetup", DMKIT)] {
         let d = Dev::new(5);
         d.run(init, &encrypt(&["--init-only"]));

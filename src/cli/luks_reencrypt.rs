@@ -75,6 +75,9 @@ pub struct ReencryptArgs {
     /// the data moves by that half while it is encrypted.
     #[arg(long, value_parser = parse_reduce)]
     reduce_device_size: Option<u64>,
+    /// With --encrypt: the new volume key from this file instead of a random one.
+    #[arg(long)]
+    volume_key_file: Option<std::path::PathBuf>,
     /// With --encrypt: the header's type (luks2 only).
     #[arg(long = "type", short = 'M', value_name = "TYPE")]
     kind: Option<String>,
@@ -235,9 +238,14 @@ fn encrypt_format(a: &ReencryptArgs) -> Result<FormatParams, CliError> {
         ))
     })?;
     let key_size = key_bytes(a, spec.default_key_size())?;
+    let volume_key = match &a.volume_key_file {
+        Some(f) => Some(super::luks_compat::read_volume_key(f, key_size)?),
+        None => None,
+    };
     Ok(FormatParams {
         cipher,
         key_size,
+        volume_key,
         pbkdf: a.pbkdf.params(false)?,
         sector_size: Some(a.sector_size.unwrap_or(512)),
         ..FormatParams::default()
@@ -340,6 +348,11 @@ fn start_encrypt_shift(
 /// Run `luks reencrypt`.
 pub fn reencrypt(a: ReencryptArgs) -> CliResult {
     let device = a.volume.device.display().to_string();
+    if a.volume_key_file.is_some() && !a.encrypt {
+        return Err(CliError::invalid(
+            "dmkit takes --volume-key-file with --encrypt only (the new key of a re-key is random).",
+        ));
+    }
     if a.encrypt {
         if let Some((v, pass)) = start_encrypt(&a)? {
             return run(&a, v, pass, &device);
