@@ -118,8 +118,8 @@ fn the_smoke_run_writes_every_file() {
     let seeds = Seeds::load();
     for f in &seeds.figures {
         assert!(
-            r.rows.iter().any(|x| x.seed == f.seed
-                && x.table == f.table
+            r.rows.iter().any(|x| x.key.seed == f.key.seed
+                && x.key.table == f.key.table
                 && x.doc
                     .as_ref()
                     .is_some_and(|d| d.value == f.value && d.ratio == f.doc_ratio())),
@@ -172,7 +172,11 @@ fn every_ratio_is_recomputed_from_its_raw_figures() {
                 _ => seeds
                     .figures
                     .iter()
-                    .find(|f| f.seed == row.seed && f.table == row.table && f.config == row.config)
+                    .find(|f| {
+                        f.key.seed == row.key.seed
+                            && f.key.table == row.key.table
+                            && f.key.config == row.key.config
+                    })
                     .and_then(|f| f.ratio),
             };
             assert_eq!(doc.ratio, want, "{row:?}");
@@ -220,13 +224,17 @@ fn the_plots_show_the_tables_values() {
                     let time = r
                         .rows
                         .iter()
-                        .find(|x| x.seed == "001" && x.table != row.table && x.row == row.row)
+                        .find(|x| {
+                            x.key.seed == "001"
+                                && x.key.table != row.key.table
+                                && x.key.row == row.key.row
+                        })
                         .unwrap();
                     let dm = s.series[0].values[i].map(|v| (v.x, v.y));
-                    assert_eq!(dm, row.ratio.zip(time.ratio), "{}", row.row);
+                    assert_eq!(dm, row.ratio.zip(time.ratio), "{}", row.key.row);
                     let doc = s.series[1].values[i].map(|v| (v.x, v.y));
                     let ratio = |x: &SeedRow| x.doc.as_ref().and_then(|d| d.ratio);
-                    assert_eq!(doc, ratio(row).zip(ratio(time)), "{}", row.row);
+                    assert_eq!(doc, ratio(row).zip(ratio(time)), "{}", row.key.row);
                     points += 1;
                 }
             }
@@ -236,7 +244,11 @@ fn the_plots_show_the_tables_values() {
     // And the tables print the same figures.
     for (seed, table) in render::tables(&r.rows) {
         let text = render::table(&r.rows, &seed, &table);
-        for row in r.rows.iter().filter(|x| x.seed == seed && x.table == table) {
+        for row in r
+            .rows
+            .iter()
+            .filter(|x| x.key.seed == seed && x.key.table == table)
+        {
             if let (Some(d), Some(q)) = (&row.dmkit, row.ratio) {
                 assert!(text.contains(&render::figure(d)), "{text}\n{row:?}");
                 assert!(text.contains(&render::ratio(q)), "{text}\n{row:?}");

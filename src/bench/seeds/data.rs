@@ -29,21 +29,30 @@ pub struct Document {
     pub method: String,
 }
 
-/// One published figure: a configuration against its baseline in one row of one table.
+/// Which row of which table a figure belongs to: the key of a published figure and of a row
+/// of the report alike.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PublishedFigure {
-    /// The document.
+pub struct RowKey {
+    /// The document ("000" to "004").
     pub seed: String,
     /// Its table.
     pub table: String,
     /// The row (a fio job, an image number).
     pub row: String,
-    /// The configuration, in the document's words.
+    /// The configuration.
     pub config: String,
     /// What it is compared with.
     pub baseline: String,
-    /// The unit of `value` and `baseline_value`.
+    /// The unit of the figures.
     pub unit: String,
+}
+
+/// One published figure: a configuration against its baseline in one row of one table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PublishedFigure {
+    /// Where it belongs, in the document's words and unit.
+    #[serde(flatten)]
+    pub key: RowKey,
     /// The configuration's figure, when the document gives one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
@@ -91,9 +100,9 @@ impl Seeds {
         row: &str,
         config: &str,
     ) -> Option<&PublishedFigure> {
-        self.figures
-            .iter()
-            .find(|f| f.seed == seed && f.table == table && f.row == row && f.config == config)
+        self.figures.iter().find(|f| {
+            f.key.seed == seed && f.key.table == table && f.key.row == row && f.key.config == config
+        })
     }
 
     /// The document numbered `seed`.

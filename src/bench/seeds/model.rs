@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::data::{Document, PublishedFigure};
+use super::data::{Document, PublishedFigure, RowKey};
 use crate::bench::harness::model::Stats;
 
 /// A measured figure: every run's value and their median and range.
@@ -54,7 +54,7 @@ impl DocCell {
         DocCell {
             value: f.value,
             baseline: f.baseline_value,
-            unit: f.unit.clone(),
+            unit: f.key.unit.clone(),
             ratio: f.doc_ratio(),
             note: f.note.clone(),
         }
@@ -64,18 +64,10 @@ impl DocCell {
 /// One row of one table: a configuration against its baseline.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SeedRow {
-    /// The document ("000" to "004").
-    pub seed: String,
-    /// Its table.
-    pub table: String,
-    /// The row (fio job, image number).
-    pub row: String,
-    /// dmkit's configuration.
-    pub config: String,
-    /// What it is compared with, measured in the same run.
-    pub baseline: String,
-    /// Unit of `dmkit` and `base` ("MB/s" = 10^6 bytes/s, "s", "MB", "CPU s/GB").
-    pub unit: String,
+    /// Which row of which table (in dmkit's words; its unit is that of `dmkit` and `base`:
+    /// "MB/s" = 10^6 bytes/s, "s", "MB", "CPU s/GB").
+    #[serde(flatten)]
+    pub key: RowKey,
     /// Whether a larger figure is better (throughput) or worse (time, size, CPU).
     pub higher_is_better: bool,
     /// dmkit's figure.
@@ -116,12 +108,14 @@ impl SeedRow {
             _ => Some("no runs were measured".to_string()),
         };
         SeedRow {
-            seed: seed.into(),
-            table: table.into(),
-            row: row.into(),
-            config: config.into(),
-            baseline: baseline.into(),
-            unit: unit.into(),
+            key: RowKey {
+                seed: seed.into(),
+                table: table.into(),
+                row: row.into(),
+                config: config.into(),
+                baseline: baseline.into(),
+                unit: unit.into(),
+            },
             higher_is_better,
             dmkit,
             base,

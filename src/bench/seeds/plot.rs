@@ -89,7 +89,7 @@ pub fn specs(r: &SeedsReport) -> Vec<PlotSpec> {
             .rows
             .iter()
             .enumerate()
-            .filter(|(_, x)| x.seed == seed && x.table == table && x.unit == "MB/s")
+            .filter(|(_, x)| x.key.seed == seed && x.key.table == table && x.key.unit == "MB/s")
             .filter(|(_, x)| x.dmkit.is_some() || x.base.is_some())
             .unzip();
         if rows.is_empty() {
@@ -105,7 +105,7 @@ pub fn specs(r: &SeedsReport) -> Vec<PlotSpec> {
             kind: Kind::Bars,
             labels: rows
                 .iter()
-                .map(|x| format!("{} {} / {}", x.row, x.config, x.baseline))
+                .map(|x| format!("{} {} / {}", x.key.row, x.key.config, x.key.baseline))
                 .collect(),
             rows: index,
             series: vec![
@@ -120,7 +120,7 @@ pub fn specs(r: &SeedsReport) -> Vec<PlotSpec> {
             ],
         });
     }
-    let mut seeds: Vec<String> = r.rows.iter().map(|x| x.seed.clone()).collect();
+    let mut seeds: Vec<String> = r.rows.iter().map(|x| x.key.seed.clone()).collect();
     seeds.dedup();
     for seed in seeds {
         let (index, rows): (Vec<usize>, Vec<_>) = r
@@ -128,7 +128,7 @@ pub fn specs(r: &SeedsReport) -> Vec<PlotSpec> {
             .iter()
             .enumerate()
             .filter(|(_, x)| {
-                x.seed == seed
+                x.key.seed == seed
                     && (x.ratio.is_some() || x.doc.as_ref().is_some_and(|d| d.ratio.is_some()))
             })
             .unzip();
@@ -143,7 +143,12 @@ pub fn specs(r: &SeedsReport) -> Vec<PlotSpec> {
             kind: Kind::Bars,
             labels: rows
                 .iter()
-                .map(|x| format!("{}: {} {} / {}", x.table, x.row, x.config, x.baseline))
+                .map(|x| {
+                    format!(
+                        "{}: {} {} / {}",
+                        x.key.table, x.key.row, x.key.config, x.key.baseline
+                    )
+                })
                 .collect(),
             rows: index,
             series: vec![
@@ -175,7 +180,7 @@ fn scatter(r: &SeedsReport) -> Option<PlotSpec> {
         .rows
         .iter()
         .enumerate()
-        .filter(|(_, x)| x.seed == "001" && x.table == SIZE)
+        .filter(|(_, x)| x.key.seed == "001" && x.key.table == SIZE)
         .unzip();
     if size.is_empty() {
         return None;
@@ -183,7 +188,7 @@ fn scatter(r: &SeedsReport) -> Option<PlotSpec> {
     let time = |row: &str| {
         r.rows
             .iter()
-            .find(|x| x.seed == "001" && x.table == TIME && x.row == row)
+            .find(|x| x.key.seed == "001" && x.key.table == TIME && x.key.row == row)
     };
     let point = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) => Some(Value { x, y, lo: y, hi: y }),
@@ -195,14 +200,14 @@ fn scatter(r: &SeedsReport) -> Option<PlotSpec> {
         x_label: "size / ext4's".into(),
         y_label: "read time (document: boot time) / ext4's".into(),
         kind: Kind::Scatter,
-        labels: size.iter().map(|x| x.row.clone()).collect(),
+        labels: size.iter().map(|x| x.key.row.clone()).collect(),
         rows: index,
         series: vec![
             Series {
                 name: "dmkit (cold read of the tree)".into(),
                 values: size
                     .iter()
-                    .map(|s| point(s.ratio, time(&s.row).and_then(|t| t.ratio)))
+                    .map(|s| point(s.ratio, time(&s.key.row).and_then(|t| t.ratio)))
                     .collect(),
             },
             Series {
@@ -212,7 +217,7 @@ fn scatter(r: &SeedsReport) -> Option<PlotSpec> {
                     .map(|s| {
                         point(
                             s.doc.as_ref().and_then(|d| d.ratio),
-                            time(&s.row)
+                            time(&s.key.row)
                                 .and_then(|t| t.doc.as_ref())
                                 .and_then(|d| d.ratio),
                         )

@@ -36,7 +36,7 @@ pub fn ratio(r: f64) -> String {
 pub fn tables(rows: &[SeedRow]) -> Vec<(String, String)> {
     let mut v: Vec<(String, String)> = Vec::new();
     for r in rows {
-        let k = (r.seed.clone(), r.table.clone());
+        let k = (r.key.seed.clone(), r.key.table.clone());
         if !v.contains(&k) {
             v.push(k);
         }
@@ -73,8 +73,11 @@ pub fn table(rows: &[SeedRow], seed: &str, table: &str) -> String {
         format!("[{}]", k + 1)
     };
     let mut unit = String::new();
-    for r in rows.iter().filter(|r| r.seed == seed && r.table == table) {
-        unit = r.unit.clone();
+    for r in rows
+        .iter()
+        .filter(|r| r.key.seed == seed && r.key.table == table)
+    {
+        unit = r.key.unit.clone();
         let (d, b, q) = match (&r.dmkit, &r.base, r.ratio, &r.empty) {
             (Some(d), Some(b), Some(q), None) => (figure(d), figure(b), ratio(q)),
             (_, _, _, Some(why)) => ("-".into(), "-".into(), note(why)),
@@ -97,8 +100,8 @@ pub fn table(rows: &[SeedRow], seed: &str, table: &str) -> String {
             format!("not run {}", note(&r.kernel))
         };
         t.push(vec![
-            r.row.clone(),
-            format!("{} / {}", r.config, r.baseline),
+            r.key.row.clone(),
+            format!("{} / {}", r.key.config, r.key.baseline),
             d,
             b,
             q,

@@ -93,15 +93,15 @@ pub fn failed_rows(ctx: &Ctx, seed: &str, why: &str) -> Vec<SeedRow> {
     ctx.seeds
         .figures
         .iter()
-        .filter(|f| f.seed == seed)
+        .filter(|f| f.key.seed == seed)
         .map(|f| {
             SeedRow::empty(
                 seed,
-                &f.table,
-                &f.row,
-                &f.config,
-                &f.baseline,
-                &f.unit,
+                &f.key.table,
+                &f.key.row,
+                &f.key.config,
+                &f.key.baseline,
+                &f.key.unit,
                 &format!("the section did not run: {why}"),
             )
             .with_doc(Some(f), "")

@@ -67,7 +67,7 @@ pub fn run(ctx: &Ctx) -> Result<Output, BenchError> {
             pick(&r.plain),
         )
         .with_doc(ctx.seeds.figure(SEED, TABLE, dir, "dm-crypt"), "");
-        a.config = "crypt".into();
+        a.key.config = "crypt".into();
         a.kernel = note.clone();
         let mut b = SeedRow::measured(
             SEED,
@@ -85,7 +85,7 @@ pub fn run(ctx: &Ctx) -> Result<Output, BenchError> {
                 .figure(SEED, TABLE, dir, "dm-crypt over its bound"),
             "",
         );
-        b.config = "crypt over its bound".into();
+        b.key.config = "crypt over its bound".into();
         b.kernel = note.clone();
         rows.push(a);
         rows.push(b);
