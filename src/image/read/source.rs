@@ -108,12 +108,24 @@ impl Source {
 pub struct Cursor {
     src: Source,
     pos: u64,
+    last_error: Arc<Mutex<Option<String>>>,
 }
 
 impl Cursor {
-    /// A cursor at the start of `src`.
-    pub fn new(src: Source) -> Cursor {
-        Cursor { src, pos: 0 }
+    /// A cursor at the start of `src`; the text of the last read that failed is kept in
+    /// `last_error` (a reader that wraps I/O errors loses it).
+    pub fn new(src: Source, last_error: Arc<Mutex<Option<String>>>) -> Cursor {
+        Cursor {
+            src,
+            pos: 0,
+            last_error,
+        }
+    }
+
+    fn fail(&self, e: ReadError) -> std::io::Error {
+        let text = e.to_string();
+        *self.last_error.lock().expect("error lock") = Some(text.clone());
+        std::io::Error::other(text)
     }
 }
 
@@ -124,9 +136,20 @@ impl std::io::Read for Cursor {
         if n == 0 {
             return Ok(0);
         }
-        self.src
-            .read_exact_at(&mut buf[..n], self.pos)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        // A buffered reader asks for more than it needs: when that fails, read only to the end
+        // of the current block, so a bad block next to the one wanted fails only the read
+        // that really needs it.
+        let n = match self.src.read_exact_at(&mut buf[..n], self.pos) {
+            Ok(()) => n,
+            Err(_) if n as u64 > BLOCK - self.pos % BLOCK => {
+                let m = (BLOCK - self.pos % BLOCK) as usize;
+                self.src
+                    .read_exact_at(&mut buf[..m], self.pos)
+                    .map_err(|e| self.fail(e))?;
+                m
+            }
+            Err(e) => return Err(self.fail(e)),
+        };
         self.pos += n as u64;
         Ok(n)
     }

@@ -16,27 +16,43 @@ use std::collections::HashMap;
 use std::io::BufReader;
 use std::os::unix::ffi::OsStrExt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
 
 /// A SquashFS file system read with backhand.
 pub struct SquashfsReader {
     fs: FilesystemReader<'static>,
+    /// The last failed read of the source (backhand keeps only the error's kind).
+    last_error: Arc<Mutex<Option<String>>>,
     /// Each directory node's children, sorted by name.
     children: HashMap<usize, Vec<DirEntry>>,
     root: usize,
 }
 
-/// Run `f`, turning a panic inside backhand into an error.
-fn guarded<T>(what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
+/// Run `f`, turning a panic inside backhand into an error (the panic message is not
+/// printed), and an error after a failed read of the source into that read's error.
+fn guarded<T>(
+    last_error: &Mutex<Option<String>>,
+    what: &str,
+    f: impl FnOnce() -> Result<T>,
+) -> Result<T> {
+    *last_error.lock().expect("error lock") = None;
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = catch_unwind(AssertUnwindSafe(f));
+    std::panic::set_hook(hook);
+    let r = r.unwrap_or_else(|_| {
         Err(ReadError::Corrupt(format!(
             "SquashFS metadata inconsistent while {what}"
         )))
-    })
+    });
+    match (r, last_error.lock().expect("error lock").take()) {
+        (Err(_), Some(io)) => Err(ReadError::Io(io)),
+        (r, _) => r,
+    }
 }
 
 fn backhand_err(e: impl std::fmt::Display) -> ReadError {
-    // backhand reports our source's errors (a verity mismatch) as I/O errors with our text.
-    ReadError::Io(e.to_string())
+    ReadError::Corrupt(e.to_string())
 }
 
 /// The kernel's new_decode_dev of a SquashFS device number, as `makedev`.
@@ -49,15 +65,12 @@ fn decode_dev(d: u32) -> u64 {
 impl SquashfsReader {
     /// Read the superblock and all metadata.
     pub fn open(src: Source) -> Result<SquashfsReader> {
-        // The panic hook would print backhand's panic message first: silence it for the call.
-        let hook = std::panic::take_hook();
-        std::panic::set_hook(Box::new(|_| {}));
-        let fs = guarded("opening", || {
-            FilesystemReader::from_reader(BufReader::with_capacity(1 << 17, Cursor::new(src)))
+        let last_error = Arc::new(Mutex::new(None));
+        let cursor = Cursor::new(src, last_error.clone());
+        let fs = guarded(&last_error, "opening", || {
+            FilesystemReader::from_reader(BufReader::with_capacity(1 << 17, cursor))
                 .map_err(backhand_err)
-        });
-        std::panic::set_hook(hook);
-        let fs = fs?;
+        })?;
         let mut index: HashMap<&std::path::Path, usize> = HashMap::new();
         for (i, n) in fs.root.nodes.iter().enumerate() {
             index.insert(n.fullpath.as_path(), i);
@@ -84,7 +97,12 @@ impl SquashfsReader {
         for v in children.values_mut() {
             v.sort_by(|a, b| a.name.cmp(&b.name));
         }
-        Ok(SquashfsReader { fs, children, root })
+        Ok(SquashfsReader {
+            fs,
+            last_error,
+            children,
+            root,
+        })
     }
 
     fn node(&self, n: NodeId) -> Result<&backhand::Node<backhand::SquashfsFileReader>> {
@@ -154,7 +172,7 @@ impl FsReader for SquashfsReader {
         let InnerNode::File(f) = &self.node(node)?.inner else {
             return Err(ReadError::Unsupported("not a regular file".into()));
         };
-        guarded("reading a file", || {
+        guarded(&self.last_error, "reading a file", || {
             use std::io::Read;
             let mut r = self.fs.file(f).reader();
             std::io::copy(&mut (&mut r).take(offset), &mut std::io::sink())
@@ -175,7 +193,7 @@ impl FsReader for SquashfsReader {
         let InnerNode::File(f) = &self.node(node)?.inner else {
             return Err(ReadError::Unsupported("not a regular file".into()));
         };
-        guarded("reading a file", || {
+        guarded(&self.last_error, "reading a file", || {
             use std::io::Read;
             let mut r = self.fs.file(f).reader();
             let mut buf = vec![0u8; 1 << 17];

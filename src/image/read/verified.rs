@@ -201,7 +201,8 @@ pub struct OpenedImage {
 /// Open `o.image` for the rootless commands: check it as [`open_verified`] does and open the
 /// reader of its file system over the verified device.
 pub fn open_image(o: &VerifyOptions) -> Result<OpenedImage> {
-    let verified = open_verified(o, "image-read")?;
+    // The volume's name starts every block error, after the image and the path.
+    let verified = open_verified(o, "root partition")?;
     let src = super::Source::new(verified.device());
     let fs = super::open_reader(verified.fs, src).map_err(|e| {
         let msg = format!(

@@ -34,7 +34,8 @@ pub struct Item<'a> {
 }
 
 /// Visit `start` (at `start_path`) and everything below it, depth first, directories before
-/// their entries, entries sorted by name. A directory met twice (a loop, or a directory hard
+/// their entries, entries sorted by name; a directory whose visit fails is not entered. A
+/// directory met twice (a loop, or a directory hard
 /// link) is reported and not entered again, so any image ends the walk.
 pub fn walk(
     fs: &dyn FsReader,
@@ -340,7 +341,13 @@ pub fn copy_out(
                     .create_new(true)
                     .open(&target)
                     .map_err(werr)?;
-                if let Err(e) = fs.copy_to(s.ino, &mut f) {
+                let mut w = Sparse {
+                    f: &mut f,
+                    pos: 0,
+                    hole: false,
+                };
+                let r = fs.copy_to(s.ino, &mut w).and_then(|_| w.finish());
+                if let Err(e) = r {
                     drop(f);
                     let _ = std::fs::remove_file(&target);
                     links.remove(&s.ino);
@@ -386,6 +393,50 @@ pub fn copy_out(
         }
     }
     (report, failures)
+}
+
+/// A writer that seeks over whole zero blocks (4096 bytes at 4096-aligned offsets) instead of
+/// writing them, so sparse files stay sparse; [`Sparse::finish`] sets the length.
+struct Sparse<'a> {
+    f: &'a mut std::fs::File,
+    pos: u64,
+    hole: bool,
+}
+
+impl Sparse<'_> {
+    fn finish(&mut self) -> Result<(), ReadError> {
+        if self.hole {
+            self.f
+                .set_len(self.pos)
+                .map_err(|e| ReadError::Write(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Write for Sparse<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        use std::io::{Seek, SeekFrom};
+        let mut done = 0;
+        while done < b.len() {
+            let in_block = (4096 - self.pos % 4096) as usize;
+            let n = in_block.min(b.len() - done);
+            let part = &b[done..done + n];
+            if n == 4096 && part.iter().all(|&c| c == 0) {
+                self.f.seek(SeekFrom::Current(4096))?;
+                self.hole = true;
+            } else {
+                self.f.write_all(part)?;
+                self.hole = false;
+            }
+            done += n;
+            self.pos += n as u64;
+        }
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 fn cpath(p: &std::path::Path) -> Result<std::ffi::CString, ReadError> {
