@@ -95,7 +95,7 @@ fn make_tree(t: &Path, fs: &str) {
 fn xescape(s: &[u8]) -> String {
     s.iter()
         .map(|&c| {
-            if c < b' ' || c >= 0x7f || b"\\ \t\n\r#;*?[".contains(&c) {
+            if !(b' '..0x7f).contains(&c) || b"\\ \t\n\r#;*?[".contains(&c) {
                 format!("\\x{c:02x}")
             } else {
                 (c as char).to_string()

@@ -240,9 +240,11 @@ pub fn validate(a: ValidateArgs) -> CliResult {
     } else {
         println!("Image:          {}", a.src.image.display());
         println!("File system:    {}", v.fs.name());
+        let from = serde_json::to_value(v.root_hash_source).unwrap_or_default();
         println!(
-            "Root hash:      {} (from {:?})",
-            v.root_hex, v.root_hash_source
+            "Root hash:      {} (from {})",
+            v.root_hex,
+            from.as_str().unwrap_or("?")
         );
         println!(
             "Signature:      {}",

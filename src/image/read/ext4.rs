@@ -25,11 +25,14 @@ impl Ext4Read for Reader {
     }
 }
 
+/// Paths by node id, and node ids by path.
+type Interned = (Vec<Vec<u8>>, HashMap<Vec<u8>, NodeId>);
+
 /// An ext4 file system read with ext4-view.
 pub struct Ext4Reader {
     fs: Ext4,
     /// Node id → absolute path (bytes), and back.
-    paths: RefCell<(Vec<Vec<u8>>, HashMap<Vec<u8>, NodeId>)>,
+    paths: RefCell<Interned>,
 }
 
 fn ext4_err(e: Ext4Error) -> ReadError {

@@ -114,7 +114,7 @@ pub fn walk(
 pub fn xescape(s: &[u8]) -> String {
     let mut out = String::with_capacity(s.len());
     for &c in s {
-        if c < b' ' || c >= 0x7f || b"\\ \t\n\r#;*?[".contains(&c) {
+        if !(b' '..0x7f).contains(&c) || b"\\ \t\n\r#;*?[".contains(&c) {
             out.push_str(&format!("\\x{c:02x}"));
         } else {
             out.push(c as char);

@@ -13,8 +13,9 @@ pub mod format;
 use super::{DirEntry, FileKind, FsReader, NodeId, ReadError, Result, Source, Stat};
 use format::{Inode, Layout, Superblock};
 
-/// Largest directory read (bytes): real directories of root images are far smaller.
-const MAX_DIR: u64 = 64 << 20;
+/// Largest directory read (bytes): real directories of root images are far smaller, and a
+/// chunk-based directory whose chunks all name one block cannot blow a walk up past this.
+const MAX_DIR: u64 = 16 << 20;
 /// Largest symlink target.
 const MAX_LINK: u64 = 4096;
 
