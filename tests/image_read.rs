@@ -457,29 +457,35 @@ fn ext4_agrees_with_the_kernel() {
     check_fs("ext4", None);
 }
 
-/// A flipped byte in the data of one file fails that file only (exit 2, the image and the path
-/// named); every other file still reads, and validate names the block.
-#[test]
-fn a_corrupt_block_fails_only_its_file() {
+/// A workspace with the tree at `tree` and its EROFS image at `e.img` (None: skipped).
+fn erofs_image() -> Option<(Workspace, PathBuf, PathBuf)> {
     if prerequisites("erofs") {
-        return;
+        return None;
     }
     let ws = Workspace::new();
     let tree = ws.path("tree");
     make_tree(&tree, "erofs");
     let img = ws.path("e.img");
+    let args = [
+        "image",
+        "build",
+        "--fs",
+        "erofs",
+        tree.to_str().unwrap(),
+        img.to_str().unwrap(),
+    ];
+    ok(DMKIT, &args);
+    Some((ws, tree, img))
+}
+
+/// A flipped byte in the data of one file fails that file only (exit 2, the image and the path
+/// named); every other file still reads, and validate names the block.
+#[test]
+fn a_corrupt_block_fails_only_its_file() {
+    let Some((ws, tree, img)) = erofs_image() else {
+        return;
+    };
     let img_s = img.to_str().unwrap();
-    ok(
-        DMKIT,
-        &[
-            "image",
-            "build",
-            "--fs",
-            "erofs",
-            tree.to_str().unwrap(),
-            img_s,
-        ],
-    );
     let data = std::fs::read(&img).unwrap();
     let needle = std::fs::read(tree.join("sizes/f204800")).unwrap();
     let at = data
@@ -517,25 +523,10 @@ fn a_corrupt_block_fails_only_its_file() {
 /// Paths that are not there, `..`, a directory given to cat: one line naming image and path.
 #[test]
 fn bad_paths_are_refused_in_one_line() {
-    if prerequisites("erofs") {
+    let Some((_ws, _tree, img)) = erofs_image() else {
         return;
-    }
-    let ws = Workspace::new();
-    let tree = ws.path("tree");
-    make_tree(&tree, "erofs");
-    let img = ws.path("e.img");
+    };
     let img_s = img.to_str().unwrap();
-    ok(
-        DMKIT,
-        &[
-            "image",
-            "build",
-            "--fs",
-            "erofs",
-            tree.to_str().unwrap(),
-            img_s,
-        ],
-    );
     for (args, code, text) in [
         (
             vec!["image", "cat", img_s, "/nope"],

@@ -282,13 +282,7 @@ fn fec_choice(a: &OpenArgs) -> FecChoice {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    let root_hash =
-        match &a.root_hash {
-            Some(h) => Some(hex::decode(h.trim()).map_err(|_| {
-                CliError::invalid(format!("--root-hash: {h:?} is not a hex string"))
-            })?),
-            None => None,
-        };
+    let root_hash = super::image_read::parse_root_hash(a.root_hash.as_deref())?;
     let fec = fec_choice(&a);
     let o = OpenOptions {
         image: a.image,

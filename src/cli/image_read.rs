@@ -71,14 +71,17 @@ pub struct ValidateArgs {
     json: bool,
 }
 
+/// `--root-hash` as bytes (`image open` and the read commands).
+pub(super) fn parse_root_hash(h: Option<&str>) -> Result<Option<Vec<u8>>, CliError> {
+    h.map(|h| {
+        hex::decode(h.trim())
+            .map_err(|_| CliError::invalid(format!("--root-hash: {h:?} is not a hex string")))
+    })
+    .transpose()
+}
+
 fn open(s: &ImageSource) -> Result<OpenedImage, CliError> {
-    let root_hash =
-        match &s.root_hash {
-            Some(h) => Some(hex::decode(h.trim()).map_err(|_| {
-                CliError::invalid(format!("--root-hash: {h:?} is not a hex string"))
-            })?),
-            None => None,
-        };
+    let root_hash = parse_root_hash(s.root_hash.as_deref())?;
     let o = VerifyOptions {
         image: s.image.clone(),
         certs: s.cert.clone(),
