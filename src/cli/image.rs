@@ -1,4 +1,5 @@
-//! `dmkit image build|open|close|status|inspect`: read-only root images (the logic lives in
+//! `dmkit image build|open|close|status|inspect` (and the rootless readers of
+//! [`super::image_read`]): read-only root images (the logic lives in
 //! [`crate::image`]).
 
 use super::{CliError, CliResult};
@@ -27,6 +28,18 @@ pub enum ImageCommand {
     Status(StatusArgs),
     /// Print an image's layout: partitions, file system, verity, root hash, signature.
     Inspect(InspectArgs),
+    /// List the files of an image (recursively from PATH), read in userspace through its
+    /// verified root partition: no root, no mount.
+    Ls(super::image_read::LsArgs),
+    /// Print a file of an image to standard output (read as `ls` reads).
+    Cat(super::image_read::CatArgs),
+    /// Copy a file or directory tree out of an image (modes, times, xattrs, symlinks, hard
+    /// links; ownership and device nodes as root).
+    CopyFrom(super::image_read::CopyFromArgs),
+    /// Print the image's tree as `systemd-dissect --mtree` does (with each file's SHA-256).
+    Mtree(super::image_read::MtreeArgs),
+    /// Check the signature (--cert), the root hash and every block of the root partition.
+    Validate(super::image_read::ValidateArgs),
 }
 
 /// Arguments of `image build`.
@@ -162,6 +175,11 @@ pub fn run(c: ImageCommand) -> CliResult {
         ImageCommand::Close(a) => Ok(open::close(&a.mountpoint)?),
         ImageCommand::Status(a) => status(a),
         ImageCommand::Inspect(a) => inspect(a),
+        ImageCommand::Ls(a) => super::image_read::ls(a),
+        ImageCommand::Cat(a) => super::image_read::cat(a),
+        ImageCommand::CopyFrom(a) => super::image_read::copy_from(a),
+        ImageCommand::Mtree(a) => super::image_read::mtree(a),
+        ImageCommand::Validate(a) => super::image_read::validate(a),
     }
 }
 
@@ -264,13 +282,7 @@ fn fec_choice(a: &OpenArgs) -> FecChoice {
 }
 
 fn open(a: OpenArgs) -> CliResult {
-    let root_hash =
-        match &a.root_hash {
-            Some(h) => Some(hex::decode(h.trim()).map_err(|_| {
-                CliError::invalid(format!("--root-hash: {h:?} is not a hex string"))
-            })?),
-            None => None,
-        };
+    let root_hash = super::image_read::parse_root_hash(a.root_hash.as_deref())?;
     let fec = fec_choice(&a);
     let o = OpenOptions {
         image: a.image,

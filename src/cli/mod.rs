@@ -12,6 +12,7 @@ mod fsverity_args;
 mod fsverity_tree;
 mod generate;
 mod image;
+mod image_read;
 mod integrity;
 mod integrity_alg;
 mod integrity_open;

@@ -22,6 +22,7 @@ pub mod inspect;
 pub mod layout;
 pub mod mkfs;
 pub mod open;
+pub mod read;
 pub mod sigjson;
 pub mod tree;
 

@@ -13,16 +13,12 @@
 //! it: the export's state (`dmkit status NAME`) records every path. Any failure while opening
 //! undoes what was done; nothing stays mounted or running.
 
-use super::inspect::{describe_region, read_verity};
-use super::layout::{self, Layout, RootHashSource};
+use super::layout::RootHashSource;
 use super::mkfs::FsKind;
+use super::read::verified::{open_verified, VerifyOptions};
 use super::{ImageError, Result};
 use crate::export::{self, CloseMode, ExportError, ExportSpec, ServeOptions};
-use crate::verity::sig::{SignatureError, VerifiedSigner};
-use crate::verity::volume::{
-    self, Backing, ParamsSource, SignatureSource, VerityVolume, VolumeError,
-};
-use crate::verity::{self, TreeLayout, VerityOptions};
+use crate::verity::sig::VerifiedSigner;
 use serde_json::{json, Value};
 use std::ffi::CString;
 use std::fs;
@@ -197,43 +193,6 @@ fn check_root(image: &Path) -> Result<()> {
     )))
 }
 
-/// Check the signature of `root_hex` against `certs`: `Verification` (exit 2) when it does not
-/// verify, `Invalid` when a certificate cannot be read.
-fn check_signature(l: &Layout, root_hex: &str, certs: &[PathBuf]) -> Result<VerifiedSigner> {
-    let Some(sig) = &l.signature else {
-        return Err(ImageError::Verification(format!(
-            "{}: the image is not signed (no root-x86-64-verity-sig partition or .roothash.p7s \
-             file), but --cert requires a valid signature",
-            l.image.display()
-        )));
-    };
-    volume::check_signature(root_hex, SignatureSource::Der(&sig.der), certs).map_err(|e| match e {
-        VolumeError::Signature(e) => signature_error(l, root_hex, &sig.from, e),
-        VolumeError::Invalid(m) => ImageError::Io(m),
-        other => ImageError::Invalid(other.to_string()),
-    })
-}
-
-/// The image's words for a signature that does not check out.
-fn signature_error(l: &Layout, root_hex: &str, from: &str, e: SignatureError) -> ImageError {
-    match e {
-        SignatureError::NotVerified { certs, reason, .. } => ImageError::Verification(format!(
-            "{}: the root hash signature in {from} does not verify over root hash {root_hex} \
-             against the {certs} given certificate(s): {reason}",
-            l.image.display(),
-        )),
-        SignatureError::SignatureGarbled { reason, .. } => ImageError::Verification(format!(
-            "{}: the signature in {from} is not a DER PKCS#7 signature: {reason}",
-            l.image.display(),
-        )),
-        SignatureError::SignatureNotDetached { .. } => ImageError::Verification(format!(
-            "{}: the signature in {from} embeds its content; dm-verity needs a detached signature",
-            l.image.display(),
-        )),
-        other => ImageError::Invalid(other.to_string()),
-    }
-}
-
 /// What was set up so far, undone in reverse order on drop unless disarmed.
 struct Rollback {
     name: Option<String>,
@@ -284,14 +243,6 @@ fn make_dirs(dir: &Path, mode: u32, rb: &mut Rollback) -> Result<()> {
     Ok(())
 }
 
-/// A partition (or sidecar file) of the image as the verity volume's backing.
-fn backing(r: &layout::Region) -> Backing<'_> {
-    Backing {
-        path: &r.file,
-        region: Some((r.offset, r.size)),
-    }
-}
-
 /// Open `o.image` at `o.mountpoint`. Call before the process has spawned any thread (the
 /// verity export forks its server).
 pub fn open(o: &OpenOptions) -> Result<Opened> {
@@ -325,67 +276,19 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     };
 
     // The image: its parts, the root hash to trust, the signature, the tree.
-    let l = layout::locate(&o.image)?;
     let image_abs = fs::canonicalize(&o.image).unwrap_or_else(|_| o.image.clone());
-    let Some(hash_region) = l.hash.clone() else {
-        return Err(ImageError::Invalid(format!(
-            "{}: no dm-verity hash tree (an image without verity: no root-x86-64-verity \
-             partition or .verity file)",
-            o.image.display()
-        )));
-    };
-    let fs_kind = l.fs.ok_or_else(|| {
-        ImageError::Invalid(format!(
-            "{}: {} holds no EROFS, SquashFS or ext4 file system",
-            o.image.display(),
-            describe_region(&l.data)
-        ))
-    })?;
-    let (root, source) = l.root_hash(o.root_hash.as_deref())?;
-    let root_hex = hex::encode(&root);
-    if l.uuids_match(&root) == Some(false) {
-        return Err(ImageError::Verification(format!(
-            "{}: the root and root-verity partition UUIDs are not the halves of root hash {root_hex}",
-            o.image.display()
-        )));
-    }
-    let signer = if o.certs.is_empty() {
-        None
-    } else {
-        Some(check_signature(&l, &root_hex, &o.certs)?)
-    };
-    let params = read_verity(&l)?.expect("the hash region exists");
-    let root = verity::parse_root_hash(&root_hex, &params)
-        .map_err(|e| ImageError::Invalid(format!("{}: {e}", o.image.display())))?;
-    TreeLayout::new(&params)
-        .map_err(|e| ImageError::Invalid(format!("{}: {e}", o.image.display())))?;
-    let image_err = |e: VolumeError| match e {
-        VolumeError::Open(e) => ImageError::Invalid(e.to_string()),
-        VolumeError::Claim(e) => ImageError::Busy(e.to_string()),
-        VolumeError::ReadRoot(e) => ImageError::Io(format!("{}: {e}", o.image.display())),
-        VolumeError::Verity(e) => ImageError::Invalid(format!("{}: {e}", o.image.display())),
-        VolumeError::RootMismatch { .. } => ImageError::Verification(format!(
-            "{}: root hash {root_hex} does not match the hash tree in {}",
-            o.image.display(),
-            describe_region(&hash_region)
-        )),
-        e => ImageError::Invalid(e.to_string()),
-    };
-    let (fec, warnings) = super::fec::resolve(&l, &hash_region, &params, &o.fec)?;
-    let volume = VerityVolume::open(
-        backing(&l.data),
-        backing(&hash_region),
-        ParamsSource::Given(params),
-        true,
-    )
-    .map_err(image_err)?;
-    let opts = VerityOptions {
-        name: name.clone(),
-        fec: fec.as_ref().map(|f| f.device.clone()),
-        ..VerityOptions::default()
-    };
-    let fec_details = fec.map(|f| f.details);
-    let mut activated = volume.activate(&root, opts).map_err(image_err)?;
+    let v = open_verified(
+        &VerifyOptions {
+            image: o.image.clone(),
+            certs: o.certs.clone(),
+            root_hash: o.root_hash.clone(),
+            fec: o.fec.clone(),
+        },
+        &name,
+    )?;
+    let (fs_kind, root_hex, source, signer) = (v.fs, v.root_hex, v.root_hash_source, v.signer);
+    let (fec_details, warnings) = (v.fec, v.warnings);
+    let mut activated = v.activated;
 
     // Every path of the stack, recorded in the export's state for close and status.
     let private = private_dir(&name);
