@@ -39,6 +39,8 @@ packages=(
   systemd systemd-container
   # `dmkit bench image` builds its default tree, a minimal Debian root, with debootstrap.
   debootstrap
+  # `dmkit bench seeds` draws its plots' text with a TrueType font (DejaVu Sans).
+  fonts-dejavu-core
   # `man dmkit-luks` after scripts/install-docs.sh (man-db, groff-base render the pages the CLI
   # generates); bash-completion loads the installed completion in interactive shells.
   man-db groff-base bash-completion

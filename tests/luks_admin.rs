@@ -782,3 +782,92 @@ fn tokens_survive_export_import_round_trips() {
         assert_eq!(ours["tokens"], tokens(img), "{img}: dmkit's dump");
     }
 }
+
+/// `token unassign` unbinds one keyslot as cryptsetup does, and refuses what it refuses with
+/// its exit codes and no byte changed; `open --token-type` of a type with no token fails as
+/// cryptsetup's does.
+#[test]
+fn token_unassign_matches_cryptsetup() {
+    let Some(e) = env() else { return };
+    let img = cs_luks2(&e, "u.img");
+    let p = e.s("pass");
+    let mut add = vec!["-q", "luksAddKey", "--key-file", &p];
+    add.extend(CHEAP);
+    add.extend([img.as_str(), p.as_str()]);
+    run("cryptsetup", &add);
+    run(
+        "cryptsetup",
+        &["token", "add", &img, "--key-description", "u:1"],
+    );
+    let theirs = copy(&e, &img, "uc.img");
+    let unassign = |dev: &str| {
+        [
+            "token",
+            "unassign",
+            dev,
+            "--token-id",
+            "0",
+            "--key-slot",
+            "1",
+        ]
+        .map(String::from)
+    };
+    let ours_args = unassign(&img);
+    let ours_args: Vec<&str> = ["luks"]
+        .into_iter()
+        .chain(ours_args.iter().map(String::as_str))
+        .collect();
+    e.run.ok(&ours_args);
+    let c = unassign(&theirs);
+    run(
+        "cryptsetup",
+        &c.iter().map(String::as_str).collect::<Vec<_>>(),
+    );
+    assert_eq!(json_dump(&img)["tokens"], json_dump(&theirs)["tokens"]);
+    assert_eq!(
+        json_dump(&img)["tokens"]["0"]["keyslots"],
+        serde_json::json!(["0"])
+    );
+
+    let before = fs::read(&img).unwrap();
+    let cases: &[&[&str]] = &[
+        &["--token-id", "0", "--key-slot", "1"],
+        &["--token-id", "0"],
+        &["--key-slot", "0"],
+        &["--token-id", "3", "--key-slot", "0"],
+        &["--token-id", "0", "--key-slot", "5"],
+    ];
+    for args in cases {
+        let mut a = vec!["luks", "token", "unassign", &img];
+        a.extend(*args);
+        let mut c = vec!["token", "unassign", theirs.as_str()];
+        c.extend(*args);
+        let (ours, cs_run) = (e.run.run(&a), cs(&c));
+        assert_eq!(
+            ours.code,
+            cs_run.code,
+            "{args:?}\n{}\n{}",
+            ours.describe(),
+            cs_run.describe()
+        );
+        assert_ne!(ours.code, Some(0));
+        assert!(fs::read(&img).unwrap() == before, "{args:?}: bytes changed");
+    }
+
+    let typed = ["--test-passphrase", "--token-only", "--token-type", "foo"];
+    let ours = e.run.run(&[&["luks", "open", &img][..], &typed].concat());
+    let cs_run = cs(&[&["open", &theirs][..], &typed].concat());
+    assert_eq!(
+        ours.code,
+        cs_run.code,
+        "{}\n{}",
+        ours.describe(),
+        cs_run.describe()
+    );
+    assert!(
+        ours.stderr
+            .contains("No usable token (type foo) is available."),
+        "{}",
+        ours.describe()
+    );
+}

@@ -312,3 +312,67 @@ fn a_new_nbd_connection_sees_the_resized_device() {
     second.disconnect();
     e.run.close("p2");
 }
+
+/// `--persistent` on `refresh` and on `open` stores the flags in the header as cryptsetup
+/// does (its luksDump shows them), and a later open uses them without being asked.
+#[test]
+fn persistent_flags_are_stored_and_used() {
+    if fuse_missing() || tool_missing("cryptsetup", "cryptsetup") {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, pass) = e.luks2_cheap("p.img", 24 << 20, PASS);
+    let flags = || {
+        let dump = common::run::ok("cryptsetup", &["luksDump", &img]);
+        dump.lines()
+            .find(|l| l.starts_with("Flags:"))
+            .map(|l| l.split_whitespace().skip(1).collect::<Vec<_>>().join(" "))
+            .unwrap_or_default()
+    };
+    assert_eq!(flags(), "(no flags)");
+    e.run.ok(&["luks", "open", &img, "pf", "--key-file", &pass]);
+    e.run.track("pf");
+    e.run.ok(&[
+        "luks",
+        "refresh",
+        "pf",
+        "--key-file",
+        &pass,
+        "--allow-discards",
+        "--persistent",
+    ]);
+    assert_eq!(flags(), "allow-discards");
+    e.run.close("pf");
+    // The next open passes discards down without --allow-discards.
+    e.run.ok(&["luks", "open", &img, "pf", "--key-file", &pass]);
+    e.run.track("pf");
+    let json = e.run.ok(&["status", "pf", "--json"]);
+    assert!(json.contains("\"allow_discards\": true"), "{json}");
+    e.run.close("pf");
+    // open --persistent without the flag clears it, as cryptsetup replaces the stored flags.
+    e.run.ok(&[
+        "luks",
+        "open",
+        &img,
+        "pf",
+        "--key-file",
+        &pass,
+        "--persistent",
+    ]);
+    e.run.track("pf");
+    assert_eq!(flags(), "(no flags)");
+    e.run.close("pf");
+    e.run.ok(&[
+        "luks",
+        "open",
+        &img,
+        "pf",
+        "--key-file",
+        &pass,
+        "--persistent",
+        "--allow-discards",
+    ]);
+    e.run.track("pf");
+    assert_eq!(flags(), "allow-discards");
+    e.run.close("pf");
+}

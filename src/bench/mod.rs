@@ -17,6 +17,7 @@
 
 pub mod harness;
 pub mod scenarios;
+pub mod seeds;
 
 /// Why a benchmark could not run or finish.
 #[derive(Debug, thiserror::Error)]

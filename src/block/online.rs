@@ -43,6 +43,9 @@ pub struct Unlock {
 pub struct RefreshFlags {
     /// Pass discards down (`--allow-discards`), besides the volume's persistent flag.
     pub allow_discards: bool,
+    /// Store the flags in the volume's header as well (`--persistent`), replacing those
+    /// stored before.
+    pub persistent: bool,
 }
 
 /// What the server of an open volume can ask of it besides I/O. Implemented by the volume

@@ -61,9 +61,43 @@ enum BenchCommand {
     /// Offline LUKS2 re-keying: `cryptsetup reencrypt --force-offline-reencrypt` against
     /// `dmkit luks reencrypt` per resilience mode, in RAM and on disk, beside the AES-XTS bound.
     Reencrypt(ReencryptBenchArgs),
+    /// Every table of the source documents (seeds 000 to 004) in one run: each document's
+    /// scenario as a section, dmkit's figure beside a baseline measured in the same run and the
+    /// document's own figure and ratio; `--out DIR` writes report.md, report.json and plots.
+    Seeds(SeedsArgs),
     /// dm-verity FEC: reads of an image with scattered corrupted blocks against the clean
     /// image through `dmkit verity open --fec-device`, and the time of `verity repair`.
     Fec(FecBenchArgs),
+}
+
+/// Arguments of `dmkit bench seeds`.
+#[derive(clap::Args)]
+struct SeedsArgs {
+    /// Smaller and shorter (256 MiB per side, one run of 2 s per job and side, a small tree
+    /// for the images).
+    #[arg(long)]
+    quick: bool,
+    /// Only these documents, e.g. 000,002.
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
+    /// Write report.md, report.json and the plots (SVG and PNG) into this directory.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Runs per job and side [default: 3, --quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Directory for the scratch files (RAM, as in the studies).
+    #[arg(long, default_value = "/dev/shm")]
+    dir: PathBuf,
+    /// The tree seed 001's images are built from [default: bench image's].
+    #[arg(long)]
+    tree: Option<PathBuf>,
+    /// Tiny sizes, a smoke run of seconds (tests; also DMKIT_BENCH_SEEDS_TINY=1).
+    #[arg(long, hide = true)]
+    tiny: bool,
+    /// Print the whole result model as JSON instead of the tables.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Arguments of `dmkit bench fec`.
@@ -328,6 +362,7 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Nbd(a)) => run_nbd(a),
         Some(BenchCommand::Export(a)) => run_export(a),
         Some(BenchCommand::Reencrypt(a)) => run_reencrypt(a),
+        Some(BenchCommand::Seeds(a)) => run_seeds(a),
         Some(BenchCommand::Fec(a)) => run_fec(a),
         None => run_overhead(a.overhead),
     }
@@ -468,6 +503,24 @@ fn run_image(a: ImageArgs) -> CliResult {
     o.cache = a.cache;
     let interrupt = Interrupt::install();
     let r = image::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r)
+}
+
+fn run_seeds(a: SeedsArgs) -> CliResult {
+    use crate::bench::seeds::{self, SeedsOptions};
+    let mut o = SeedsOptions::defaults(a.quick);
+    o.tiny |= a.tiny;
+    o.only = a.only;
+    o.runs = a.runs;
+    o.dir = a.dir;
+    o.image_tree = a.tree;
+    let r = seeds::run(&o, &Interrupt::install()).map_err(cli_error)?;
+    if let Some(dir) = &a.out {
+        let files = seeds::write_out(&r, dir).map_err(cli_error)?;
+        for f in files {
+            eprintln!("wrote {}", f.display());
+        }
+    }
     print_report(a.json, &r)
 }
 

@@ -190,6 +190,13 @@ pub struct OpenArgs {
     /// Only this token.
     #[arg(long)]
     token_id: Option<u32>,
+    /// Store --allow-discards and --integrity-no-journal in the LUKS2 header (replacing the
+    /// flags stored before), so that every later open uses them.
+    #[arg(long)]
+    persistent: bool,
+    /// Only tokens of this type (luks2-keyring is the built-in one).
+    #[arg(long)]
+    token_type: Option<String>,
 }
 
 /// Arguments of `luks dump`.
@@ -311,12 +318,19 @@ fn open(a: OpenArgs) -> CliResult {
         read_only: a.read_only,
         integrity_no_journal: a.integrity_no_journal,
     };
-    if let Some(key) = super::luks_admin::token_key(&v, &a.key, a.token_only, a.token_id)? {
+    if let Some(key) = super::luks_admin::token_key(
+        &v,
+        &a.key,
+        a.token_only,
+        a.token_id,
+        a.token_type.as_deref(),
+    )? {
         let Some((name, how)) = serving else {
             println!("Key slot {} unlocked.", key.slot());
             return Ok(());
         };
         let active = v.activate_unlocked(data, key, &params(name))?;
+        persist(&a, want);
         return a.serve.serve(active, how);
     }
     let pass = passphrase(&a.key, &luks_slots::prompt(&a.volume.device), false)?;
@@ -327,7 +341,27 @@ fn open(a: OpenArgs) -> CliResult {
     };
     let active = v.activate(data, &pass, a.key_slot, &params(name))?;
     drop(pass);
+    persist(&a, want);
     a.serve.serve(active, how)
+}
+
+/// `open --persistent`, after the activation as with cryptsetup: a failure leaves the device
+/// open and is one line on stderr. The header is claimed only for this write, so keyslots
+/// still change while the device is served.
+fn persist(a: &OpenArgs, want: Option<u16>) {
+    if !a.persistent {
+        return;
+    }
+    let r = a.volume.load(true, want).and_then(|mut w| {
+        w.set_persistent_flags(a.allow_discards, a.integrity_no_journal)
+            .map_err(Into::into)
+    });
+    if let Err(e) = r {
+        eprintln!(
+            "Device activated but cannot make flags persistent. ({})",
+            e.message
+        );
+    }
 }
 
 fn dump_cmd(a: DumpArgs) -> CliResult {

@@ -77,12 +77,14 @@ pub enum TokenAction {
     Import,
     /// Print token --token-id's JSON (or write it to --json-file).
     Export,
+    /// Unbind token --token-id from keyslot --key-slot (the token stays).
+    Unassign,
 }
 
 /// Arguments of `luks token`.
 #[derive(clap::Args)]
 pub struct TokenArgs {
-    /// add, remove, import or export.
+    /// add, remove, import, export or unassign.
     action: TokenAction,
     #[command(flatten)]
     volume: VolumeArgs,
@@ -95,7 +97,8 @@ pub struct TokenArgs {
     /// add: the kernel keyring key (type user) holding the passphrase.
     #[arg(long)]
     key_description: Option<String>,
-    /// add, import: bind the token to this keyslot (add default: every keyslot).
+    /// add, import: bind the token to this keyslot (add default: every keyslot); unassign:
+    /// the keyslot to unbind.
     #[arg(long, short = 'S')]
     key_slot: Option<u32>,
     /// add, import: replace the token already at --token-id.
@@ -220,6 +223,16 @@ pub fn token(a: TokenArgs) -> CliResult {
             let text = v.token_export(need_id()?)?;
             write_json(&a.json_file, &text)?;
         }
+        TokenAction::Unassign => {
+            // cryptsetup's order of checks and words.
+            let slot = a.key_slot.ok_or_else(|| {
+                CliError::invalid("Action requires specific keyslot. Use --key-slot parameter.")
+            })?;
+            let id = a.token_id.ok_or_else(|| {
+                CliError::invalid("Action requires specific token. Use --token-id parameter.")
+            })?;
+            v.token_unassign(id, slot)?;
+        }
     }
     Ok(())
 }
@@ -232,11 +245,12 @@ pub(super) fn token_key(
     key: &KeyArgs,
     token_only: bool,
     token_id: Option<u32>,
+    token_type: Option<&str>,
 ) -> Result<Option<UnlockedKey>, CliError> {
     if !token_only && (key.key_file.is_some() || !v.has_tokens()) {
         return Ok(None);
     }
-    match v.unlock_by_token(token_id) {
+    match v.unlock_by_token(token_id, token_type) {
         Ok(k) => Ok(Some(k)),
         Err(e) if token_only => Err(e.into()),
         Err(_) => Ok(None),

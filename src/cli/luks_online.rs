@@ -44,6 +44,9 @@ pub struct RefreshArgs {
     /// Pass discards down from now on (without it, discards go back to the volume's default).
     #[arg(long)]
     allow_discards: bool,
+    /// Store the flags in the LUKS2 header too, replacing those stored before.
+    #[arg(long)]
+    persistent: bool,
     /// Refused: a device's mode cannot change while it is open (close and open it again).
     #[arg(long, short = 'r')]
     readonly: bool,
@@ -98,6 +101,7 @@ pub fn refresh(a: RefreshArgs) -> CliResult {
     let req = control::Request::Refresh {
         secret,
         allow_discards: a.allow_discards,
+        persistent: a.persistent,
     };
     export::daemon::ask(&name, &req, |_, _| {})?;
     Ok(())

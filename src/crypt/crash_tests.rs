@@ -42,7 +42,7 @@ fn luks1_base() -> (Vec<u8>, luks1::Luks1Header, VolumeKey) {
         uuid,
         Some(1000),
         1,
-        None,
+        luks1::Payload::Attached(None),
         OLD,
         None,
     )

@@ -442,9 +442,26 @@ pub fn kill_slot(dev: &dyn BlockDevice, h: &mut Luks1Header, slot: u32) -> Resul
     Ok(())
 }
 
+/// Where a LUKS1 volume's data starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Payload {
+    /// On the header's own device: at this sector (`--offset`), or by default aligned to
+    /// 1 MiB after the keyslots.
+    Attached(Option<u32>),
+    /// On another device (a detached `--header`): at this sector of it, 0 by default. The
+    /// header device holds only the header and keyslots.
+    Detached(u32),
+}
+
+/// The sectors a LUKS1 header and its eight keyslots take for a `key_bytes` volume key (the
+/// size cryptsetup gives a detached header file).
+pub fn header_sectors(key_bytes: u32) -> u32 {
+    8 + slot_sectors(key_bytes) * NUM_KEYSLOTS as u32
+}
+
 /// Format `dev` as LUKS1 with keyslot 0 opened by `passphrase`: cryptsetup's layout (keyslot
-/// material 4 KiB aligned after the header, data aligned to 1 MiB unless `payload_sectors`).
-/// The volume key is `given` (`--volume-key-file`), else a random one.
+/// material 4 KiB aligned after the header, data where `payload` says). The volume key is
+/// `given` (`--volume-key-file`), else a random one.
 #[allow(clippy::too_many_arguments)]
 pub fn format(
     dev: &dyn BlockDevice,
@@ -454,7 +471,7 @@ pub fn format(
     uuid: &str,
     iterations: Option<u32>,
     iter_time_ms: u32,
-    payload_sectors: Option<u32>,
+    payload: Payload,
     passphrase: &[u8],
     given: Option<VolumeKey>,
 ) -> Result<(Luks1Header, VolumeKey), LuksError> {
@@ -465,14 +482,25 @@ pub fn format(
     af::message_digest(hash)?;
     let per = slot_sectors(key_bytes);
     let first = 8u32; // 4096 bytes: the header rounded up to the alignment
-    let end = first + per * NUM_KEYSLOTS as u32;
-    let payload = payload_sectors.unwrap_or(end.div_ceil(2048) * 2048);
-    if payload < end {
+    let end = header_sectors(key_bytes);
+    let (payload, detached) = match payload {
+        Payload::Attached(p) => (p.unwrap_or(end.div_ceil(2048) * 2048), false),
+        Payload::Detached(p) => (p, true),
+    };
+    if payload < end && !(detached && payload == 0) {
+        // cryptsetup's LUKS_check_device_size words.
+        return Err(LuksError::Invalid(
+            "Data offset for LUKS header must be either 0 or higher than header size.".into(),
+        ));
+    }
+    if detached && dev.size() < end as u64 * SECTOR {
         return Err(LuksError::Invalid(format!(
-            "--offset {payload} overlaps the LUKS1 keyslots ({end} sectors)"
+            "{} is too small for a LUKS1 header ({} bytes)",
+            dev.name(),
+            end as u64 * SECTOR
         )));
     }
-    if dev.size() <= payload as u64 * SECTOR {
+    if !detached && dev.size() <= payload as u64 * SECTOR {
         return Err(LuksError::Invalid(format!(
             "{} is too small for a LUKS1 header and data at sector {payload}",
             dev.name()

@@ -402,6 +402,7 @@ pub fn fio_parsed<T>(
     cmd.args(args);
     let limit = Duration::from_millis(runtime_ms) + Duration::from_secs(120);
     let out = super::process::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
+    super::process::notify(super::process::Event::RunDone);
     if !out.status.success() {
         return Err(BenchError::Fio(format!(
             "{label} on {target} failed ({}): {}",
@@ -431,6 +432,7 @@ pub fn run(
     // fio normally ends on its own after the runtime; leave generous slack for slow setup.
     let limit = Duration::from_millis(spec.runtime_ms) + Duration::from_secs(120);
     let out = harness::run_captured(&mut cmd, scratch, interrupt, Some(limit))?;
+    harness::notify(harness::Event::RunDone);
     if !out.status.success() {
         return Err(BenchError::Fio(format!(
             "fio {} on {} failed ({}): {}",

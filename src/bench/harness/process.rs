@@ -96,6 +96,7 @@ pub fn run_captured(
     timeout: Option<Duration>,
 ) -> Result<Captured, BenchError> {
     interrupt.check()?;
+    notify(Event::Command(command_line(cmd)));
     let seq = CAPTURE_SEQ.fetch_add(1, Ordering::Relaxed);
     let out_path = scratch.join(format!(".out.{seq}"));
     let err_path = scratch.join(format!(".err.{seq}"));
@@ -367,10 +368,50 @@ pub fn remove_file(path: &Path) -> Result<(), BenchError> {
     }
 }
 
-/// Print a progress line when `progress` is on.
+/// Print a progress line when `progress` is on; with an [`Observer`] installed, hand it the
+/// line instead (it draws a progress bar, or prints plain lines when not on a terminal).
 pub fn say(progress: bool, msg: String) {
-    if progress {
+    if let Some(o) = observer() {
+        o.event(Event::Say(msg));
+    } else if progress {
         eprintln!("{msg}");
+    }
+}
+
+/// What a running benchmark tells an [`Observer`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// A progress line (what [`say`] prints).
+    Say(String),
+    /// A subprocess is started: its command line (every command of a run is recorded).
+    Command(String),
+    /// One measured run finished (a fio run, a cold read of an image).
+    RunDone,
+}
+
+/// Watches a benchmark from outside the scenarios (`dmkit bench seeds`: its progress bar and
+/// the report's list of commands), so no scenario needs a parameter for it.
+pub trait Observer: Send + Sync {
+    /// Called for every event, on the thread that caused it.
+    fn event(&self, e: Event);
+}
+
+static OBSERVER: std::sync::RwLock<Option<std::sync::Arc<dyn Observer>>> =
+    std::sync::RwLock::new(None);
+
+/// Install (or with `None` remove) the process-wide observer.
+pub fn set_observer(o: Option<std::sync::Arc<dyn Observer>>) {
+    *OBSERVER.write().unwrap_or_else(|e| e.into_inner()) = o;
+}
+
+fn observer() -> Option<std::sync::Arc<dyn Observer>> {
+    OBSERVER.read().unwrap_or_else(|e| e.into_inner()).clone()
+}
+
+/// Tell the observer, if any, about `e`.
+pub fn notify(e: Event) {
+    if let Some(o) = observer() {
+        o.event(e);
     }
 }
 

@@ -621,7 +621,9 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
             if results[k].skipped.is_some() {
                 continue;
             }
-            match measure(&dmkit, r, b, &mp, &ws, interrupt) {
+            let m = measure(&dmkit, r, b, &mp, &ws, interrupt);
+            crate::bench::harness::process::notify(crate::bench::harness::process::Event::RunDone);
+            match m {
                 Ok((open_s, read_s, files, bytes)) => {
                     let res = &mut results[k];
                     res.open_s.push(open_s);

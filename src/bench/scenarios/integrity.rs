@@ -358,6 +358,15 @@ pub fn run(
     o: &IntegrityBenchOptions,
     interrupt: &Interrupt,
 ) -> Result<IntegrityReport, BenchError> {
+    run_jobs(o, Job::all(), interrupt)
+}
+
+/// Run the table's rows for `jobs` only (`bench seeds` runs the document's four).
+pub fn run_jobs(
+    o: &IntegrityBenchOptions,
+    jobs: Vec<Job>,
+    interrupt: &Interrupt,
+) -> Result<IntegrityReport, BenchError> {
     o.check()?;
     crate::bench::harness::fio::check_installed()?;
     let dmkit = Dmkit::from_env()?;
@@ -411,7 +420,6 @@ pub fn run(
         harness::fill_from(&data, e.path(), o.size, interrupt)?;
     }
 
-    let jobs = Job::all();
     let fio_command = format!(
         "fio {}",
         jobs[0]

@@ -8,4 +8,8 @@ pub(crate) trait BlockCipher: Send + Sync {
     fn encrypt_blocks(&self, blocks: &mut [[u8; 16]]);
     /// Decrypt each block in place.
     fn decrypt_blocks(&self, blocks: &mut [[u8; 16]]);
+    /// What runs the blocks (`status`, benchmarks).
+    fn implementation(&self) -> &'static str {
+        "portable"
+    }
 }

@@ -1,13 +1,16 @@
 //! CBC over any 128-bit [`BlockCipher`], one chain per sector starting from the sector's IV:
 //! dm-crypt's `cbc` chaining mode for serpent and twofish (AES-CBC runs on OpenSSL).
 //!
-//! Decryption walks each sector backwards, so every block still has its predecessor's
-//! ciphertext in place: no copy of the sector is needed.
+//! Decryption walks each sector backwards in runs of blocks, so every run's predecessors are
+//! still ciphertext in place: only a run's worth is copied.
 
 use super::block::BlockCipher;
 use super::iv::IvGen;
 use super::sector::{check_buf, SectorCipher};
 use super::xts::xor;
+
+/// Blocks decrypted per call (their predecessors sit on the stack: 1 KiB).
+const RUN: usize = 64;
 
 /// CBC over a block cipher.
 pub(crate) struct Cbc {
@@ -44,11 +47,21 @@ impl SectorCipher for Cbc {
         for (i, sector) in buf.chunks_exact_mut(sector_size).enumerate() {
             let iv = self.iv.iv(iv_sector.wrapping_add(i as u64));
             let blocks = sector.as_chunks_mut::<16>().0;
-            for j in (0..blocks.len()).rev() {
-                let prev = if j == 0 { iv } else { blocks[j - 1] };
-                self.cipher
-                    .decrypt_blocks(std::slice::from_mut(&mut blocks[j]));
-                xor(&mut blocks[j], &prev);
+            // Runs of blocks from the end: a run's predecessors (still ciphertext, as
+            // everything before the run is) are copied aside, then the run is decrypted in
+            // one call, so ciphers with parallel paths use them.
+            let mut end = blocks.len();
+            while end > 0 {
+                let start = end.saturating_sub(RUN);
+                let mut prev = [[0u8; 16]; RUN];
+                for (j, p) in (start..end).zip(prev.iter_mut()) {
+                    *p = if j == 0 { iv } else { blocks[j - 1] };
+                }
+                self.cipher.decrypt_blocks(&mut blocks[start..end]);
+                for (b, p) in blocks[start..end].iter_mut().zip(prev.iter()) {
+                    xor(b, p);
+                }
+                end = start;
             }
         }
     }
@@ -56,6 +69,6 @@ impl SectorCipher for Cbc {
         self.key_size
     }
     fn implementation(&self) -> &'static str {
-        "portable"
+        self.cipher.implementation()
     }
 }

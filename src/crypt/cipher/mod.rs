@@ -20,7 +20,7 @@
 //! AES-XTS with a 256- or 512-bit key runs on VAES + AVX-512 (16 blocks per iteration, on the
 //! calling thread) when the CPU has it, else on OpenSSL's EVP (which uses AES-NI where
 //! present); AES-CBC always runs on OpenSSL's EVP. Everything else runs our XTS, LRW and CBC
-//! over RustCrypto's block ciphers. Keys and key schedules live in secret memory
+//! over the block ciphers of `block_cipher` (serpent with AVX-512 or AVX2 lanes). Keys and key schedules live in secret memory
 //! ([`crate::crypt::secret`]) and are never printed.
 //!
 //! The rooms: [`CipherSpec`] and [`CipherError`] (`spec`) and the [`SectorCipher`] contract
@@ -37,8 +37,10 @@ mod cbc;
 mod dispatch;
 mod evp;
 mod iv;
+mod lanes512;
 mod lrw;
 mod sector;
+mod serpent;
 mod spec;
 #[cfg(test)]
 mod tests;

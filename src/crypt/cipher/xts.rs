@@ -88,6 +88,6 @@ impl SectorCipher for Xts {
         self.key_size
     }
     fn implementation(&self) -> &'static str {
-        "portable"
+        self.data.implementation()
     }
 }

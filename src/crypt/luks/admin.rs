@@ -336,6 +336,44 @@ impl LuksVolume {
         self.write_luks2()
     }
 
+    /// Whether the LUKS2 header's `config.flags` holds `flag` (LUKS1 has none).
+    pub fn persistent_flag(&self, flag: &str) -> bool {
+        matches!(&self.header, Header::V2(h) if h.metadata.config.flags.iter().any(|f| f == flag))
+    }
+
+    /// `open --persistent`: store the activation flags in the LUKS2 header (`config.flags`),
+    /// replacing those stored before, as cryptsetup's `crypt_persistent_flags_set` does. Only
+    /// the flags dmkit activates with are kept: "allow-discards" and "no-journal".
+    pub fn set_persistent_flags(
+        &mut self,
+        allow_discards: bool,
+        no_journal: bool,
+    ) -> Result<(), LuksError> {
+        self.refuse_change()?;
+        let h = self.luks2_mut()?;
+        let flags = [
+            (allow_discards, "allow-discards"),
+            (no_journal, "no-journal"),
+        ];
+        h.metadata.config.flags = flags
+            .iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, name)| name.to_string())
+            .collect();
+        self.write_luks2()
+    }
+
+    /// `token unassign`: unbind token `id` from keyslot `slot`, keeping the token.
+    pub fn token_unassign(&mut self, id: u32, slot: u32) -> Result<(), LuksError> {
+        let h = self.luks2_mut()?;
+        let saved = h.metadata.clone();
+        if let Err(e) = token::unassign(h, id, slot) {
+            h.metadata = saved;
+            return Err(e);
+        }
+        self.write_luks2()
+    }
+
     /// `token export`: the token's JSON text.
     pub fn token_export(&self, id: u32) -> Result<String, LuksError> {
         token::export(self.luks2_only()?, id)
@@ -343,14 +381,24 @@ impl LuksVolume {
 
     /// Unlock the data segment's key with the `luks2-keyring` tokens (token `id` only when
     /// given): each token's passphrase is read from the kernel keyring and tried on the
-    /// keyslots it is bound to. The passphrase never leaves the library.
-    pub fn unlock_by_token(&self, id: Option<u32>) -> Result<UnlockedKey, LuksError> {
+    /// keyslots it is bound to. The passphrase never leaves the library. `token_type`
+    /// restricts the tokens tried to that type (cryptsetup's `--token-type`); only
+    /// `luks2-keyring` is built in.
+    pub fn unlock_by_token(
+        &self,
+        id: Option<u32>,
+        token_type: Option<&str>,
+    ) -> Result<UnlockedKey, LuksError> {
         let h = self.luks2_only()?;
-        let tokens = token::keyring_tokens(h, id);
+        let tokens = match token_type {
+            Some(t) if t != token::KEYRING => Vec::new(),
+            _ => token::keyring_tokens(h, id),
+        };
         if tokens.is_empty() {
-            return Err(LuksError::Invalid(match id {
-                Some(i) => format!("Token {i} is not a usable luks2-keyring token."),
-                None => "No usable token is available.".to_string(),
+            return Err(LuksError::Invalid(match (id, token_type) {
+                (Some(i), _) => format!("Token {i} is not a usable luks2-keyring token."),
+                (None, Some(t)) => format!("No usable token (type {t}) is available."),
+                (None, None) => "No usable token is available.".to_string(),
             }));
         }
         let mut last = LuksError::Invalid("No usable token is available.".into());

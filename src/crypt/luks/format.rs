@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 pub struct FormatSpec {
     /// The device or image.
     pub device: PathBuf,
-    /// A detached header file (created owner-only if missing), LUKS2 only.
+    /// A detached header file, LUKS2 or LUKS1 (created owner-only if missing).
     pub header: Option<PathBuf>,
     /// LUKS1 instead of LUKS2.
     pub luks1: bool,
@@ -152,7 +152,7 @@ impl Formatter {
     ) -> Result<Option<String>, LuksError> {
         let s = &self.spec;
         if s.luks1 {
-            return self.format_luks1(pass, volume_key).map(|_| None);
+            return self.format_luks1(pass, volume_key);
         }
         let p = FormatParams {
             cipher: s.cipher.clone(),
@@ -172,7 +172,8 @@ impl Formatter {
         let data_size = self.data.size();
         let (hdr_dev, _header_claim) = match &s.header {
             Some(h) => {
-                let (dev, claim) = detached_header(h, &p)?;
+                let (keyslots_size, _) = luks2::format::layout(&p)?;
+                let (dev, claim) = detached_header(h, 2 * p.metadata_size + keyslots_size)?;
                 (dev, Some(claim))
             }
             None => (self.data, None),
@@ -204,29 +205,54 @@ impl Formatter {
         ))
     }
 
-    fn format_luks1(&self, pass: &[u8], volume_key: Option<VolumeKey>) -> Result<(), LuksError> {
+    /// LUKS1, on the device or in a detached header file (data at `--offset`, 0 by
+    /// default, as cryptsetup). Gives cryptsetup's warning when the data device has no room
+    /// left for data.
+    fn format_luks1(
+        &self,
+        pass: &[u8],
+        volume_key: Option<VolumeKey>,
+    ) -> Result<Option<String>, LuksError> {
         let s = &self.spec;
         // --label and --subsystem are ignored, as cryptsetup ignores them for LUKS1.
-        if s.header.is_some() {
-            return Err(LuksError::Invalid(
-                "LUKS1 has no detached --header here; use --type luks2".into(),
-            ));
-        }
         let uuid = s.uuid.clone().unwrap_or_else(luks2::format::random_uuid);
         if !luks2::format::valid_uuid(&uuid) {
             return Err(LuksError::Invalid(format!("--uuid {uuid:?} is not a UUID")));
         }
-        let payload = s
+        let offset = s
             .offset
             .map(|o| {
                 u32::try_from(o)
                     .map_err(|_| LuksError::Invalid("--offset is too large for LUKS1".into()))
             })
             .transpose()?;
-        luks1::format(
-            &self.data,
+        let key_bytes = self.key_bits / 8;
+        let (payload, hdr_dev, _claim) = match &s.header {
+            None => (luks1::Payload::Attached(offset), None, None),
+            Some(h) => {
+                let payload = offset.unwrap_or(0);
+                let end = luks1::header_sectors(key_bytes);
+                if payload != 0 && payload < end {
+                    // Before the header file is touched.
+                    return Err(LuksError::Invalid(
+                        "Data offset for LUKS header must be either 0 or higher than header size."
+                            .into(),
+                    ));
+                }
+                // cryptsetup sizes the file to the header, or to the data offset if larger.
+                let need = u64::from(end.max(payload)) * 512;
+                let (dev, claim) = detached_header(h, need)?;
+                (luks1::Payload::Detached(payload), Some(dev), Some(claim))
+            }
+        };
+        let dev: &dyn crate::block::BlockDevice = match &hdr_dev {
+            Some(d) => d,
+            None => &self.data,
+        };
+        let (h, _) = luks1::format(
+            dev,
             &s.cipher,
-            self.key_bits / 8,
+            key_bytes,
             &s.pbkdf.hash,
             &uuid,
             s.pbkdf.force_iterations,
@@ -234,8 +260,15 @@ impl Formatter {
             payload,
             pass,
             volume_key,
-        )
-        .map(|_| ())
+        )?;
+        Ok(match payload {
+            luks1::Payload::Detached(_) => luks2::format::no_room_warning(
+                &s.device.display().to_string(),
+                self.data.size(),
+                u64::from(h.payload_offset) * 512,
+            ),
+            luks1::Payload::Attached(_) => None,
+        })
     }
 }
 
@@ -269,11 +302,9 @@ fn luks1_refusals(spec: &FormatSpec) -> Result<(), LuksError> {
 }
 
 /// A detached header file, created owner-only if missing (it holds the keyslots), as
-/// cryptsetup does; an existing file or device is used as it is. A file is grown to hold
-/// headers and keyslots.
-fn detached_header(h: &Path, p: &FormatParams) -> Result<(FileDevice, Claim), LuksError> {
-    let (keyslots_size, _) = luks2::format::layout(p)?;
-    let need = 2 * p.metadata_size + keyslots_size;
+/// cryptsetup does; an existing file or device is used as it is. A file is grown to `need`
+/// bytes (headers and keyslots).
+fn detached_header(h: &Path, need: u64) -> Result<(FileDevice, Claim), LuksError> {
     let cannot =
         |e| LuksError::NoDevice(format!("{}: cannot create header file: {e}", h.display()));
     let f = match super::files::create_new(h, super::files::HEADER_MODE) {

@@ -158,6 +158,18 @@ impl Online for LuksOnline {
         self.reenc.refuse("refresh")?;
         let crypt = self.unlock(u, flags.allow_discards)?;
         self.served.install(crypt);
+        if flags.persistent {
+            // After the refresh, as cryptsetup: a failure here leaves the new flags active.
+            let mut vol =
+                LuksVolume::open(&self.src.device, self.src.header.as_deref(), true, None)
+                    .map_err(failure)?;
+            vol.set_persistent_flags(flags.allow_discards, false)
+                .map_err(|e| {
+                    OnlineError::invalid(format!(
+                        "Device refreshed but cannot make flags persistent. ({e})"
+                    ))
+                })?;
+        }
         Ok(())
     }
 

@@ -185,7 +185,7 @@ impl LuksVolume {
     /// cryptsetup refuses to change a LUKS2 header that carries a mandatory requirement
     /// (`LUKS2_unmet_requirements` with nothing masked): a reencryption in progress, or one
     /// it does not know. Wiping a keyslot stays allowed, as there.
-    fn refuse_change(&self) -> Result<(), LuksError> {
+    pub(super) fn refuse_change(&self) -> Result<(), LuksError> {
         match &self.header {
             Header::V2(h) => reencrypt::state::refuse_change(&h.metadata).map_or(Ok(()), Err),
             Header::V1(_) => Ok(()),
@@ -364,9 +364,10 @@ impl LuksVolume {
             (None, Unlock::Passphrase(pass, slot)) => self.unlock_key(pass, slot)?,
             (None, Unlock::Key(k)) => k,
         };
-        let iopts = IntegrityActivation {
-            no_journal: params.integrity_no_journal,
-        };
+        // A persistent "no-journal" flag in the header counts as --integrity-no-journal, as
+        // cryptsetup ORs its persistent flags into every activation.
+        let no_journal = params.integrity_no_journal || self.persistent_flag("no-journal");
+        let iopts = IntegrityActivation { no_journal };
         // Without integrity, served through a gate its server can resize and suspend.
         let (active, online) = match seg.integrity {
             Some(_) => {
@@ -391,7 +392,7 @@ impl LuksVolume {
         let mut details = self.status_details(&seg, size, key.slot);
         details["integrity"] = serde_json::json!(seg.integrity);
         details["integrity_mode"] = serde_json::json!(seg.integrity.as_ref().map(|_| {
-            match (params.read_only, params.integrity_no_journal) {
+            match (params.read_only, no_journal) {
                 (true, _) => "R",
                 (false, true) => "D",
                 (false, false) => "J",

@@ -110,6 +110,26 @@ pub fn assign(h: &mut Luks2Header, id: u32, slot: u32) -> Result<(), LuksError> 
     Ok(())
 }
 
+/// Unbind token `id` from keyslot `slot` (`crypt_token_unassign_keyslot`); the token stays.
+pub fn unassign(h: &mut Luks2Header, id: u32, slot: u32) -> Result<(), LuksError> {
+    let not_assigned =
+        || LuksError::Invalid(format!("Token {id} is not assigned to keyslot {slot}."));
+    let list = h
+        .metadata
+        .tokens
+        .get_mut(&id)
+        .and_then(|t| t.get_mut("keyslots"))
+        .and_then(Value::as_array_mut)
+        .ok_or_else(not_assigned)?;
+    let name = Value::String(slot.to_string());
+    let before = list.len();
+    list.retain(|s| *s != name);
+    if list.len() == before {
+        return Err(not_assigned());
+    }
+    Ok(())
+}
+
 /// The text of token `id` as cryptsetup exports it (json-c's plain layout): its keys in the
 /// order they were read or imported in, keys added since after them.
 pub fn export(h: &Luks2Header, id: u32) -> Result<String, LuksError> {

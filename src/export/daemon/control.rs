@@ -123,6 +123,8 @@ pub enum Request {
         secret: Secret,
         /// Pass discards down.
         allow_discards: bool,
+        /// Store the flags in the header too (`--persistent`).
+        persistent: bool,
     },
     /// Reencrypt in the background (the header is already in reencryption), answered by
     /// progress frames until done.
@@ -275,10 +277,12 @@ impl Request {
             Request::Refresh {
                 secret,
                 allow_discards,
+                persistent,
             } => {
                 w.u8(u8::from(secret.key_slot.is_some()))
                     .u32_be(secret.key_slot.unwrap_or(0))
                     .u8(u8::from(*allow_discards))
+                    .u8(u8::from(*persistent))
                     .u32_be(secret.passphrase.len() as u32)
                     .bytes(&secret.passphrase);
                 6
@@ -321,6 +325,7 @@ impl Request {
                 let given = flag(&mut r, "key slot given")?;
                 let slot = r.u32_be("key slot")?;
                 let allow_discards = flag(&mut r, "allow_discards")?;
+                let persistent = flag(&mut r, "persistent")?;
                 let pass = blob(&mut r, "passphrase")?;
                 Request::Refresh {
                     secret: Secret {
@@ -328,6 +333,7 @@ impl Request {
                         passphrase: Zeroizing::new(pass.to_vec()),
                     },
                     allow_discards,
+                    persistent,
                 }
             }
             7 => Request::Reencrypt {
@@ -532,6 +538,7 @@ mod tests {
             Request::Refresh {
                 secret: secret.clone(),
                 allow_discards: true,
+                persistent: true,
             },
             Request::Reencrypt {
                 secret,

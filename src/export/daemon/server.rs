@@ -656,8 +656,15 @@ impl Server {
             Request::Refresh {
                 secret,
                 allow_discards,
+                persistent,
             } => o
-                .refresh(&unlock(secret), RefreshFlags { allow_discards })
+                .refresh(
+                    &unlock(secret),
+                    RefreshFlags {
+                        allow_discards,
+                        persistent,
+                    },
+                )
                 .map(|()| {
                     self.state.allow_discards = o.allow_discards();
                     let _ = state::write(&self.paths, &self.state);

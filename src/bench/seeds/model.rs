@@ -1,0 +1,262 @@
+//! The one result model of `dmkit bench seeds`: every table of every document as rows of the
+//! same shape (dmkit's figure, the baseline measured in the same run, their ratio, the
+//! document's figure and ratio, or why a cell is empty). Serialised whole as `report.json`.
+
+use serde::{Deserialize, Serialize};
+
+use super::data::{Document, PublishedFigure, RowKey};
+use crate::bench::harness::model::Stats;
+
+/// A measured figure: every run's value and their median and range.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Figure {
+    /// One value per run, in run order.
+    pub runs: Vec<f64>,
+    /// Median of `runs`.
+    pub median: f64,
+    /// Smallest run.
+    pub min: f64,
+    /// Largest run.
+    pub max: f64,
+}
+
+impl Figure {
+    /// The figure of `runs` (`None` when empty or not finite).
+    pub fn of(runs: Vec<f64>) -> Option<Figure> {
+        let s = Stats::of(&runs)?;
+        Some(Figure {
+            median: s.median,
+            min: s.min,
+            max: s.max,
+            runs,
+        })
+    }
+}
+
+/// The document's side of a row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocCell {
+    /// Its figure for the configuration, in `unit`.
+    pub value: Option<f64>,
+    /// Its figure for the baseline.
+    pub baseline: Option<f64>,
+    /// The unit it published.
+    pub unit: String,
+    /// `value / baseline`, or the ratio it published.
+    pub ratio: Option<f64>,
+    /// What the figure is.
+    pub note: Option<String>,
+}
+
+impl DocCell {
+    /// From the data file's figure.
+    pub fn from_figure(f: &PublishedFigure) -> DocCell {
+        DocCell {
+            value: f.value,
+            baseline: f.baseline_value,
+            unit: f.key.unit.clone(),
+            ratio: f.doc_ratio(),
+            note: f.note.clone(),
+        }
+    }
+}
+
+/// One row of one table: a configuration against its baseline.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeedRow {
+    /// Which row of which table (in dmkit's words; its unit is that of `dmkit` and `base`:
+    /// "MB/s" = 10^6 bytes/s, "s", "MB", "CPU s/GB").
+    #[serde(flatten)]
+    pub key: RowKey,
+    /// Whether a larger figure is better (throughput) or worse (time, size, CPU).
+    pub higher_is_better: bool,
+    /// dmkit's figure.
+    pub dmkit: Option<Figure>,
+    /// The baseline's figure, same run.
+    pub base: Option<Figure>,
+    /// `dmkit.median / base.median`.
+    pub ratio: Option<f64>,
+    /// The document's figure and ratio.
+    pub doc: Option<DocCell>,
+    /// Why there is no document figure (when `doc` is `None`).
+    pub doc_missing: Option<String>,
+    /// Why there is no dmkit figure (when `dmkit` or `base` is `None`).
+    pub empty: Option<String>,
+    /// The kernel's column: why it was not run (the kernel target it would need).
+    pub kernel: String,
+}
+
+impl SeedRow {
+    /// A row from measured runs; the ratio is computed here, from the medians.
+    #[allow(clippy::too_many_arguments)]
+    pub fn measured(
+        seed: &str,
+        table: &str,
+        row: &str,
+        config: &str,
+        baseline: &str,
+        unit: &str,
+        higher_is_better: bool,
+        dmkit: Vec<f64>,
+        base: Vec<f64>,
+    ) -> SeedRow {
+        let dmkit = Figure::of(dmkit);
+        let base = Figure::of(base);
+        let ratio = ratio_of(dmkit.as_ref(), base.as_ref());
+        let empty = match (&dmkit, &base) {
+            (Some(_), Some(_)) => None,
+            _ => Some("no runs were measured".to_string()),
+        };
+        SeedRow {
+            key: RowKey {
+                seed: seed.into(),
+                table: table.into(),
+                row: row.into(),
+                config: config.into(),
+                baseline: baseline.into(),
+                unit: unit.into(),
+            },
+            higher_is_better,
+            dmkit,
+            base,
+            ratio,
+            doc: None,
+            doc_missing: None,
+            empty,
+            kernel: String::new(),
+        }
+    }
+
+    /// A row dmkit could not measure, and why.
+    pub fn empty(
+        seed: &str,
+        table: &str,
+        row: &str,
+        config: &str,
+        baseline: &str,
+        unit: &str,
+        why: &str,
+    ) -> SeedRow {
+        let mut r = SeedRow::measured(
+            seed,
+            table,
+            row,
+            config,
+            baseline,
+            unit,
+            true,
+            Vec::new(),
+            Vec::new(),
+        );
+        r.empty = Some(why.into());
+        r
+    }
+
+    /// Attach the document's figure, or say why there is none.
+    pub fn with_doc(mut self, f: Option<&PublishedFigure>, missing: &str) -> SeedRow {
+        match f {
+            Some(f) => self.doc = Some(DocCell::from_figure(f)),
+            None => self.doc_missing = Some(missing.into()),
+        }
+        self
+    }
+}
+
+/// `dmkit.median / base.median` (the one ratio rule of the report; a test recomputes it).
+pub fn ratio_of(dmkit: Option<&Figure>, base: Option<&Figure>) -> Option<f64> {
+    match (dmkit, base) {
+        (Some(d), Some(b)) if b.median != 0.0 => Some(d.median / b.median),
+        _ => None,
+    }
+}
+
+/// One section (one document's scenarios) as it ran.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Section {
+    /// The document.
+    pub seed: String,
+    /// What ran, one line each (sizes, runs, sides).
+    pub setup: Vec<String>,
+    /// Why the section stopped, when it did.
+    pub error: Option<String>,
+    /// Wall time, seconds.
+    pub seconds: f64,
+}
+
+/// The kernel's counterpart of a dmkit layer on the running kernel.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct KernelTarget {
+    /// "dm-verity", "dm-integrity", "dm-crypt", "fs-verity", "squashfs/erofs".
+    pub target: String,
+    /// Whether the running kernel has it.
+    pub available: bool,
+    /// What the report says about its column.
+    pub note: String,
+}
+
+/// Where the run happened.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Machine {
+    /// `uname -a`-like line.
+    pub uname: String,
+    /// Kernel release.
+    pub kernel: String,
+    /// CPU model.
+    pub cpu: String,
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// CPU flags that matter here (aes, avx2, sha_ni, vaes, ...), then the count of all.
+    pub cpu_flags: Vec<String>,
+    /// Memory, bytes.
+    pub memory: u64,
+    /// Tool and version lines (fio, cryptsetup, veritysetup, ...).
+    pub tools: Vec<(String, String)>,
+    /// How dmkit was built ("release"/"debug").
+    pub dmkit_build: String,
+}
+
+/// How the run was asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Params {
+    /// `--quick`.
+    pub quick: bool,
+    /// The tiny smoke sizes (tests).
+    pub tiny: bool,
+    /// The sections run.
+    pub only: Vec<String>,
+    /// Data per side for the fio sections, bytes.
+    pub size: u64,
+    /// Runs per job and side.
+    pub runs: u32,
+    /// One fio run, ms.
+    pub runtime_ms: u64,
+    /// Where the scratch files were.
+    pub dir: String,
+}
+
+/// The whole report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeedsReport {
+    /// Parameters.
+    pub params: Params,
+    /// The machine.
+    pub machine: Machine,
+    /// Load average (1, 5, 15 min) before the first section.
+    pub load_before: [f64; 3],
+    /// After the last.
+    pub load_after: [f64; 3],
+    /// Unix time at the start.
+    pub started_unix: u64,
+    /// Wall time of the whole run, seconds.
+    pub seconds: f64,
+    /// The source documents of the sections run.
+    pub documents: Vec<Document>,
+    /// The kernel's targets.
+    pub kernel: Vec<KernelTarget>,
+    /// The sections.
+    pub sections: Vec<Section>,
+    /// Every row of every table.
+    pub rows: Vec<SeedRow>,
+    /// Every command run, in order.
+    pub commands: Vec<String>,
+}
