@@ -17,10 +17,13 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::cipher::parse_openssl_speed;
+#[path = "reencrypt_bound.rs"]
+mod bound;
 use crate::bench::harness::model::ToolTiming;
 use crate::bench::harness::process::{self as harness, Dmkit, Interrupt, Workspace};
 use crate::bench::harness::table::{format_size, Align, TextTable};
 use crate::bench::BenchError;
+pub use bound::{Bound, Storage};
 
 /// The issue's target: dmkit at least this many times as fast as cryptsetup, per mode.
 pub const TARGET: f64 = 3.0;
@@ -57,6 +60,9 @@ pub struct ModeResult {
     pub ratio: f64,
     /// `ratio >= TARGET`.
     pub pass: bool,
+    /// What the storage allows any tool, measured in the same run.
+    #[serde(default)]
+    pub bound: Option<Bound>,
 }
 
 /// Every mode in one directory.
@@ -68,6 +74,9 @@ pub struct DirResult {
     pub in_ram: bool,
     /// One entry per resilience mode.
     pub modes: Vec<ModeResult>,
+    /// Its bandwidth and flush latency, measured before the runs.
+    #[serde(default)]
+    pub storage: Option<Storage>,
 }
 
 /// The AES-XTS bound of the same run.
@@ -233,6 +242,11 @@ fn run_dir(
         .arg("--key-file")
         .args([&pass, &orig]);
     harness::run_ok(&mut format, ws.dir(), interrupt, Some(RUN_TIMEOUT))?;
+    harness::say(
+        opts.progress,
+        format!("{}: measuring bandwidth and flush latency", dir.display()),
+    );
+    let storage = bound::measure(ws.dir(), in_ram)?;
 
     const TOOLS: [&str; 2] = ["cryptsetup reencrypt", "dmkit luks reencrypt"];
     let mut modes = Vec::new();
@@ -273,17 +287,20 @@ fn run_dir(
         }
         let tools = super::format::tool_timings(TOOLS, opts.size, &seconds, "a reencryption")?;
         let ratio = tools[0].seconds.median / tools[1].seconds.median;
+        let hotzone = bound::hotzone(&orig, r)?;
         modes.push(ModeResult {
             resilience: r.clone(),
             tools,
             ratio,
             pass: ratio >= TARGET,
+            bound: Some(bound::bound(r, opts.size, hotzone, &storage, in_ram)),
         });
     }
     Ok(DirResult {
         dir: dir.to_path_buf(),
         in_ram,
         modes,
+        storage: Some(storage),
     })
 }
 
@@ -365,6 +382,8 @@ pub fn render(r: &ReencryptReport) -> String {
         ("dmkit".into(), Align::Right),
         ("MB/s".into(), Align::Right),
         ("cryptsetup/dmkit".into(), Align::Right),
+        ("bound".into(), Align::Right),
+        ("cryptsetup/bound".into(), Align::Right),
     ]);
     let secs = |s: &crate::bench::harness::model::Stats| {
         if r.runs > 1 {
@@ -389,12 +408,35 @@ pub fn render(r: &ReencryptReport) -> String {
                 secs(k),
                 format!("{:.0}", mb_s(r.size, k.median)),
                 format!("{:.2}x", m.ratio),
+                m.bound
+                    .as_ref()
+                    .map_or("-".into(), |b| format!("{:.3} s", b.seconds)),
+                m.bound
+                    .as_ref()
+                    .map_or("-".into(), |b| format!("{:.2}x", c.median / b.seconds)),
             ]);
         }
     }
     out.push_str(&t.render());
     if r.runs > 1 {
         out.push_str("\nmedian (min..max) over runs\n");
+    }
+    out.push_str(
+        "bound: bytes moved / bandwidth + flushes x flush latency, both measured in the \
+         directory this run (on a disk: the data read and written, plus the journal; in RAM, \
+         where the data is re-keyed in place: the journal); the cipher is the AES-XTS line; \
+         cryptsetup/bound is the most any tool could gain\n",
+    );
+
+    for d in &r.dirs {
+        if let Some(s) = &d.storage {
+            out.push_str(&format!(
+                "{}: {:.0} MB/s written then read back, flush {:.3} ms\n",
+                d.dir.display(),
+                s.bytes_per_s / 1e6,
+                s.flush_s * 1e3
+            ));
+        }
     }
     out.push('\n');
     for d in &r.dirs {
@@ -407,9 +449,31 @@ pub fn render(r: &ReencryptReport) -> String {
                 r.target,
                 if m.pass { "" } else { "  BELOW TARGET" }
             ));
+            if let (Some(b), Some(s), false) = (&m.bound, &d.storage, m.pass) {
+                out.push_str(&arithmetic(m, b, s));
+            }
         }
     }
     out
+}
+
+/// Why a row below the target is: its bound spelled out.
+fn arithmetic(m: &ModeResult, b: &Bound, s: &Storage) -> String {
+    let c = m.tools[0].seconds.median;
+    format!(
+        "  bound: {} B / {:.0} MB/s + {} hotzone{} x {} flushes x {:.3} ms = {:.3} s; \
+         cryptsetup {:.3} s / {:.3} s = at most {:.2}x for any tool\n",
+        b.bytes,
+        s.bytes_per_s / 1e6,
+        b.hotzones,
+        if b.hotzones == 1 { "" } else { "s" },
+        b.barriers.checked_div(b.hotzones).unwrap_or(0),
+        s.flush_s * 1e3,
+        b.seconds,
+        c,
+        b.seconds,
+        c / b.seconds
+    )
 }
 
 crate::bench::harness::report::impl_report!(ReencryptReport => render);

@@ -251,6 +251,17 @@ impl Luks2Header {
 
     /// Bump the sequence id and write both copies to `dev`.
     pub fn write(&mut self, dev: &dyn BlockDevice) -> Result<(), LuksError> {
+        self.write_unflushed(dev)?;
+        dev.flush()?;
+        Ok(())
+    }
+
+    /// [`Luks2Header::write`] without the flush after the primary copy. The secondary copy is
+    /// flushed first and carries the higher sequence id, which every reader (cryptsetup too)
+    /// takes over an older primary, so the new metadata is durable on return; the primary may
+    /// become durable with the caller's next flush. The caller must flush `dev` before it
+    /// writes the header again (a torn secondary copy must never meet a stale primary).
+    pub fn write_unflushed(&mut self, dev: &dyn BlockDevice) -> Result<(), LuksError> {
         self.seqid += 1;
         let bytes = self.encode()?;
         let h = self.hdr_size as usize;
@@ -259,7 +270,6 @@ impl Luks2Header {
         dev.write_at(&bytes[h..], h as u64)?;
         dev.flush()?;
         dev.write_at(&bytes[..h], 0)?;
-        dev.flush()?;
         Ok(())
     }
 

@@ -115,10 +115,19 @@ impl Keys {
 /// Drop digests bound to nothing, then write both header copies (cryptsetup's
 /// `LUKS2_hdr_write` erases unused digests the same way).
 pub fn commit(dev: &dyn BlockDevice, h: &mut Luks2Header) -> Result<(), LuksError> {
+    commit_unflushed(dev, h)?;
+    dev.flush()?;
+    Ok(())
+}
+
+/// [`commit`] with the primary copy left unflushed ([`Luks2Header::write_unflushed`]): a
+/// hotzone's commits, whose primary copy becomes durable with the flush that follows anyway
+/// (the data's, or the next hotzone's protection's).
+fn commit_unflushed(dev: &dyn BlockDevice, h: &mut Luks2Header) -> Result<(), LuksError> {
     h.metadata
         .digests
         .retain(|_, d| !(d.keyslots.is_empty() && d.segments.is_empty()));
-    h.write(dev)
+    h.write_unflushed(dev)
 }
 
 /// The cipher of a backup segment: `None` for a plaintext (linear) one.
@@ -177,6 +186,11 @@ pub struct Run<'a> {
     journal: Option<super::mapped::Mapped>,
     /// The data read and written past the page cache, offline on a disk (`direct`).
     direct: Option<super::direct::DirectIo>,
+    /// The journal written past the page cache, offline on a disk, as cryptsetup writes it:
+    /// buffered, the flush after it had to write 16 MiB of dirty pages back first.
+    journal_direct: Option<super::direct::DirectIo>,
+    /// A hotzone commit's primary header copy is written but not flushed yet.
+    unflushed: bool,
 }
 
 impl<'a> Run<'a> {
@@ -235,6 +249,8 @@ impl<'a> Run<'a> {
             hooks: None,
             journal: None,
             direct: None,
+            journal_direct: None,
+            unflushed: false,
         })
     }
 
@@ -396,6 +412,10 @@ impl<'a> Run<'a> {
                 self.data_offset,
                 self.ends.device_size,
             );
+            if self.st.keyslot.resilience == Resilience::Journal {
+                let (area, len) = self.st.area();
+                self.journal_direct = super::direct::DirectIo::new(self.hdr_dev, area, len);
+            }
         }
         let mut outcome = RunOutcome::Finished;
         let result = (|| {
@@ -421,7 +441,9 @@ impl<'a> Run<'a> {
             Ok::<(), LuksError>(())
         })();
         drop(buf);
+        let settled = self.settle();
         result?;
+        settled?;
         if self.st.keyslot.resilience == Resilience::None {
             // The one header write of a run without resilience, after the data it describes
             // is durable (cryptsetup does not flush the data here; a detached header could
@@ -434,6 +456,14 @@ impl<'a> Run<'a> {
             self.teardown()?;
         }
         Ok(outcome)
+    }
+
+    /// Flush the header device if a hotzone commit's primary copy is not durable yet.
+    fn settle(&mut self) -> Result<(), LuksError> {
+        if std::mem::take(&mut self.unflushed) {
+            self.hdr_dev.flush()?;
+        }
+        Ok(())
     }
 
     /// One hotzone, `buf.len()` bytes at `offset`, in cryptsetup's commit order. Reads,
@@ -473,6 +503,7 @@ impl<'a> Run<'a> {
         // Direct requests need 4096-byte boundaries; 4096 is a multiple of every sector and
         // checksum block size.
         let direct = self.direct.as_ref().filter(|_| !mapped);
+        let journal_direct = self.journal_direct.as_ref();
         let unit = if direct.is_some() {
             unit.max(4096)
         } else {
@@ -511,7 +542,12 @@ impl<'a> Run<'a> {
                         unsafe { std::slice::from_raw_parts_mut((j as *mut u8).add(o), sub.len()) }
                             .copy_from_slice(sub)
                     }
-                    (Resilience::Journal, None) => hdr_dev.write_at(sub, area + o as u64)?,
+                    (Resilience::Journal, None) => {
+                        match journal_direct.and_then(|d| d.write_at(sub, area + o as u64)) {
+                            Some(r) => r?,
+                            None => hdr_dev.write_at(sub, area + o as u64)?,
+                        }
+                    }
                     // A data shift is refused in `Run::new`.
                     _ => {}
                 }
@@ -527,8 +563,13 @@ impl<'a> Run<'a> {
                 j.sync(area, length)
                     .map_err(|e| LuksError::Invalid(format!("{}: {e}", hdr_dev.name())))?;
             }
+            // This flush also makes durable the primary copy of the previous hotzone's last
+            // commit: its flushed secondary copy already said that hotzone is done, so the
+            // protection area was free to be overwritten before it.
             hdr_dev.flush()?;
-            commit(hdr_dev, self.h)?;
+            self.unflushed = false;
+            commit_unflushed(hdr_dev, self.h)?;
+            self.unflushed = true;
         }
         // Re-keyed and written a sub-piece at a time, writeback of each started at once: the
         // disk writes while the core re-keys the next, and the flush below has little left.
@@ -559,7 +600,15 @@ impl<'a> Run<'a> {
         }
         self.window = window;
         if protected {
+            // The data may be written while the "in reencryption" commit's primary copy is
+            // unflushed (its secondary copy, flushed, says so); one flush covers both when the
+            // header is on the data device.
             data_dev.flush()?;
+            if std::ptr::addr_eq(hdr_dev, data_dev) {
+                self.unflushed = false;
+            } else {
+                self.settle()?;
+            }
         }
         let post = self.ends.post(if self.ends.forward {
             offset + length
@@ -568,7 +617,12 @@ impl<'a> Run<'a> {
         });
         self.ends.install(&mut self.h.metadata, post, None);
         if protected {
-            commit(hdr_dev, self.h)?;
+            commit_unflushed(hdr_dev, self.h)?;
+            self.unflushed = true;
+            if self.hooks.is_some() {
+                // Online the server may write the header between hotzones: leave it settled.
+                self.settle()?;
+            }
         }
         Ok(())
     }

@@ -42,3 +42,23 @@ pub const MAX_HOTZONE: u64 = 1 << 30;
 pub const DEFAULT_NONE_HOTZONE: u64 = 0x140_0000;
 /// The requirement version cryptsetup 2.6 writes for reencryption (`LUKS2_REENCRYPT_REQ_VERSION`).
 pub const REQ_VERSION: u8 = 2;
+
+/// The hotzone length a reencryption of `h` protected by `resilience` would take (cryptsetup's
+/// `reencrypt_length`: what the largest free gap of the keyslots area covers, capped), aligned
+/// to `alignment` bytes; for planning, as benchmarks count hotzones and their flushes.
+pub fn planned_hotzone(
+    h: &crate::crypt::luks2::Luks2Header,
+    resilience: &Resilience,
+    alignment: u64,
+) -> Result<u64, crate::crypt::luks::LuksError> {
+    let (_, len) = area::max_gap(h).ok_or_else(|| {
+        crate::crypt::luks::LuksError::Invalid("no free space in the keyslots area".into())
+    })?;
+    area::hotzone_length(resilience, len, None, alignment)
+}
+
+/// Flushes (durable barriers) the engine issues per hotzone with resilience: the protection's
+/// (which also settles the previous hotzone's last header copy), the "in reencryption"
+/// commit's secondary copy, the data's (which also settles that commit's primary copy on the
+/// same device), the "done" commit's secondary copy.
+pub const FLUSHES_PER_HOTZONE: u64 = 4;

@@ -43,8 +43,11 @@ impl Keyed {
     }
 }
 
+/// The cores to use, asked once: `available_parallelism` reads the cgroup's CPU quota from
+/// /proc and /sys on every call (three opens), twice per hotzone otherwise.
 fn threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    static THREADS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *THREADS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// Pieces of `len` bytes cut at multiples of `unit`, one per thread.
