@@ -31,7 +31,7 @@ const FLUSHES: usize = 32;
 pub struct Storage {
     /// Sequential bytes per second, writing then reading back (`O_DIRECT` off RAM).
     pub bytes_per_s: f64,
-    /// Seconds of one flush (a 4 KiB write and `fdatasync`), mean of [`FLUSHES`].
+    /// Seconds of one flush (a 4 KiB write and `fdatasync`), mean of `FLUSHES`.
     pub flush_s: f64,
 }
 

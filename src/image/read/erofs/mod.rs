@@ -6,7 +6,7 @@
 //!
 //! Why our own: the crates on crates.io read through a memory map of a whole image file
 //! (not through a verified block source) and stop at the flat layouts; the format's
-//! uncompressed part is small (this file and [`format`]).
+//! uncompressed part is small (this file and [`format`](mod@format)).
 
 pub mod format;
 
