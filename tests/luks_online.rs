@@ -350,29 +350,23 @@ fn persistent_flags_are_stored_and_used() {
     assert!(json.contains("\"allow_discards\": true"), "{json}");
     e.run.close("pf");
     // open --persistent without the flag clears it, as cryptsetup replaces the stored flags.
-    e.run.ok(&[
-        "luks",
-        "open",
-        &img,
-        "pf",
-        "--key-file",
-        &pass,
-        "--persistent",
-    ]);
-    e.run.track("pf");
-    assert_eq!(flags(), "(no flags)");
-    e.run.close("pf");
-    e.run.ok(&[
-        "luks",
-        "open",
-        &img,
-        "pf",
-        "--key-file",
-        &pass,
-        "--persistent",
-        "--allow-discards",
-    ]);
-    e.run.track("pf");
-    assert_eq!(flags(), "allow-discards");
-    e.run.close("pf");
+    for (extra, want) in [
+        (None, "(no flags)"),
+        (Some("--allow-discards"), "allow-discards"),
+    ] {
+        let mut args = vec![
+            "luks",
+            "open",
+            &img,
+            "pf",
+            "--key-file",
+            &pass,
+            "--persistent",
+        ];
+        args.extend(extra);
+        e.run.ok(&args);
+        e.run.track("pf");
+        assert_eq!(flags(), want);
+        e.run.close("pf");
+    }
 }
