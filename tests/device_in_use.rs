@@ -11,7 +11,7 @@ mod common;
 use common::env::{fuse_missing, loop_missing, tool_missing};
 use common::run::{ok, output, Workspace};
 use common::status_field;
-use common::sys::{kill, loop_backing, mounted, pid_gone, wait_until};
+use common::sys::{kill, loop_backing, mounted, pid_gone, process_state, wait_until};
 use std::fs;
 use std::path::Path;
 
@@ -167,6 +167,7 @@ fn a_stopped_server_still_closes_promptly() {
     open(&w, "stopped", &[]);
     let pid = pid_of(&w, "stopped");
     kill(pid, libc::SIGSTOP);
+    wait_until("the server to stop", || process_state(pid) == Some('T'));
     // Within the command time limit, and cleanly (the server was continued, not killed).
     let r = w.run.run(&["close", "stopped"]);
     r.assert_ok();

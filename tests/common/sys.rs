@@ -26,6 +26,12 @@ pub fn pid_gone(pid: u32) -> bool {
     }
 }
 
+/// The state letter /proc/PID/stat shows for process `pid` (`'T'` stopped, `'Z'` zombie...).
+pub fn process_state(pid: u32) -> Option<char> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    s.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
 /// Polls `f` until it holds; fails the test after 15 s, naming `what`.
 pub fn wait_until(what: &str, mut f: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(15);

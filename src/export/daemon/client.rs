@@ -182,10 +182,9 @@ pub fn close(name: &str, mode: CloseMode) -> Result<Closed> {
         let Some(st) = st else {
             return Err(busy(&p));
         };
-        // A stopped server (SIGSTOP, a debugger let go) cannot answer: let it run again.
-        if state::process_state(st.pid) == Some('T') {
-            signal(&st, libc::SIGCONT);
-        }
+        // A stopped server (SIGSTOP, a debugger let go) cannot answer: let it run again. Sent
+        // whatever /proc says, since a SIGSTOP still being delivered shows no 'T' yet.
+        signal(&st, libc::SIGCONT);
         let how = match mode {
             CloseMode::Now => CloseHow::Now,
             CloseMode::Deferred => CloseHow::Deferred,
@@ -236,6 +235,8 @@ pub fn close(name: &str, mode: CloseMode) -> Result<Closed> {
                     st.pid
                 );
                 signal(&st, libc::SIGTERM);
+                // A server stopped since acts on SIGTERM only once it runs again.
+                signal(&st, libc::SIGCONT);
                 if !wait_gone(&st, TERM_GRACE) {
                     signal(&st, libc::SIGKILL);
                     wait_gone(&st, Duration::from_secs(2));
