@@ -28,6 +28,8 @@ use crate::bench::harness::rw::RwBenchOptions;
 use crate::bench::harness::table::{format_size, Align, TextTable};
 use crate::bench::BenchError;
 
+use super::bound::{self, Bound};
+
 /// The issue's acceptance: a mode's sequential-write bandwidth over plain's.
 pub fn write_target(mode: Mode) -> f64 {
     match mode {
@@ -216,6 +218,96 @@ pub struct IntegrityReport {
     pub fio_command: String,
     /// One row per job.
     pub rows: Vec<Row>,
+    /// Each side's primitive alone, measured after the runs (`bench integrity`; empty when
+    /// the rows were run for another table).
+    #[serde(default)]
+    pub bounds: Vec<PrimitiveBound>,
+}
+
+/// The arithmetic of a side alone on in-memory buffers of one request: the integrity sides'
+/// tags (crc32c, 4 bytes, 512-byte sectors), crypt+integrity's seal (writes: XTS then
+/// HMAC-SHA-256 of every sector) or open (reads: a copy of the sealed request, HMAC, XTS).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PrimitiveBound {
+    /// The crypt+integrity side (else the integrity sides).
+    pub crypt: bool,
+    /// Request size, bytes.
+    pub bs: u64,
+    /// Sealing (else opening; the same for the integrity sides' tags).
+    pub writes: bool,
+    /// One core and all.
+    pub bound: Bound,
+}
+
+impl IntegrityReport {
+    /// The bound of a cell, if measured.
+    pub fn bound(&self, crypt: bool, job: &Job) -> Option<&Bound> {
+        self.bounds
+            .iter()
+            .find(|b| b.crypt == crypt && b.bs == job.bs && b.writes == job.writes())
+            .map(|b| &b.bound)
+    }
+}
+
+/// Measure [`PrimitiveBound`]s for the request sizes of `jobs`, `dur` per measurement.
+pub fn measure_bounds(jobs: &[Job], dur: std::time::Duration) -> Vec<PrimitiveBound> {
+    use crate::crypt::cipher::{AeadKind, SectorAead};
+    use crate::integrity::tags::{TagAlgorithm, TagHasher};
+    let mut sizes: Vec<u64> = jobs.iter().map(|j| j.bs).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut v = Vec::new();
+    for bs in sizes {
+        let len = bs as usize;
+        let n = len / 512;
+        let tags = bound::measure(dur, len, || {
+            let h = TagHasher::new(TagAlgorithm::Crc32c, None, None, 4, 512)
+                .expect("crc32c over 512-byte sectors");
+            let (buf, mut out) = (vec![0x5au8; len], vec![0u8; n * 4]);
+            move || h.tag_blocks(8, &buf, &mut out)
+        });
+        for writes in [true, false] {
+            v.push(PrimitiveBound {
+                crypt: false,
+                bs,
+                writes,
+                bound: tags,
+            });
+        }
+        let aead = || {
+            let kind = AeadKind::AuthencXts {
+                sha512: false,
+                random_iv: false,
+            };
+            SectorAead::new(kind, &[0x42u8; 96], 512).expect("authenc over 512-byte sectors")
+        };
+        let seal = bound::measure(dur, len, || {
+            let a = aead();
+            let (mut buf, mut meta) = (vec![0x5au8; len], vec![0u8; n * 32]);
+            move || {
+                let _ = a.seal_sectors(8, &mut buf, &mut meta, 32);
+            }
+        });
+        let open = bound::measure(dur, len, || {
+            let a = aead();
+            let (mut sealed, mut meta) = (vec![0x5au8; len], vec![0u8; n * 32]);
+            let _ = a.seal_sectors(8, &mut sealed, &mut meta, 32);
+            let mut buf = sealed.clone();
+            move || {
+                buf.copy_from_slice(&sealed);
+                let _ = a.open_sectors(8, &mut buf, &meta, 32);
+            }
+        });
+        for (writes, bound) in [(true, seal), (false, open)] {
+            v.push(PrimitiveBound {
+                crypt: true,
+                bs,
+                writes,
+                bound,
+            });
+        }
+    }
+    v
 }
 
 fn fio(
@@ -358,7 +450,12 @@ pub fn run(
     o: &IntegrityBenchOptions,
     interrupt: &Interrupt,
 ) -> Result<IntegrityReport, BenchError> {
-    run_jobs(o, Job::all(), interrupt)
+    let mut r = run_jobs(o, Job::all(), interrupt)?;
+    interrupt.check()?;
+    say(o.progress, "measuring the primitives alone".to_string());
+    let jobs: Vec<Job> = r.rows.iter().map(|row| row.job.clone()).collect();
+    r.bounds = measure_bounds(&jobs, std::time::Duration::from_millis(500));
+    Ok(r)
 }
 
 /// Run the table's rows for `jobs` only (`bench seeds` runs the document's four).
@@ -472,6 +569,7 @@ pub fn run_jobs(
         commands,
         fio_command,
         rows,
+        bounds: Vec::new(),
     })
 }
 
@@ -536,13 +634,20 @@ pub fn render(r: &IntegrityReport) -> String {
         ("fio".to_string(), Align::Left),
         ("plain".to_string(), Align::Right),
     ];
+    let bounds = !r.bounds.is_empty();
     for m in &r.modes {
         header.push((format!("integrity {}", m.letter()), Align::Right));
         header.push(("overhead".to_string(), Align::Right));
     }
+    if bounds {
+        header.push(("crc32c tags alone".to_string(), Align::Right));
+    }
     if r.crypt_integrity {
         header.push(("crypt+integrity".to_string(), Align::Right));
         header.push(("overhead".to_string(), Align::Right));
+        if bounds {
+            header.push(("seal/open alone".to_string(), Align::Right));
+        }
     }
     let mut t = TextTable::new(header);
     let mut verdicts = Vec::new();
@@ -554,10 +659,17 @@ pub fn render(r: &IntegrityReport) -> String {
             let (v, t) = (row.median(i + 1), target(&row.job, m));
             cells.extend(cell(&side, v, plain, t, &mut verdicts));
         }
+        let bound_cell = |crypt| r.bound(crypt, &row.job).map_or("-".into(), Bound::cell);
+        if bounds {
+            cells.push(bound_cell(false));
+        }
         if r.crypt_integrity {
             let side = format!("crypt+integrity {}", row.job.label());
             let (v, t) = (row.median(r.modes.len() + 1), crypt_target(&row.job));
             cells.extend(cell(&side, v, plain, t, &mut verdicts));
+            if bounds {
+                cells.push(bound_cell(true));
+            }
         }
         t.push(cells);
     }
@@ -581,6 +693,12 @@ fio libaio, queue depth 1, 4 KiB unless named; buffered writes end with an fsync
         },
     );
     out.push_str(&t.render());
+    if bounds {
+        out.push_str(
+            "alone = the side's arithmetic on in-memory buffers of one request, MB/s on one core / on all (same run): \
+crc32c tags of 512-byte sectors; crypt+integrity seal (XTS + HMAC-SHA-256 per sector) for writes, open (copy, HMAC, XTS) for reads\n",
+        );
+    }
     out.push_str(&format!(
         "\ntargets (RAM-backed): sequential write J >= {:.2}, B >= {:.2}, D >= {:.2} of plain; reads >= {READ_TARGET:.2}{}: ",
         write_target(Mode::Journal),
@@ -677,6 +795,16 @@ mod tests {
             crypt_integrity: true,
             commands: vec![],
             fio_command: "fio".into(),
+            bounds: vec![PrimitiveBound {
+                crypt: true,
+                bs: 4096,
+                writes: true,
+                bound: Bound {
+                    one_core: 800e6,
+                    all_cores: 1500e6,
+                    threads: 2,
+                },
+            }],
             rows: vec![Row {
                 job: Job {
                     rw: "write".into(),
@@ -688,6 +816,7 @@ mod tests {
         };
         let s = render(&r);
         assert!(s.contains("-50.0% !"), "{s}");
+        assert!(s.contains("800 / 1500 (2c)"), "{s}");
         assert!(
             s.contains("crypt+integrity write: 0.40 of plain, target 0.45: NOT MET"),
             "{s}"
