@@ -2,9 +2,11 @@
 //! interface that hashes many equal-sized blocks at once so a fast multi-buffer
 //! implementation can serve the hash-tree builders and verifiers.
 
+mod hmac512;
 mod sha256_lanes;
 mod sha256_mb;
 
+pub use hmac512::HmacSha512State;
 pub use sha256_lanes::HmacState as HmacSha256State;
 
 /// The largest digest any supported algorithm produces.

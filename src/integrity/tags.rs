@@ -132,6 +132,8 @@ pub struct TagHasher {
     alg: TagAlgorithm,
     /// HMAC-SHA-256: the key's inner and outer pad states, compressed once here.
     hmac256: Option<crate::hash::HmacSha256State>,
+    /// HMAC-SHA-512: likewise.
+    hmac512: Option<crate::hash::HmacSha512State>,
     key: Zeroizing<Vec<u8>>,
     salt: Option<[u8; SALT_SIZE]>,
     tag_size: usize,
@@ -239,6 +241,8 @@ impl TagHasher {
         };
         let hmac256 =
             (alg == TagAlgorithm::HmacSha256).then(|| crate::hash::HmacSha256State::new(&key));
+        let hmac512 =
+            (alg == TagAlgorithm::HmacSha512).then(|| crate::hash::HmacSha512State::new(&key));
         let crc_seed = match salt {
             Some(s) if alg == TagAlgorithm::Crc32c => crc32c(&[&s]),
             _ => 0,
@@ -246,6 +250,7 @@ impl TagHasher {
         Ok(TagHasher {
             alg,
             hmac256,
+            hmac512,
             key,
             salt,
             tag_size,
@@ -317,9 +322,10 @@ impl TagHasher {
                 Some(k) => self.put(&k.mac(&[prefix, data]), out),
                 None => unreachable!("an HMAC-SHA-256 hasher has its key states"),
             },
-            TagAlgorithm::HmacSha512 => {
-                self.put(&hmac::<sha2::Sha512>(128, &self.key, prefix, data), out)
-            }
+            TagAlgorithm::HmacSha512 => match &self.hmac512 {
+                Some(k) => self.put(&k.mac(&[prefix, data]), out),
+                None => unreachable!("an HMAC-SHA-512 hasher has its key states"),
+            },
         }
     }
 

@@ -20,10 +20,7 @@
 use super::dispatch::new_sector_cipher;
 use super::sector::SectorCipher;
 use super::spec::CipherSpec;
-use openssl::hash::MessageDigest;
 use openssl::memcmp;
-use openssl::pkey::PKey;
-use openssl::sign::Signer;
 use openssl::symm::{Cipher, Crypter, Mode};
 use zeroize::Zeroizing;
 
@@ -169,8 +166,6 @@ pub struct SectorAead {
     kind: AeadKind,
     /// The encryption key (XTS: both halves).
     enc_key: Zeroizing<Vec<u8>>,
-    /// The HMAC key (authenc only).
-    mac_key: Zeroizing<Vec<u8>>,
     sector_size: usize,
     /// `authenc(hmac(sha256),xts(aes))-plain64`, the documents' configuration, on the fast
     /// primitives: XTS on the crypt target's sector cipher (VAES where the CPU has it), HMAC
@@ -179,6 +174,8 @@ pub struct SectorAead {
     /// `authenc(hmac(sha256),...)`: the MAC key's pad states, compressed once here (every
     /// tag then costs its own blocks plus one outer compression).
     mac256: Option<crate::hash::HmacSha256State>,
+    /// `authenc(hmac(sha512),...)`: likewise.
+    mac512: Option<crate::hash::HmacSha512State>,
 }
 
 /// The primitives of the fast `authenc(hmac(sha256),xts(aes))-plain64` path.
@@ -242,13 +239,15 @@ impl SectorAead {
         };
         let mac256 = matches!(kind, AeadKind::AuthencXts { sha512: false, .. })
             .then(|| crate::hash::HmacSha256State::new(mac_key));
+        let mac512 = matches!(kind, AeadKind::AuthencXts { sha512: true, .. })
+            .then(|| crate::hash::HmacSha512State::new(mac_key));
         Ok(SectorAead {
             kind,
             enc_key: Zeroizing::new(enc_key.to_vec()),
-            mac_key: Zeroizing::new(mac_key.to_vec()),
             sector_size,
             fast,
             mac256,
+            mac512,
         })
     }
 
@@ -577,21 +576,16 @@ impl SectorAead {
 
     /// HMAC over le64(sector) || IV || ciphertext.
     fn hmac(&self, sector: u64, iv: &[u8], ct: &[u8]) -> Result<Zeroizing<Vec<u8>>, AeadError> {
-        if let Some(key) = &self.mac256 {
-            let mac = key.mac(&[&sector.to_le_bytes(), iv, ct]);
-            return Ok(Zeroizing::new(mac.to_vec()));
+        let sector = sector.to_le_bytes();
+        let parts: [&[u8]; 3] = [&sector, iv, ct];
+        match (&self.mac256, &self.mac512) {
+            (Some(k), _) => Ok(Zeroizing::new(k.mac(&parts).to_vec())),
+            (_, Some(k)) => Ok(Zeroizing::new(k.mac(&parts).to_vec())),
+            _ => Err(AeadError::Buffer(format!(
+                "{} has no HMAC",
+                self.kind.name()
+            ))),
         }
-        let md = match self.kind {
-            AeadKind::AuthencXts { sha512: true, .. } => MessageDigest::sha512(),
-            _ => MessageDigest::sha256(),
-        };
-        let crypto = |e: openssl::error::ErrorStack| AeadError::Buffer(format!("openssl: {e}"));
-        let key = PKey::hmac(&self.mac_key).map_err(crypto)?;
-        let mut s = Signer::new(md, &key).map_err(crypto)?;
-        s.update(&sector.to_le_bytes()).map_err(crypto)?;
-        s.update(iv).map_err(crypto)?;
-        s.update(ct).map_err(crypto)?;
-        Ok(Zeroizing::new(s.sign_to_vec().map_err(crypto)?))
     }
 
     /// GCM or ChaCha20-Poly1305 over `data` in place with AAD le64(sector) || IV; returns the
