@@ -28,6 +28,8 @@ use crate::bench::harness::rw::RwBenchOptions;
 use crate::bench::harness::table::format_size;
 use crate::bench::BenchError;
 
+use super::bound::{self, Bound};
+
 /// The acceptance: a mode's sequential-write bandwidth over plain's.
 pub fn write_target(mode: Mode) -> f64 {
     match mode {
@@ -220,6 +222,96 @@ pub struct IntegrityReport {
     pub fio_command: String,
     /// One row per job.
     pub rows: Vec<Row>,
+    /// Each side's primitive alone, measured after the runs (`bench integrity`; empty when
+    /// the rows were run for another table).
+    #[serde(default)]
+    pub bounds: Vec<PrimitiveBound>,
+}
+
+/// The arithmetic of a side alone on in-memory buffers of one request: the integrity sides'
+/// tags (crc32c, 4 bytes, 512-byte sectors), crypt+integrity's seal (writes: XTS then
+/// HMAC-SHA-256 of every sector) or open (reads: a copy of the sealed request, HMAC, XTS).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PrimitiveBound {
+    /// The crypt+integrity side (else the integrity sides).
+    pub crypt: bool,
+    /// Request size, bytes.
+    pub bs: u64,
+    /// Sealing (else opening; the same for the integrity sides' tags).
+    pub writes: bool,
+    /// One core and all.
+    pub bound: Bound,
+}
+
+impl IntegrityReport {
+    /// The bound of a cell, if measured.
+    pub fn bound(&self, crypt: bool, job: &Job) -> Option<&Bound> {
+        self.bounds
+            .iter()
+            .find(|b| b.crypt == crypt && b.bs == job.bs && b.writes == job.writes())
+            .map(|b| &b.bound)
+    }
+}
+
+/// Measure [`PrimitiveBound`]s for the request sizes of `jobs`, `dur` per measurement.
+pub fn measure_bounds(jobs: &[Job], dur: std::time::Duration) -> Vec<PrimitiveBound> {
+    use crate::crypt::cipher::{AeadKind, SectorAead};
+    use crate::integrity::tags::{TagAlgorithm, TagHasher};
+    let mut sizes: Vec<u64> = jobs.iter().map(|j| j.bs).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut v = Vec::new();
+    for bs in sizes {
+        let len = bs as usize;
+        let n = len / 512;
+        let tags = bound::measure(dur, len, || {
+            let h = TagHasher::new(TagAlgorithm::Crc32c, None, None, 4, 512)
+                .expect("crc32c over 512-byte sectors");
+            let (buf, mut out) = (vec![0x5au8; len], vec![0u8; n * 4]);
+            move || h.tag_blocks(8, &buf, &mut out)
+        });
+        for writes in [true, false] {
+            v.push(PrimitiveBound {
+                crypt: false,
+                bs,
+                writes,
+                bound: tags,
+            });
+        }
+        let aead = || {
+            let kind = AeadKind::AuthencXts {
+                sha512: false,
+                random_iv: false,
+            };
+            SectorAead::new(kind, &[0x42u8; 96], 512).expect("authenc over 512-byte sectors")
+        };
+        let seal = bound::measure(dur, len, || {
+            let a = aead();
+            let (mut buf, mut meta) = (vec![0x5au8; len], vec![0u8; n * 32]);
+            move || {
+                let _ = a.seal_sectors(8, &mut buf, &mut meta, 32);
+            }
+        });
+        let open = bound::measure(dur, len, || {
+            let a = aead();
+            let (mut sealed, mut meta) = (vec![0x5au8; len], vec![0u8; n * 32]);
+            let _ = a.seal_sectors(8, &mut sealed, &mut meta, 32);
+            let mut buf = sealed.clone();
+            move || {
+                buf.copy_from_slice(&sealed);
+                let _ = a.open_sectors(8, &mut buf, &meta, 32);
+            }
+        });
+        for (writes, bound) in [(true, seal), (false, open)] {
+            v.push(PrimitiveBound {
+                crypt: true,
+                bs,
+                writes,
+                bound,
+            });
+        }
+    }
+    v
 }
 
 fn fio(
@@ -362,7 +454,12 @@ pub fn run(
     o: &IntegrityBenchOptions,
     interrupt: &Interrupt,
 ) -> Result<IntegrityReport, BenchError> {
-    run_jobs(o, Job::all(), interrupt)
+    let mut r = run_jobs(o, Job::all(), interrupt)?;
+    interrupt.check()?;
+    say(o.progress, "measuring the primitives alone".to_string());
+    let jobs: Vec<Job> = r.rows.iter().map(|row| row.job.clone()).collect();
+    r.bounds = measure_bounds(&jobs, std::time::Duration::from_millis(500));
+    Ok(r)
 }
 
 /// Run the table's rows for `jobs` only (`bench seeds` runs the document's four).
@@ -476,6 +573,7 @@ pub fn run_jobs(
         commands,
         fio_command,
         rows,
+        bounds: Vec::new(),
     })
 }
 

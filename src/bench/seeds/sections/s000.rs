@@ -7,7 +7,8 @@
 //!
 //! `bench integrity` prints its result through [`rows`] too ([`render_command`]): the
 //! document's jobs in the document's table, its direct and 1 MiB jobs in a table of their own,
-//! and its acceptance targets under them.
+//! each side against its arithmetic alone (the bound measured in the same run) in a third, and
+//! its acceptance targets under them.
 
 use super::{mb_s, Ctx, Output, Refs};
 use crate::bench::harness::model::OverheadReport;
@@ -22,6 +23,8 @@ const SEED: &str = "000";
 const TABLE: &str = "fio 4 KiB buffered";
 /// `bench integrity`'s jobs the document did not run (O_DIRECT, 1 MiB).
 const OTHER: &str = "fio direct";
+/// `bench integrity`'s sides against their arithmetic alone.
+const BOUND: &str = "against the arithmetic alone";
 
 /// Runs: the document's jobs x 5 sides, and its 2 read jobs x 2 configurations, per round.
 pub fn expected_runs(runs: u64, seeds: &Seeds) -> u64 {
@@ -62,7 +65,37 @@ pub fn setup(r: &IntegrityReport) -> Vec<String> {
         format!("fio: {}", r.fio_command),
     ];
     v.extend(r.commands.iter().map(|c| format!("setup: {c}")));
+    if !r.bounds.is_empty() {
+        let cells: Vec<String> = r
+            .bounds
+            .iter()
+            .map(|b| {
+                format!(
+                    "{} {} {}: {}",
+                    format_size(b.bs),
+                    if b.writes { "writes" } else { "reads" },
+                    bound_name(b.crypt, b.writes),
+                    b.bound.cell()
+                )
+            })
+            .collect();
+        v.push(format!(
+            "the arithmetic alone on in-memory buffers of one request, MB/s on one core / on all (same run; the last table's baseline is the all-core figure): {}",
+            cells.join(", ")
+        ));
+    }
     v
+}
+
+/// What a side's arithmetic alone is called: the integrity sides' crc32c tags of 512-byte
+/// sectors, crypt+integrity's seal (XTS + HMAC-SHA-256 per sector) for writes and open (copy,
+/// HMAC, XTS) for reads.
+fn bound_name(crypt: bool, writes: bool) -> &'static str {
+    match (crypt, writes) {
+        (false, _) => "crc32c tags alone",
+        (true, true) => "seal alone",
+        (true, false) => "open alone",
+    }
 }
 
 /// The sides after plain: (name, the document's configuration, kernel note).
@@ -129,6 +162,29 @@ pub fn rows(r: &IntegrityReport, verity: Option<&OverheadReport>, refs: Refs) ->
             } else {
                 sr.with_doc(None, "the document measured 4 KiB buffered I/O only")
             };
+            sr.kernel = note.clone();
+            rows.push(sr);
+        }
+    }
+    // Each side against its arithmetic alone (`bench integrity` measures it after the runs).
+    for row in &r.rows {
+        for (k, (name, _, note)) in sides.iter().enumerate() {
+            let crypt = name == "crypt+integrity";
+            let Some(b) = r.bound(crypt, &row.job) else {
+                continue;
+            };
+            let mut sr = SeedRow::measured(
+                SEED,
+                BOUND,
+                &row.job.label(),
+                name,
+                &format!("{}, all cores", bound_name(crypt, row.job.writes())),
+                "MB/s",
+                true,
+                mb_s(&row.runs[k + 1]),
+                vec![b.all_cores / 1e6],
+            )
+            .with_doc(None, "the document measured no bound");
             sr.kernel = note.clone();
             rows.push(sr);
         }
@@ -236,7 +292,8 @@ pub fn render_command(r: &IntegrityReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::scenarios::integrity::Row;
+    use crate::bench::scenarios::bound::Bound;
+    use crate::bench::scenarios::integrity::{PrimitiveBound, Row};
 
     fn report(runs: Vec<Vec<f64>>) -> IntegrityReport {
         IntegrityReport {
@@ -249,6 +306,16 @@ mod tests {
             crypt_integrity: true,
             commands: vec![],
             fio_command: "fio".into(),
+            bounds: vec![PrimitiveBound {
+                crypt: true,
+                bs: 4096,
+                writes: true,
+                bound: Bound {
+                    one_core: 800e6,
+                    all_cores: 1500e6,
+                    threads: 2,
+                },
+            }],
             rows: vec![
                 Row {
                     job: Job::document()[0].clone(),
@@ -301,6 +368,17 @@ mod tests {
         );
         // J misses at 4 KiB and at 1 MiB, crypt+integrity at 4 KiB (no target at 1 MiB).
         assert!(s.contains(": 3 NOT MET\n"), "{s}");
+        // crypt+integrity's 4 KiB write against its seal alone on all cores: 40 of 1500 MB/s.
+        assert!(
+            s.contains("4 KiB writes seal alone: 800 / 1500 (2c)"),
+            "{s}"
+        );
+        assert!(s.contains("seed 000, against the arithmetic alone"), "{s}");
+        assert!(
+            s.contains("| write | crypt+integrity / seal alone, all cores |  40.0 |"),
+            "{s}"
+        );
+        assert!(s.contains("0.03 (-97%)"), "{s}");
         // The document's source and its outlier rule.
         assert!(s.contains("seed 000: Source: "), "{s}");
         assert!(

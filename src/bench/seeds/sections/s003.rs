@@ -149,6 +149,8 @@ mod tests {
                 sector_size: 4096,
                 encrypt_bytes_per_s: 1000e6,
                 decrypt_bytes_per_s: 1000e6,
+                encrypt_all_cores_bytes_per_s: 2000e6,
+                threads: 2,
             },
         };
         let s = render_command(&r);
