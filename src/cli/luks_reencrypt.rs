@@ -35,12 +35,13 @@ pub struct ReencryptArgs {
     /// New encryption sector size (default: the current one).
     #[arg(long)]
     sector_size: Option<u32>,
-    /// Hotzone protection: checksum (default), journal or none.
-    #[arg(long, default_value = "checksum")]
-    resilience: String,
+    /// Hotzone protection: checksum (default), journal or none (--decrypt of a device whose
+    /// header is at its start: checksum or journal protect the moved first segment).
+    #[arg(long)]
+    pub(super) resilience: Option<String>,
     /// Hash of the checksum resilience.
     #[arg(long, default_value = "sha256")]
-    resilience_hash: String,
+    pub(super) resilience_hash: String,
     /// Largest hotzone in bytes (suffixes k, M, G; a multiple of the hotzone alignment).
     #[arg(long, value_parser = parse_size)]
     pub(super) hotzone_size: Option<u64>,
@@ -54,7 +55,7 @@ pub struct ReencryptArgs {
     #[arg(long, short = 'S')]
     pub(super) key_slot: Option<u32>,
     #[command(flatten)]
-    pbkdf: PbkdfArgs,
+    pub(super) pbkdf: PbkdfArgs,
     /// Do not ask before resuming.
     #[arg(long, short = 'q')]
     pub(super) batch_mode: bool,
@@ -133,7 +134,7 @@ fn catch_signals() {
 }
 
 fn resilience(a: &ReencryptArgs) -> Result<Resilience, CliError> {
-    match a.resilience.as_str() {
+    match a.resilience.as_deref().unwrap_or("checksum") {
         "checksum" => Ok(Resilience::Checksum {
             hash: a.resilience_hash.clone(),
             sector_size: 0,
@@ -361,6 +362,11 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
             return Ok(());
         }
     }
+    if let Some(header) = a.volume.header.as_deref().filter(|_| a.decrypt) {
+        if let Some(r) = super::luks_decrypt_export::decrypt_header(&a, header, &device) {
+            return r;
+        }
+    }
     let mut v = a.volume.load(true, Some(2))?;
     let pass = match v.reencryption()? {
         None if a.resume_only => {
@@ -420,7 +426,12 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
 }
 
 /// Run (or resume) the reencryption of `v` to its end, with progress.
-fn run(a: &ReencryptArgs, mut v: LuksVolume, pass: Passphrase, device: &str) -> CliResult {
+pub(super) fn run(
+    a: &ReencryptArgs,
+    mut v: LuksVolume,
+    pass: Passphrase,
+    device: &str,
+) -> CliResult {
     catch_signals();
     let mut shown = Shown::new(device, a.progress_json, !a.batch_mode && is_tty(2));
     let opts = RunOptions {

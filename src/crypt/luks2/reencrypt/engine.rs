@@ -721,7 +721,11 @@ pub fn finish_orphaned(
 
 /// Wipe keyslot `id`'s area, then drop it (and every reference to it) from the header, and
 /// digests left bound to nothing with it (`crypt_keyslot_destroy`).
-fn destroy_keyslot(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), LuksError> {
+pub(super) fn destroy_keyslot(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    id: u32,
+) -> Result<(), LuksError> {
     let Some(k) = h.metadata.keyslots.get(&id) else {
         return Ok(());
     };
