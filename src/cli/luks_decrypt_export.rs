@@ -1,26 +1,55 @@
 //! `luks reencrypt --decrypt --header NEWFILE DEVICE` where NEWFILE does not exist and DEVICE
 //! carries its LUKS2 header at its start (cryptsetup's `decrypt_luks2_datashift_init`): the
 //! question, cryptsetup's refusals and words, the passphrase, then the library exports the
-//! header and starts the decryption, which runs here unless `--init-only`.
+//! header and starts the decryption, which the caller runs unless `--init-only`.
 
 use super::confirm::Confirm;
-use super::luks_reencrypt::{run, ReencryptArgs};
-use super::passphrase::passphrase;
-use super::{CliError, CliResult};
+use super::passphrase::{passphrase, KeyArgs, Passphrase};
+use super::CliError;
 use crate::crypt::luks::{LuksError, LuksVolume};
 use crate::crypt::luks2::reencrypt::{InitParams, Resilience};
 use std::io::ErrorKind;
 use std::path::Path;
 
+/// What `luks reencrypt --decrypt --header HEADER` was given.
+pub(super) struct Export<'a> {
+    /// The device.
+    pub device: &'a Path,
+    /// `--header`.
+    pub header: &'a Path,
+    /// Where the passphrase comes from.
+    pub key: &'a KeyArgs,
+    /// `--key-slot`.
+    pub key_slot: Option<u32>,
+    /// `--batch-mode`.
+    pub batch: bool,
+    /// `--init-only`.
+    pub init_only: bool,
+    /// `--resume-only`.
+    pub resume_only: bool,
+    /// `--resilience`.
+    pub resilience: Option<&'a str>,
+    /// `--resilience-hash`.
+    pub resilience_hash: &'a str,
+    /// `--hotzone-size`: the moved segment's length.
+    pub moved: Option<u64>,
+    /// `--hash` of the digests.
+    pub hash: &'a str,
+    /// Benchmark the digests' iterations (no `--pbkdf-force-iterations`).
+    pub benchmark_digest: bool,
+}
+
+/// The volume to run and its passphrase; `None` after `--init-only`.
+type Started = Option<(LuksVolume, Passphrase)>;
+
 /// The moved segment's resilience (`decrypt_verify_and_set_params`): checksum and journal
 /// become their datashift variants; datashift and none are refused.
-fn resilience(a: &ReencryptArgs) -> Result<Resilience, CliError> {
-    let checksum = || Resilience::DatashiftChecksum {
-        hash: a.resilience_hash.clone(),
-        sector_size: 0,
-    };
-    match a.resilience.as_deref() {
-        None | Some("checksum" | "datashift-checksum") => Ok(checksum()),
+fn resilience(x: &Export<'_>) -> Result<Resilience, CliError> {
+    match x.resilience {
+        None | Some("checksum" | "datashift-checksum") => Ok(Resilience::DatashiftChecksum {
+            hash: x.resilience_hash.to_string(),
+            sector_size: 0,
+        }),
         Some("journal" | "datashift-journal") => Ok(Resilience::DatashiftJournal),
         Some("datashift" | "none") => Err(CliError::invalid(
             "Requested --resilience option cannot be applied to current reencryption operation.",
@@ -33,33 +62,35 @@ fn resilience(a: &ReencryptArgs) -> Result<Resilience, CliError> {
 
 /// `--decrypt --header HEADER`: the export when HEADER does not exist, cryptsetup's refusal
 /// when it holds no LUKS header; `None` for a header to decrypt with as it is.
-pub(super) fn decrypt_header(a: &ReencryptArgs, header: &Path, device: &str) -> Option<CliResult> {
-    if std::fs::symlink_metadata(header).is_err_and(|e| e.kind() == ErrorKind::NotFound) {
-        return Some(decrypt_export(a, header, device));
+pub(super) fn decrypt_header(x: &Export<'_>) -> Option<Result<Started, CliError>> {
+    if std::fs::symlink_metadata(x.header).is_err_and(|e| e.kind() == ErrorKind::NotFound) {
+        return Some(decrypt_export(x));
     }
-    match LuksVolume::open(&a.volume.device, Some(header), false, None) {
+    match LuksVolume::open(x.device, Some(x.header), false, None) {
         Err(LuksError::NotLuks { .. }) => Some(Err(CliError::invalid(format!(
             "Device {} is not a valid LUKS device.",
-            header.display()
+            x.header.display()
         )))),
         _ => None,
     }
 }
 
-/// Decrypt `a`'s device, exporting its header to `header` (which does not exist).
-fn decrypt_export(a: &ReencryptArgs, header: &Path, device: &str) -> CliResult {
+/// Decrypt the device, exporting its header to `x.header` (which does not exist).
+fn decrypt_export(x: &Export<'_>) -> Result<Started, CliError> {
+    let header = x.header;
+    let device = x.device.display().to_string();
     let gone = || {
         CliError::invalid(format!(
             "Device {} does not exist or access denied.",
             header.display()
         ))
     };
-    if a.resume_only {
+    if x.resume_only {
         return Err(CliError::invalid("Device reencryption not in progress."));
     }
     // cryptsetup exports only the header of a LUKS2 device not in reencryption; anything
     // else reads as the detached header that is missing.
-    let mut v = match LuksVolume::open(&a.volume.device, None, true, Some(2)) {
+    let mut v = match LuksVolume::open(x.device, None, true, Some(2)) {
         Ok(v) if v.version() == 2 && matches!(v.reencryption(), Ok(None)) => v,
         _ => return Err(gone()),
     };
@@ -67,7 +98,7 @@ fn decrypt_export(a: &ReencryptArgs, header: &Path, device: &str) -> CliResult {
         eprintln!("dmkit: {w}");
     }
     Confirm {
-        batch: a.batch_mode,
+        batch: x.batch,
         warnings: Vec::new(),
         question: format!(
             "Header file {h} does not exist. Do you want to initialize LUKS2 decryption of device {device} and export LUKS2 header to file {h}?",
@@ -82,17 +113,18 @@ fn decrypt_export(a: &ReencryptArgs, header: &Path, device: &str) -> CliResult {
         cipher: String::new(),
         key_size: 0,
         sector_size: 512,
-        resilience: resilience(a)?,
+        resilience: resilience(x)?,
         pbkdf: None,
         io_block: 0,
-        hash: a.pbkdf.hash.clone(),
-        benchmark_digest: a.pbkdf.pbkdf_force_iterations.is_none(),
+        hash: x.hash.to_string(),
+        benchmark_digest: x.benchmark_digest,
     };
-    let pass = passphrase(&a.key, &format!("Enter passphrase for {device}: "), false)?;
-    v.reencrypt_init_decrypt_export(header, &pass, a.key_slot, a.hotzone_size, &params)?;
+    let pass = passphrase(x.key, &format!("Enter passphrase for {device}: "), false)?;
+    v.reencrypt_init_decrypt_export(header, &pass, x.key_slot, x.moved, &params)?;
     drop(v);
-    if a.init_only {
-        return Ok(());
+    if x.init_only {
+        return Ok(None);
     }
-    run(a, a.volume.load(true, Some(2))?, pass, device)
+    let v = super::luks_slots::load(x.device, Some(header), true, Some(2))?;
+    Ok(Some((v, pass)))
 }

@@ -6,6 +6,7 @@
 //! estimate, or `--progress-json` lines on stdout).
 
 use super::confirm::Confirm;
+use super::luks_decrypt_export::{decrypt_header, Export};
 use super::luks_slots::{PbkdfArgs, VolumeArgs};
 use super::passphrase::{is_tty, passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
@@ -38,10 +39,10 @@ pub struct ReencryptArgs {
     /// Hotzone protection: checksum (default), journal or none (--decrypt of a device whose
     /// header is at its start: checksum or journal protect the moved first segment).
     #[arg(long)]
-    pub(super) resilience: Option<String>,
+    resilience: Option<String>,
     /// Hash of the checksum resilience.
     #[arg(long, default_value = "sha256")]
-    pub(super) resilience_hash: String,
+    resilience_hash: String,
     /// Largest hotzone in bytes (suffixes k, M, G; a multiple of the hotzone alignment).
     #[arg(long, value_parser = parse_size)]
     pub(super) hotzone_size: Option<u64>,
@@ -55,7 +56,7 @@ pub struct ReencryptArgs {
     #[arg(long, short = 'S')]
     pub(super) key_slot: Option<u32>,
     #[command(flatten)]
-    pub(super) pbkdf: PbkdfArgs,
+    pbkdf: PbkdfArgs,
     /// Do not ask before resuming.
     #[arg(long, short = 'q')]
     pub(super) batch_mode: bool,
@@ -363,8 +364,25 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
         }
     }
     if let Some(header) = a.volume.header.as_deref().filter(|_| a.decrypt) {
-        if let Some(r) = super::luks_decrypt_export::decrypt_header(&a, header, &device) {
-            return r;
+        let x = Export {
+            device: &a.volume.device,
+            header,
+            key: &a.key,
+            key_slot: a.key_slot,
+            batch: a.batch_mode,
+            init_only: a.init_only,
+            resume_only: a.resume_only,
+            resilience: a.resilience.as_deref(),
+            resilience_hash: &a.resilience_hash,
+            moved: a.hotzone_size,
+            hash: &a.pbkdf.hash,
+            benchmark_digest: a.pbkdf.pbkdf_force_iterations.is_none(),
+        };
+        match decrypt_header(&x) {
+            Some(Ok(Some((v, pass)))) => return run(&a, v, pass, &device),
+            Some(Ok(None)) => return Ok(()),
+            Some(Err(e)) => return Err(e),
+            None => {}
         }
     }
     let mut v = a.volume.load(true, Some(2))?;
