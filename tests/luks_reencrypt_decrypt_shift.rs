@@ -12,6 +12,7 @@
 mod common;
 
 use common::env::{fuse_missing, tool_missing};
+use common::reencrypt::{must, shape};
 use common::rng::SplitMix64;
 use common::run::Workspace;
 use common::DMKIT;
@@ -44,15 +45,6 @@ struct Dev {
 
 fn missing() -> bool {
     tool_missing("cryptsetup", "cryptsetup-bin")
-}
-
-fn must(what: &str, out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 impl Dev {
@@ -211,22 +203,6 @@ fn decrypt(extra: &[&'static str]) -> Vec<&'static str> {
     v
 }
 
-/// The metadata without what is random (salts, digests, iterations).
-fn shape(mut m: Value) -> Value {
-    for k in m["keyslots"].as_object_mut().unwrap().values_mut() {
-        if let Some(kdf) = k.get_mut("kdf").and_then(Value::as_object_mut) {
-            kdf.remove("salt");
-        }
-    }
-    for d in m["digests"].as_object_mut().unwrap().values_mut() {
-        let d = d.as_object_mut().unwrap();
-        d.remove("salt");
-        d.remove("digest");
-        d.remove("iterations");
-    }
-    m
-}
-
 #[test]
 fn init_only_writes_what_cryptsetup_writes() {
     if missing() {
@@ -295,22 +271,23 @@ fn killed_midway_is_finished_by_the_other_tool() {
     if missing() {
         return;
     }
-    let mut rng = SplitMix64(0xdec);
-    for (first, then) in [(DMKIT, "cryptsetup"), ("cryptsetup", DMKIT)] {
-        for round in 0..3 {
-            let d = Dev::new(10 + round);
-            let delay = Duration::from_millis(rng.below(60));
-            let running = d.kill(first, delay);
-            let what = format!(
-                "{first} killed after {delay:?} (running: {running}, crashed hotzone: {})",
-                d.crashed()
-            );
-            eprintln!("{what}");
-            if d.under_way() {
-                d.resume(then);
-            }
-            d.decrypted(&what);
+    common::reencrypt::killed_both_ways(0xdec, 60, |round| Dev::new(10 + round));
+}
+
+impl common::reencrypt::Killable for Dev {
+    fn kill(&self, program: &str, delay: Duration) -> bool {
+        Dev::kill(self, program, delay)
+    }
+    fn crashed(&self) -> bool {
+        Dev::crashed(self)
+    }
+    fn finish(&self, program: &str) {
+        if self.under_way() {
+            self.resume(program);
         }
+    }
+    fn check(&self, what: &str) {
+        self.decrypted(what)
     }
 }
 
@@ -437,31 +414,13 @@ fn refusals_match_cryptsetup() {
     fs::write(&junk, b"not a header").unwrap();
     let bad_key = d.e.s("bad.key");
     fs::write(&bad_key, "wrong").unwrap();
-    let cases: Vec<(Vec<&str>, &str, i32, &str)> = vec![
+    let mut cases: Vec<(Vec<&str>, &str, i32, &str)> = vec![
         (vec![], "", 1, "LUKS2 decryption requires --header option."),
         (
             vec!["--header", &junk],
             "",
             1,
             "is not a valid LUKS device.",
-        ),
-        (
-            vec!["--header", "new.hdr", "--resilience", "none"],
-            "",
-            1,
-            "Requested --resilience option cannot be applied to current reencryption operation.",
-        ),
-        (
-            vec!["--header", "new.hdr", "--resilience", "datashift"],
-            "",
-            1,
-            "Requested --resilience option cannot be applied to current reencryption operation.",
-        ),
-        (
-            vec!["--header", "new.hdr", "--resilience", "foo"],
-            "",
-            1,
-            "Unsupported resilience mode foo",
         ),
         (
             vec!["--header", "new.hdr", "--hotzone-size", "2M"],
@@ -482,6 +441,20 @@ fn refusals_match_cryptsetup() {
             "No key available with this passphrase.",
         ),
     ];
+    let not_applied =
+        "Requested --resilience option cannot be applied to current reencryption operation.";
+    for (mode, msg) in [
+        ("none", not_applied),
+        ("datashift", not_applied),
+        ("foo", "Unsupported resilience mode foo"),
+    ] {
+        cases.push((
+            vec!["--header", "new.hdr", "--resilience", mode],
+            "",
+            1,
+            msg,
+        ));
+    }
     for (opts, key, code, msg) in cases {
         for program in [DMKIT, "cryptsetup"] {
             let key = if key.is_empty() { &d.key } else { key };

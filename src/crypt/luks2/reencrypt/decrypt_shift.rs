@@ -20,6 +20,7 @@
 //!
 //! The header file's requirement is `online-reencrypt-v3`, as cryptsetup marks this mode.
 
+use super::datashift::data_segments;
 use super::engine::{commit, drop_metadata, keyed, Keys, Progress, RunOutcome};
 use super::init::{check_aligned, only_segment, seal};
 use super::layout::{crypt, flagged, linear};
@@ -218,19 +219,6 @@ struct Shift<'a> {
     fixed: bool,
 }
 
-fn is_backup(s: &Segment) -> bool {
-    s.flags.iter().any(|f| f.starts_with("backup-"))
-}
-
-/// The data segments of `m`, backups left out.
-fn data_segments(m: &Metadata) -> Vec<Segment> {
-    m.segments
-        .values()
-        .filter(|s| !is_backup(s))
-        .cloned()
-        .collect()
-}
-
 impl Shift<'_> {
     /// Make `segs` the header's segments, then the backups (`backup-previous`,
     /// `backup-final`, `backup-moved-segment`, next free ids), the old key's digest bound to
@@ -414,60 +402,44 @@ impl Shift<'_> {
 
     /// Finish the hotzone `r` a crash left `in-reencryption` (`reencrypt_recover_segment`):
     /// elsewhere than the moved segment its ciphertext is still `shift` bytes on and is
-    /// decrypted again; the moved segment is recovered from its checksums (a block whose bytes
-    /// still hash as the old ciphertext is decrypted, any other is plaintext already) or its
-    /// journal copy.
+    /// decrypted again; the moved segment is recovered in place from its checksums (a block
+    /// whose bytes still hash as the old ciphertext is decrypted, any other is plaintext
+    /// already) or its journal copy (`recover::hotzone`).
     fn recover(&self, h: &mut Luks2Header, r: usize) -> Result<(), LuksError> {
-        let hot = data_segments(&h.metadata);
+        let (hot, offset, length) =
+            super::datashift::interrupted(&h.metadata, r, self.data_offset, self.shift)?;
         let seg = &hot[r];
-        let offset = seg
-            .offset
-            .checked_sub(self.data_offset)
-            .ok_or_else(|| invalid("reencryption metadata: hotzone before the data".into()))?;
-        let length = seg
-            .size
-            .filter(|&l| l > 0 && l <= self.shift && offset + l <= self.size)
-            .ok_or_else(|| invalid("reencryption metadata: bad hotzone size".into()))?;
-        if (offset == 0) != (r == 0) || (offset == 0 && length != self.moved_len) {
+        if offset + length > self.size || (offset == 0 && length != self.moved_len) {
             return Err(invalid(
-                "reencryption metadata: hotzone and moved segment disagree".into(),
+                "reencryption metadata: the hotzone does not fit the data".into(),
             ));
         }
-        let mut buf = Zeroizing::new(vec![0u8; length as usize]);
         if offset > 0 {
+            let mut buf = Zeroizing::new(vec![0u8; length as usize]);
             self.data_dev
                 .read_at(&mut buf, self.st.previous.offset + offset)?;
             self.write_plain(&mut buf, offset)?;
         } else {
-            let (area, _) = self.st.area();
-            match &self.st.keyslot.resilience {
-                Resilience::DatashiftChecksum { hash, sector_size } => {
-                    let block = *sector_size as usize;
-                    let md = crate::crypt::luks::af::message_digest(hash)?;
-                    let mut sums = vec![0u8; length as usize / block * md.size()];
-                    self.hdr_dev.read_at(&mut sums, area)?;
-                    self.data_dev.read_at(&mut buf, self.moved.offset)?;
-                    let now = parallel::block_hashes(&buf, block, hash)?;
-                    for (i, (was, is)) in sums
-                        .chunks_exact(md.size())
-                        .zip(now.chunks_exact(md.size()))
-                        .enumerate()
-                    {
-                        if was != is {
-                            continue;
-                        }
-                        let b = &mut buf[i * block..(i + 1) * block];
-                        let at = (i * block) as u64;
-                        parallel::rekey_piece(b, at, Some(&self.old), None);
-                        self.data_dev.write_at(b, self.data_offset + at)?;
-                    }
-                    self.data_dev.flush()?;
-                }
-                _ => {
-                    self.hdr_dev.read_at(&mut buf, area)?;
-                    self.write_plain(&mut buf, 0)?;
-                }
-            }
+            // In place, as any checksum or journal hotzone: the moved segment's secondary
+            // resilience is what protects it.
+            let resilience = match &self.st.keyslot.resilience {
+                Resilience::DatashiftChecksum { hash, sector_size } => Resilience::Checksum {
+                    hash: hash.clone(),
+                    sector_size: *sector_size,
+                },
+                _ => Resilience::Journal,
+            };
+            let devices = super::recover::Devices {
+                hdr_dev: self.hdr_dev,
+                data_dev: self.data_dev,
+                resilience: &resilience,
+                area: self.st.area(),
+                data_offset: self.data_offset,
+                device_size: self.size,
+                old: Some(&self.old),
+                new: None,
+            };
+            super::recover::hotzone(&devices, seg)?;
         }
         self.done(h, self.post(&hot, r, offset, length))
     }
@@ -490,19 +462,10 @@ impl Shift<'_> {
             at += n as u64;
         }
         self.data_dev.flush()?;
-        let Some(old) = self.st.digest_old else {
-            return Ok(());
-        };
-        let slots: Vec<u32> = h
-            .metadata
-            .digests
-            .get(&old)
-            .map(|d| d.keyslots.clone())
-            .unwrap_or_default();
-        for id in slots {
-            super::engine::destroy_keyslot(self.hdr_dev, h, id)?;
+        match self.st.digest_old {
+            Some(old) => super::engine::destroy_keyslots_of(self.hdr_dev, h, old),
+            None => Ok(()),
         }
-        Ok(())
     }
 }
 
