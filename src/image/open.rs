@@ -43,6 +43,8 @@ pub struct OpenOptions {
     pub threads: usize,
     /// Where the FEC parity comes from.
     pub fec: super::fec::FecChoice,
+    /// Without root: which writable layer (see [`super::rootless`]).
+    pub overlay: super::rootless::Overlay,
 }
 
 /// What `open` set up.
@@ -52,8 +54,12 @@ pub struct Opened {
     pub name: String,
     /// The overlay's mount point.
     pub mountpoint: PathBuf,
-    /// The loop device under the file system.
-    pub loop_device: PathBuf,
+    /// How it is mounted: `kernel`, or one of the rootless modes.
+    pub mode: String,
+    /// The loop device under the file system (the kernel mode).
+    pub loop_device: Option<PathBuf>,
+    /// The server of the rootless tree (whose namespace holds a userns-mode stack).
+    pub server_pid: Option<u32>,
     /// The root hash the tree was checked against.
     pub root_hash: String,
     /// Where it came from.
@@ -114,7 +120,7 @@ fn private_dir(name: &str) -> PathBuf {
 }
 
 /// Overlay options are split at ',' and ':'; a path holding them (or '\') is refused.
-fn check_overlay_path(p: &Path) -> Result<()> {
+pub(super) fn check_overlay_path(p: &Path) -> Result<()> {
     let b = p.as_os_str().as_bytes();
     if b.iter().any(|c| matches!(c, b',' | b':' | b'\\')) {
         return Err(ImageError::Invalid(format!(
@@ -175,22 +181,6 @@ fn mount_error(fstype: &str, source: &str, target: &Path, e: std::io::Error) -> 
         "mount -t {fstype} {source} {}: {e}",
         target.display()
     ))
-}
-
-/// `image open` attaches a loop device and mounts three file systems: all need root. Say so
-/// before anything happens, and say what works without root (the verity device itself is
-/// read-only: served as a file, never writable).
-fn check_root(image: &Path) -> Result<()> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok(());
-    }
-    Err(ImageError::Invalid(format!(
-        "{}: image open needs root (it attaches a loop device and mounts the file system, a \
-         tmpfs and an overlay); without root, `dmkit image inspect` checks the image and \
-         `dmkit verity open` serves its root partition read-only as a file",
-        image.display()
-    )))
 }
 
 /// What was set up so far, undone in reverse order on drop unless disarmed.
@@ -257,7 +247,10 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
         )),
         e => e.into(),
     })?;
-    check_root(&o.image)?;
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return super::rootless::open(o, &mp, &name);
+    }
     let upper_base = match &o.upper {
         Some(u) => {
             let abs = std::path::absolute(u)
@@ -303,6 +296,7 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     activated.details = json!({
         "image": image_abs,
         "mountpoint": mp,
+        "mode": "kernel",
         "fs": fs_kind.name(),
         "root_hash": root_hex,
         "root_hash_source": source,
@@ -403,7 +397,9 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     Ok(Opened {
         name,
         mountpoint: mp,
-        loop_device: loop_dev,
+        mode: "kernel".into(),
+        loop_device: Some(loop_dev),
+        server_pid: Some(opened.pid),
         root_hash: root_hex,
         root_hash_source: source,
         signer,
@@ -438,6 +434,9 @@ pub fn close(mountpoint: &Path) -> Result<()> {
     let mp = resolve_mountpoint(mountpoint)?;
     let (name, st) = stack_state(&mp)?;
     let d = &st["details"];
+    if d["mode"].as_str().is_some_and(|m| m != "kernel") {
+        return super::rootless::close(&mp, &name, d);
+    }
     let busy = |what: &Path, e: std::io::Error| {
         if e.raw_os_error() == Some(libc::EBUSY) {
             ImageError::Busy(format!(
@@ -484,7 +483,18 @@ pub fn status(mountpoint: Option<&Path>) -> Result<Vec<Value>> {
         .into_iter()
         .map(|mut v| {
             let d = &v["details"];
-            let m = |k: &str| str_field(d, k).map(|p| export::is_mounted(&p));
+            // A userns-mode stack is mounted in its server's namespace only.
+            let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+            let userns = d["mode"].as_str() == Some(super::rootless::stack::Upper::UserNs.mode());
+            let m = |k: &str| {
+                str_field(d, k).map(|p| {
+                    if userns {
+                        super::rootless::mounted_in(pid, &p)
+                    } else {
+                        export::is_mounted(&p)
+                    }
+                })
+            };
             let mounted = json!({
                 "overlay": m("mountpoint"),
                 "upper_tmpfs": m("tmpfs"),
