@@ -24,8 +24,8 @@ use std::sync::{Arc, OnceLock};
 /// Which writable layer a rootless `open` makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Overlay {
-    /// fuse-overlayfs when it is installed (the tree appears at the mount point for every
-    /// process of the user), else the kernel's OverlayFS in a user namespace.
+    /// The kernel's OverlayFS in a user namespace where the kernel lets this user make one,
+    /// else fuse-overlayfs.
     #[default]
     Auto,
     /// The kernel's OverlayFS in the server's user namespace.
@@ -57,16 +57,46 @@ fn on_path(prog: &str) -> bool {
     })
 }
 
+/// Whether this process may create a user namespace (tried in a child, which exits at once).
+fn userns_allowed() -> bool {
+    // SAFETY: fork(2) in a single-threaded process (`open` is called before any thread); the
+    // child only calls unshare and _exit.
+    match unsafe { libc::fork() } {
+        0 => {
+            // SAFETY: unshare(2) and _exit(2) with plain integers, in the child.
+            unsafe {
+                let ok = libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) == 0;
+                libc::_exit(if ok { 0 } else { 1 })
+            }
+        }
+        pid if pid > 0 => {
+            let mut status = 0;
+            // SAFETY: waitpid(2) on our own child.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
+        }
+        _ => false,
+    }
+}
+
+/// The kernel's OverlayFS passes a read error of the tree up as EIO; fuse-overlayfs (1.10, as
+/// measured here) answers the read with zeros instead, so it comes second.
 fn pick(o: Overlay) -> Result<Upper> {
     let fo = on_path("fuse-overlayfs");
+    let missing = || {
+        ImageError::Missing(
+            "fuse-overlayfs is not installed (apt-get install fuse-overlayfs), and user \
+             namespaces are not allowed here"
+                .into(),
+        )
+    };
     match o {
-        Overlay::FuseOverlayfs if !fo => Err(ImageError::Missing(
-            "fuse-overlayfs is not installed (apt-get install fuse-overlayfs)".into(),
-        )),
+        Overlay::FuseOverlayfs if !fo => Err(missing()),
         Overlay::FuseOverlayfs => Ok(Upper::FuseOverlayfs),
         Overlay::UserNs => Ok(Upper::UserNs),
+        Overlay::Auto if userns_allowed() => Ok(Upper::UserNs),
         Overlay::Auto if fo => Ok(Upper::FuseOverlayfs),
-        Overlay::Auto => Ok(Upper::UserNs),
+        Overlay::Auto => Err(missing()),
     }
 }
 
@@ -106,7 +136,15 @@ pub(super) fn open(o: &OpenOptions, mp: &Path, name: &str) -> Result<Opened> {
         fec: o.fec.clone(),
     })?;
     drop(opened.fs);
-    let v = opened.verified;
+    let mut v = opened.verified;
+    if upper == Upper::FuseOverlayfs {
+        v.warnings.push(format!(
+            "{}: fuse-overlayfs answers a read that fails below it with zeros: a corrupt block \
+             of the image reads as zeros there (the read-only tree under it gives EIO); \
+             --overlay userns does not have this flaw",
+            mp.display()
+        ));
+    }
     let image_abs = std::fs::canonicalize(&o.image).unwrap_or_else(|_| o.image.clone());
     let private = export::run_dir().join(".image").join(name);
     let lower = private.join("lower");

@@ -15,10 +15,11 @@
 //!   RUN/.image/N/lower dmkit's FUSE tree, mounted directly (FUSE mounts in a user namespace)
 //! ```
 //!
-//! In the user namespace the user is root, mapped to their own uid: the image's root-owned
-//! files are the user's, the overlay can copy them up, and every mount dies with the server's
-//! namespace. fuse-overlayfs runs as the user with `squash_to_uid/gid`, so the user owns what
-//! they see there too (the read-only lower shows the image's real owners).
+//! The tree is served as owned by the user (root in the user namespace, which is the user
+//! outside it): an unprivileged user reads the image's root-only files (every byte of the image
+//! file is theirs to read anyway) and the overlay can copy any file up. fuse-overlayfs runs
+//! as the user with `squash_to_uid/gid` to the same effect. The image's real owners are what
+//! `image ls` and `image mtree` show. In the user namespace every mount dies with the server.
 
 use super::actor::ReaderHandle;
 use super::tree::ImageTree;
@@ -214,8 +215,13 @@ pub fn build(
     };
     let reader = ReaderHandle::start(plan.fs, Source::new(plan.device.clone()))
         .map_err(|e| io::Error::other(format!("{} file system: {e}", plan.fs.name())))?;
+    // Owned by the user: in the namespace that is root.
+    let owner = match plan.upper {
+        Upper::UserNs => (0, 0),
+        Upper::FuseOverlayfs => (plan.uid, plan.gid),
+    };
     let tree = Arc::new(
-        ImageTree::new(reader, plan.device.size())
+        ImageTree::new(reader, plan.device.size(), Some(owner))
             .map_err(|e| io::Error::other(format!("{} file system: {e}", plan.fs.name())))?,
     );
     let _ = plan.tree.set(tree.clone());

@@ -28,6 +28,8 @@ pub struct ImageTree {
     attrs: RwLock<HashMap<u64, NodeAttr>>,
     dirs: RwLock<HashMap<u64, Listing>>,
     parents: RwLock<HashMap<u64, u64>>,
+    /// Every node's owner and group as served, instead of the image's (see [`ImageTree::new`]).
+    owner: Option<(u32, u32)>,
     /// Requests that failed on a block the reader could not read (verity mismatches).
     pub corruptions: AtomicU64,
     /// Requests that failed on the reader's other errors (metadata it refuses, unsupported).
@@ -68,8 +70,15 @@ fn node_attr(s: &Stat) -> NodeAttr {
 
 impl ImageTree {
     /// The tree of the reader's file system (its root is read now: an image whose root cannot
-    /// be read is refused here).
-    pub fn new(reader: Arc<ReaderHandle>, fs_size: u64) -> Result<ImageTree, ReadError> {
+    /// be read is refused here). With `owner`, every node is served as owned by that uid and
+    /// gid: an unprivileged user's mount then reads the image's root-only files and its
+    /// overlay can copy them up (the user can read every byte of the image file anyway; `image
+    /// ls` and `mtree` show the real owners).
+    pub fn new(
+        reader: Arc<ReaderHandle>,
+        fs_size: u64,
+        owner: Option<(u32, u32)>,
+    ) -> Result<ImageTree, ReadError> {
         let root = reader.root()?;
         let st = reader.stat(root)?;
         if st.kind != FileKind::Dir {
@@ -82,14 +91,23 @@ impl ImageTree {
             attrs: RwLock::new(HashMap::new()),
             dirs: RwLock::new(HashMap::new()),
             parents: RwLock::new(HashMap::new()),
+            owner,
             corruptions: AtomicU64::new(0),
             errors: AtomicU64::new(0),
         };
         t.attrs
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(ROOT_INODE, node_attr(&st));
+            .insert(ROOT_INODE, t.served(&st));
         Ok(t)
+    }
+
+    fn served(&self, s: &Stat) -> NodeAttr {
+        let mut a = node_attr(s);
+        if let Some((uid, gid)) = self.owner {
+            (a.uid, a.gid) = (uid, gid);
+        }
+        a
     }
 
     fn ino(&self, node: NodeId) -> Option<u64> {
@@ -168,7 +186,7 @@ impl ImageTree {
             return Ok(*a);
         }
         let node = self.node(ino).ok_or(libc::ENOENT)?;
-        let a = node_attr(
+        let a = self.served(
             &self
                 .reader
                 .stat(node)
