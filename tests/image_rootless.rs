@@ -37,23 +37,6 @@ fn prerequisites() -> bool {
         || (is_root() && tool_missing("setpriv", "util-linux"))
 }
 
-/// A directory the unprivileged user can read and write (its parents made searchable).
-fn open_dir(ws: &Workspace, name: &str) -> PathBuf {
-    let d = ws.path(name);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut p = d.clone();
-    while let Some(q) = p.parent() {
-        if q == Path::new("/") {
-            break;
-        }
-        let m = std::fs::metadata(q).unwrap().permissions().mode();
-        std::fs::set_permissions(q, std::fs::Permissions::from_mode(m | 0o011)).unwrap();
-        p = q.to_path_buf();
-    }
-    d
-}
-
 /// An image and the unprivileged user's run directory and mount point beside it.
 struct Setup {
     _ws: Workspace,
@@ -94,7 +77,7 @@ impl Setup {
         std::os::unix::fs::symlink("bin/tool", tree.join("link")).unwrap();
         std::os::unix::fs::symlink("x/".repeat(60) + "target", tree.join("long-link")).unwrap();
         std::fs::hard_link(tree.join("bin/tool"), tree.join("bin/tool-hard")).unwrap();
-        let pub_dir = open_dir(&ws, "pub");
+        let pub_dir = common::run::world_dir(&ws, "pub");
         let img = pub_dir.join("root.img");
         let out = output(
             DMKIT,

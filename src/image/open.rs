@@ -120,7 +120,7 @@ fn private_dir(name: &str) -> PathBuf {
 }
 
 /// Overlay options are split at ',' and ':'; a path holding them (or '\') is refused.
-pub(super) fn check_overlay_path(p: &Path) -> Result<()> {
+fn check_overlay_path(p: &Path) -> Result<()> {
     let b = p.as_os_str().as_bytes();
     if b.iter().any(|c| matches!(c, b',' | b':' | b'\\')) {
         return Err(ImageError::Invalid(format!(
@@ -183,6 +183,36 @@ fn mount_error(fstype: &str, source: &str, target: &Path, e: std::io::Error) -> 
     ))
 }
 
+/// An export's "busy" as the image's: an image is already open at `mp`.
+pub(super) fn busy_at(mp: &Path, e: ExportError) -> ImageError {
+    match e {
+        ExportError::Busy { .. } => ImageError::Busy(format!(
+            "{}: an image is already open there (dmkit image close {} first)",
+            mp.display(),
+            mp.display()
+        )),
+        e => e.into(),
+    }
+}
+
+/// `--upper DIR` made absolute and checked (usable by overlayfs, outside the mount point).
+pub(super) fn upper_base(o: &OpenOptions, mp: &Path) -> Result<Option<PathBuf>> {
+    let Some(u) = &o.upper else {
+        return Ok(None);
+    };
+    let abs =
+        std::path::absolute(u).map_err(|e| ImageError::Invalid(format!("{}: {e}", u.display())))?;
+    check_overlay_path(&abs)?;
+    if abs.starts_with(mp) {
+        return Err(ImageError::Invalid(format!(
+            "--upper {}: lies inside the mount point {}",
+            u.display(),
+            mp.display()
+        )));
+    }
+    Ok(Some(abs))
+}
+
 /// What was set up so far, undone in reverse order on drop unless disarmed.
 struct Rollback {
     name: Option<String>,
@@ -239,34 +269,12 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     let mp = resolve_mountpoint(&o.mountpoint)?;
     check_overlay_path(&mp)?;
     let name = stack_name(&mp);
-    export::ensure_not_open(&name).map_err(|e| match e {
-        ExportError::Busy { .. } => ImageError::Busy(format!(
-            "{}: an image is already open there (dmkit image close {} first)",
-            mp.display(),
-            mp.display()
-        )),
-        e => e.into(),
-    })?;
+    export::ensure_not_open(&name).map_err(|e| busy_at(&mp, e))?;
     // SAFETY: geteuid cannot fail.
     if unsafe { libc::geteuid() } != 0 {
         return super::rootless::open(o, &mp, &name);
     }
-    let upper_base = match &o.upper {
-        Some(u) => {
-            let abs = std::path::absolute(u)
-                .map_err(|e| ImageError::Invalid(format!("{}: {e}", u.display())))?;
-            check_overlay_path(&abs)?;
-            if abs.starts_with(&mp) {
-                return Err(ImageError::Invalid(format!(
-                    "--upper {}: lies inside the mount point {}",
-                    u.display(),
-                    mp.display()
-                )));
-            }
-            Some(abs)
-        }
-        None => None,
-    };
+    let upper_base = upper_base(o, &mp)?;
 
     // The image: its parts, the root hash to trust, the signature, the tree.
     let image_abs = fs::canonicalize(&o.image).unwrap_or_else(|_| o.image.clone());

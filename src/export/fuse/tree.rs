@@ -76,6 +76,9 @@ pub struct NodeAttr {
     pub rdev: u32,
 }
 
+/// Extended attributes: (full name, value) pairs.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Why a read failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadFailure {
@@ -132,7 +135,7 @@ pub trait TreeSource: Send + Sync + 'static {
     fn usage(&self) -> (u64, u64);
     /// The extended attributes of `ino` (full names, values). `Err(ENOSYS)`, the default,
     /// tells the kernel the tree has none and to stop asking.
-    fn xattrs(&self, _ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, i32> {
+    fn xattrs(&self, _ino: u64) -> Result<Xattrs, i32> {
         Err(libc::ENOSYS)
     }
 }
@@ -331,7 +334,7 @@ fn xattr_reply(value: Vec<u8>, size: u32) -> Result<Vec<u8>, i32> {
 }
 
 /// GETXATTR of `name` among `x`: `ENODATA` when there is none.
-fn getxattr_out(x: &[(Vec<u8>, Vec<u8>)], name: &[u8], size: u32) -> Result<Vec<u8>, i32> {
+fn getxattr_out(x: &Xattrs, name: &[u8], size: u32) -> Result<Vec<u8>, i32> {
     let v = x
         .iter()
         .find(|(n, _)| n == name)
@@ -341,7 +344,7 @@ fn getxattr_out(x: &[(Vec<u8>, Vec<u8>)], name: &[u8], size: u32) -> Result<Vec<
 }
 
 /// LISTXATTR of `x`: the names, each ending in NUL.
-fn listxattr_out(x: &[(Vec<u8>, Vec<u8>)], size: u32) -> Result<Vec<u8>, i32> {
+fn listxattr_out(x: &Xattrs, size: u32) -> Result<Vec<u8>, i32> {
     let mut names = Vec::new();
     for (n, _) in x {
         names.extend_from_slice(n);

@@ -11,8 +11,7 @@ use crate::image::read::{self, DirEntry, FsReader, NodeId, ReadError, Source, St
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
-/// Extended attributes: (full name, value) pairs.
-pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+pub use crate::export::fuse::Xattrs;
 
 enum Op {
     Root,

@@ -111,22 +111,7 @@ pub(super) fn open(o: &OpenOptions, mp: &Path, name: &str) -> Result<Opened> {
             "fusermount3 is not installed (apt-get install fuse3): a non-root user mounts FUSE through it".into(),
         ));
     }
-    let upper_base = match &o.upper {
-        Some(u) => {
-            let abs = std::path::absolute(u)
-                .map_err(|e| ImageError::Invalid(format!("{}: {e}", u.display())))?;
-            super::open::check_overlay_path(&abs)?;
-            if abs.starts_with(mp) {
-                return Err(ImageError::Invalid(format!(
-                    "--upper {}: lies inside the mount point {}",
-                    u.display(),
-                    mp.display()
-                )));
-            }
-            Some(abs)
-        }
-        None => None,
-    };
+    let upper_base = super::open::upper_base(o, mp)?;
     // Checked and its file system opened here, so that a bad image is refused in one line
     // before any server starts (the server opens its own reader over the same device).
     let opened = open_image(&VerifyOptions {
@@ -212,14 +197,7 @@ pub(super) fn open(o: &OpenOptions, mp: &Path, name: &str) -> Result<Opened> {
         stats: Some(stats),
         mount: Box::new(move |mp, threads, transport| stack::build(plan, mp, threads, transport)),
     };
-    let served = export::open_tree(spec).map_err(|e| match e {
-        ExportError::Busy { .. } => ImageError::Busy(format!(
-            "{}: an image is already open there (dmkit image close {} first)",
-            mp.display(),
-            mp.display()
-        )),
-        e => e.into(),
-    })?;
+    let served = export::open_tree(spec).map_err(|e| super::open::busy_at(mp, e))?;
     Ok(Opened {
         name: name.to_string(),
         mountpoint: mp.to_path_buf(),

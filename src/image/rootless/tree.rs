@@ -298,7 +298,7 @@ impl TreeSource for ImageTree {
         (self.fs_size, nodes)
     }
 
-    fn xattrs(&self, ino: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, i32> {
+    fn xattrs(&self, ino: u64) -> Result<crate::export::fuse::Xattrs, i32> {
         let node = self.node(ino).ok_or(libc::ENOENT)?;
         self.reader
             .xattrs(node)
