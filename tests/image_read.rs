@@ -482,7 +482,7 @@ fn check_repart(fs: &str) {
         "[Partition]\nType=root-verity\nVerity=hash\nVerityMatchKey=root\n",
     )
     .unwrap();
-    let pub_dir = open_dir(&ws, "pub");
+    let pub_dir = common::run::world_dir(&ws, "pub");
     let img = pub_dir.join(format!("repart-{fs}.img"));
     ok(
         "systemd-repart",
