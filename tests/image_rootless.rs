@@ -183,6 +183,13 @@ impl Setup {
     }
 }
 
+impl Drop for Setup {
+    /// A test that failed half-way still closes what it opened (a no-op after `close`).
+    fn drop(&mut self) {
+        let _ = self.dmkit(&["image", "close", self.mnt_s()]);
+    }
+}
+
 /// One node as `image mtree` describes it, without owners: type, mode, size, SHA-256, target.
 type Desc = BTreeMap<String, String>;
 
