@@ -147,13 +147,13 @@ pub(crate) struct Batch<'a> {
 impl Batch<'_> {
     /// The number of messages.
     fn count(&self) -> usize {
-        if self.body_len == 0 {
-            self.prefixes
+        match self.bodies.len().checked_div(self.body_len) {
+            Some(n) => n,
+            None => self
+                .prefixes
                 .len()
                 .checked_div(self.prefix_len)
-                .unwrap_or(0)
-        } else {
-            self.bodies.len() / self.body_len
+                .unwrap_or(0),
         }
     }
 }
