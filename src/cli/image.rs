@@ -5,6 +5,7 @@
 use super::{CliError, CliResult};
 use crate::image::build::{self, BuildOptions};
 use crate::image::fec::FecChoice;
+use crate::image::image_type::{self, ImageType};
 use crate::image::mkfs::{Compression, FsKind};
 use crate::image::open::{self, OpenOptions};
 use crate::image::{inspect, ImageError, DEFAULT_SEED};
@@ -16,8 +17,9 @@ use std::path::PathBuf;
 /// `dmkit image` subcommands.
 #[derive(clap::Subcommand)]
 pub enum ImageCommand {
-    /// Build TREE into a signed, verity-protected read-only root image (a GPT disk image laid
-    /// out as the Discoverable Partitions Specification says, or --split files).
+    /// Build TREE into a signed, verity-protected read-only image (root, usr, sysext, confext
+    /// or portable; a GPT disk image laid out as the Discoverable Partitions Specification
+    /// says, or --split files).
     Build(BuildArgs),
     /// Open IMAGE at MOUNTPOINT: verity over the root partition, the file system read-only, an
     /// OverlayFS with a tmpfs (or --upper) on top.
@@ -48,8 +50,21 @@ pub struct BuildArgs {
     /// The directory tree to put in the image.
     tree: PathBuf,
     /// The image to write (with --split: the file system; NAME.verity, NAME.roothash and
-    /// NAME.roothash.p7s go beside it).
+    /// NAME.roothash.p7s go beside it, NAME.usrhash and NAME.usrhash.p7s for --type usr).
     image: PathBuf,
+    /// What the image is for: root (a root file system), usr (the tree is /usr), sysext
+    /// (usr/ and opt/ only), confext (etc/ only), portable (a portable service). Extensions get
+    /// an extension-release file named after the image unless the tree has one.
+    #[arg(long = "type", default_value = "root", value_parser = ["root", "usr", "sysext", "confext", "portable"])]
+    image_type: String,
+    /// The architecture of the partition types, as systemd spells it (x86-64, arm64, ...)
+    /// [default: this machine's].
+    #[arg(long)]
+    architecture: Option<String>,
+    /// A field of the extension-release file written for --type sysext or confext (may be
+    /// repeated), over the defaults: ID and VERSION_ID of /etc/os-release, ARCHITECTURE.
+    #[arg(long, value_name = "KEY=VALUE")]
+    extension_release: Vec<String>,
     /// File system: erofs, squashfs or ext4.
     #[arg(long, default_value = "erofs")]
     fs: String,
@@ -221,6 +236,24 @@ fn build(a: BuildArgs) -> CliResult {
         split: a.split,
         force: a.force,
         fec_roots: a.fec.then_some(a.fec_roots),
+        image_type: ImageType::parse(&a.image_type)
+            .ok_or_else(|| CliError::invalid(format!("--type: {:?} is not an image type", a.image_type)))?,
+        architecture: match a.architecture {
+            Some(arch) => arch,
+            None => crate::image::dps::native_architecture()
+                .ok_or_else(|| {
+                    CliError::invalid(format!(
+                        "this machine's architecture ({}) has no partition types: give --architecture",
+                        std::env::consts::ARCH
+                    ))
+                })?
+                .to_string(),
+        },
+        extension_release: a
+            .extension_release
+            .iter()
+            .map(|f| image_type::parse_field(f))
+            .collect::<Result<_, _>>()?,
     };
     let tty = std::io::stderr().is_terminal();
     let report = build::build(&o, &mut |line| {
@@ -232,6 +265,15 @@ fn build(a: BuildArgs) -> CliResult {
         return print_json(&report);
     }
     println!("Image:          {}", report.image.display());
+    println!(
+        "Type:           {} ({}){}",
+        report.image_type.name(),
+        report.architecture,
+        report
+            .extension_release
+            .as_ref()
+            .map_or(String::new(), |p| format!(", wrote {}", p.display()))
+    );
     println!(
         "File system:    {} ({}), {} bytes",
         report.fs.name(),

@@ -6,8 +6,9 @@
 //! Everything is written to temporary files beside the output and renamed into place at the
 //! end: a failed build leaves nothing behind and never touches an existing file.
 
-use super::dps::{self, Ids};
+use super::dps::{self, Ids, Role};
 use super::gpt::{self, Guid, NewPartition};
+use super::image_type::{self, Addition, ImageType};
 use super::layout::sidecar;
 use super::mkfs::{self, Compression, FsKind, MkfsSettings};
 use super::sigjson::SigJson;
@@ -52,6 +53,13 @@ pub struct BuildOptions {
     pub force: bool,
     /// Store Reed-Solomon parity with this many roots after the hash tree (`--fec`).
     pub fec_roots: Option<u8>,
+    /// What the image is for (`--type`).
+    pub image_type: ImageType,
+    /// The architecture its partition types are for, as systemd spells it (`--architecture`).
+    pub architecture: String,
+    /// Fields of the extension-release file written for a sysext or confext
+    /// (`--extension-release KEY=VALUE`).
+    pub extension_release: Vec<(String, String)>,
 }
 
 /// One partition (or file) of the result.
@@ -76,6 +84,13 @@ pub struct BuildReport {
     pub image: PathBuf,
     /// "gpt" or "split".
     pub layout: String,
+    /// `--type`.
+    pub image_type: ImageType,
+    /// The architecture of its partition types.
+    pub architecture: String,
+    /// The extension-release file dmkit added to the tree (path inside the image).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub extension_release: Option<PathBuf>,
     /// The file system.
     pub fs: FsKind,
     /// `--compress` as normalized.
@@ -186,16 +201,46 @@ fn outputs(o: &BuildOptions) -> Vec<PathBuf> {
         vec![
             o.output.clone(),
             sidecar(&o.output, ".verity"),
-            sidecar(&o.output, ".roothash"),
-            sidecar(&o.output, ".roothash.p7s"),
+            sidecar(&o.output, o.image_type.hash_suffix()),
+            sidecar(&o.output, &format!("{}.p7s", o.image_type.hash_suffix())),
         ]
     } else {
         vec![o.output.clone()]
     }
 }
 
+/// The partition types of an image: file system, verity, signature.
+type PartTypes = [&'static dps::PartType; 3];
+
+/// What preflight found out.
+struct Checked {
+    stats: TreeStats,
+    fingerprint: Option<[u8; 32]>,
+    types: PartTypes,
+    addition: Option<Addition>,
+}
+
+/// The partition types of `--type` for `--architecture`.
+fn part_types(o: &BuildOptions) -> Result<PartTypes> {
+    let role = o.image_type.data_role();
+    let find = |r: Option<Role>| r.and_then(|r| dps::find(&o.architecture, r));
+    match (
+        find(Some(role)),
+        find(role.verity()),
+        find(role.verity_sig()),
+    ) {
+        (Some(d), Some(v), Some(s)) => Ok([d, v, s]),
+        _ => Err(ImageError::Invalid(format!(
+            "--architecture {}: not one systemd names partition types for ({})",
+            o.architecture,
+            dps::ARCHITECTURES.join(", ")
+        ))),
+    }
+}
+
 /// Check everything that can be checked before mkfs runs.
-fn preflight(o: &BuildOptions) -> Result<(TreeStats, Option<[u8; 32]>)> {
+fn preflight(o: &BuildOptions) -> Result<Checked> {
+    let types = part_types(o)?;
     let stats = TreeStats::scan(&o.tree)?;
     let parent = o
         .output
@@ -235,7 +280,20 @@ fn preflight(o: &BuildOptions) -> Result<(TreeStats, Option<[u8; 32]>)> {
         }
         (Some(k), Some(c)) => Some(signer_fingerprint(k, c)?),
     };
-    Ok((stats, fingerprint))
+    let addition = image_type::plan(
+        o.image_type,
+        &o.tree,
+        &o.output,
+        &o.architecture,
+        &o.extension_release,
+        Path::new("/etc/os-release"),
+    )?;
+    Ok(Checked {
+        stats,
+        fingerprint,
+        types,
+        addition,
+    })
 }
 
 /// SHA-256 of the DER certificate in `cert` that carries `key`'s public key (the one
@@ -346,9 +404,10 @@ fn check_erofs(program: &Path, c: &Compression, scratch: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Make the file system of `o.tree` in `out`; returns the mkfs command line.
+/// Make the file system of `tree` in `out`; returns the mkfs command line.
 fn make_fs(
     o: &BuildOptions,
+    tree: &Path,
     ids: &Ids,
     stats: &TreeStats,
     out: &Path,
@@ -378,7 +437,7 @@ fn make_fs(
     let _ = fs::remove_file(out);
     let mut attempt = 0;
     loop {
-        let mut cmd = mkfs::command(&program, &s, &o.tree, out);
+        let mut cmd = mkfs::command(&program, &s, tree, out);
         let line: Vec<String> = std::iter::once(cmd.get_program())
             .chain(cmd.get_args())
             .map(|a| a.to_string_lossy().into_owned())
@@ -419,8 +478,13 @@ fn make_fs(
 
 /// Build the image `o` describes, calling `progress` with one line per finished step.
 pub fn build(o: &BuildOptions, progress: &mut dyn FnMut(&str)) -> Result<BuildReport> {
-    let (stats, fingerprint) = preflight(o)?;
-    let ids = Ids::derive(&o.seed);
+    let Checked {
+        mut stats,
+        fingerprint,
+        types,
+        addition,
+    } = preflight(o)?;
+    let ids = Ids::derive_for(&o.seed, types[0], types[2]);
     let mut temps = Temps(Vec::new());
     let mut times = StepTimes::default();
     let steps = 3 + usize::from(fingerprint.is_some()) + usize::from(o.fec_roots.is_some());
@@ -428,7 +492,17 @@ pub fn build(o: &BuildOptions, progress: &mut dyn FnMut(&str)) -> Result<BuildRe
     // 1. The file system.
     let t = Instant::now();
     let fs_file = temps.add(&o.output, "fs");
-    let mkfs_line = make_fs(o, &ids, &stats, &fs_file, &mut temps)?;
+    let staged = match &addition {
+        Some(a) => {
+            let st = super::stage::stage(&o.tree, temps.add(&o.output, "tree"), a)?;
+            stats = TreeStats::scan(st.path())?;
+            Some(st)
+        }
+        None => None,
+    };
+    let tree = staged.as_ref().map_or(o.tree.as_path(), |st| st.path());
+    let mkfs_line = make_fs(o, tree, &ids, &stats, &fs_file, &mut temps)?;
+    drop(staged);
     let fs_size = fs::metadata(&fs_file)
         .map_err(io(&fs_file, "cannot stat"))?
         .len();
@@ -572,6 +646,9 @@ pub fn build(o: &BuildOptions, progress: &mut dyn FnMut(&str)) -> Result<BuildRe
     Ok(BuildReport {
         image: o.output.clone(),
         layout: if o.split { "split" } else { "gpt" }.into(),
+        image_type: o.image_type,
+        architecture: o.architecture.clone(),
+        extension_release: addition.map(|a| a.path),
         fs: o.fs,
         compress: o.compression.name.clone(),
         mkfs: mkfs_line,
@@ -670,7 +747,7 @@ fn write_split(
         Ok(())
     };
     write("verity", hash, &files[1])?;
-    write("roothash", format!("{root_hex}\n").as_bytes(), &files[2])?;
+    write("hash", format!("{root_hex}\n").as_bytes(), &files[2])?;
     if let Some(s) = sig {
         write("p7s", &s.signature, &files[3])?;
     }
@@ -707,6 +784,7 @@ fn write_gpt(
     sig: Option<&SigJson>,
     temps: &mut Temps,
 ) -> Result<Written> {
+    let types = part_types(o)?;
     let (data_uuid, hash_uuid) = dps::verity_partition_uuids(root)
         .ok_or_else(|| ImageError::Invalid("root hash shorter than 32 bytes".into()))?;
     let align = |v: u64| v.div_ceil(VERITY_BLOCK) * VERITY_BLOCK;
@@ -724,26 +802,11 @@ fn write_gpt(
         at += p.size;
         parts.push(p);
     };
-    add(
-        &dps::ROOT_X86_64,
-        data_uuid,
-        data.size(),
-        gpt::FLAG_READ_ONLY,
-    );
-    add(
-        &dps::ROOT_X86_64_VERITY,
-        hash_uuid,
-        hash.len() as u64,
-        gpt::FLAG_READ_ONLY,
-    );
+    add(types[0], data_uuid, data.size(), gpt::FLAG_READ_ONLY);
+    add(types[1], hash_uuid, hash.len() as u64, gpt::FLAG_READ_ONLY);
     let sig_bytes = sig.map(SigJson::to_partition);
     if let Some(b) = &sig_bytes {
-        add(
-            &dps::ROOT_X86_64_VERITY_SIG,
-            ids.sig_partition,
-            b.len() as u64,
-            0,
-        );
+        add(types[2], ids.sig_partition, b.len() as u64, 0);
     }
     let disk_size = gpt::disk_size_for(at);
     let enc = gpt::encode(disk_size, &ids.disk, &parts);

@@ -1,7 +1,8 @@
-//! Where the parts of an image are: in a GPT disk image, the first root-x86-64,
-//! root-x86-64-verity and root-x86-64-verity-sig partitions; for a bare file system image (as
+//! Where the parts of an image are: in a GPT disk image, the first root partition (this
+//! machine's architecture first), else the first usr partition, with the verity and verity
+//! signature partitions of the same role and architecture; for a bare file system image (as
 //! `build --split` writes it), the sidecar files systemd looks for beside it (`NAME.verity`,
-//! `NAME.roothash`, `NAME.roothash.p7s`, NAME being the image path without `.raw`).
+//! `NAME.roothash` or `NAME.usrhash`, and its `.p7s`, NAME being the image path without `.raw`).
 //!
 //! Nothing read here is trusted yet: the root hash found is only checked against the tree and
 //! the signature later (by `open`), and every offset comes from a validated table.
@@ -153,11 +154,15 @@ pub fn locate(image: &Path) -> Result<Layout> {
 
 fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
     let sector = g.sector_size;
-    let find = |role: Role| {
-        g.entries
-            .iter()
-            .find(|e| dps::lookup(&e.type_guid).is_some_and(|t| t.role == role))
+    // The first partition of a role, this machine's architecture first (as systemd prefers).
+    let native = dps::native_architecture();
+    let find_in = |role: Role, arch: Option<&str>| {
+        g.entries.iter().find(|e| {
+            dps::lookup(&e.type_guid)
+                .is_some_and(|t| t.role == role && (arch.is_none() || t.arch == arch))
+        })
     };
+    let find = |role: Role| find_in(role, native).or_else(|| find_in(role, None));
     let region = |e: &gpt::Entry| Region {
         file: image.to_path_buf(),
         offset: e.offset(sector),
@@ -165,7 +170,12 @@ fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
         partition: Some(e.number),
         uuid: Some(e.guid),
     };
-    let Some(root) = find(Role::Root) else {
+    // A root partition, else a /usr one (`build --type usr`); its verity and signature
+    // partitions are those of the same role and architecture.
+    let found = [Role::Root, Role::Usr]
+        .into_iter()
+        .find_map(|r| find(r).map(|e| (r, e)));
+    let Some((role, root)) = found else {
         let types: Vec<String> = g
             .entries
             .iter()
@@ -179,8 +189,7 @@ fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
         return Err(invalid(
             image,
             format!(
-                "no {} partition (the partitions are: {})",
-                dps::ROOT_X86_64.name,
+                "no root or usr partition (the partitions are: {})",
                 if types.is_empty() {
                     "none".to_string()
                 } else {
@@ -191,8 +200,10 @@ fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
     };
     let data = region(root);
     let fs = probe_fs(dev, data.offset, data.size);
-    let hash = find(Role::RootVerity).map(region);
-    let signature = match find(Role::RootVeritySig) {
+    let arch = dps::lookup(&root.type_guid).and_then(|t| t.arch);
+    let companion = |r: Option<Role>| r.and_then(|r| find_in(r, arch));
+    let hash = companion(role.verity()).map(region);
+    let signature = match companion(role.verity_sig()) {
         None => None,
         Some(e) => {
             let r = region(e);
@@ -202,7 +213,7 @@ fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
                     format!(
                         "partition {} ({}): {} bytes, more than a signature partition may hold",
                         e.number,
-                        dps::ROOT_X86_64_VERITY_SIG.name,
+                        type_name(e),
                         r.size
                     ),
                 )
@@ -210,22 +221,14 @@ fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
             let s = SigJson::parse(&bytes).map_err(|err| {
                 invalid(
                     image,
-                    format!(
-                        "partition {} ({}): {err}",
-                        e.number,
-                        dps::ROOT_X86_64_VERITY_SIG.name
-                    ),
+                    format!("partition {} ({}): {err}", e.number, type_name(e)),
                 )
             })?;
             Some(Signature {
                 root_hash: Some(s.root_hash),
                 certificate_fingerprint: s.certificate_fingerprint,
                 der: s.signature,
-                from: format!(
-                    "partition {} ({})",
-                    e.number,
-                    dps::ROOT_X86_64_VERITY_SIG.name
-                ),
+                from: format!("partition {} ({})", e.number, type_name(e)),
             })
         }
     };
@@ -241,6 +244,11 @@ fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
     })
 }
 
+/// The DPS name of a partition's type.
+fn type_name(e: &gpt::Entry) -> &'static str {
+    dps::lookup(&e.type_guid).map_or("?", |t| t.name)
+}
+
 fn from_split(image: &Path, size: u64, fs: FsKind) -> Result<Layout> {
     let whole = |file: PathBuf, size: u64| Region {
         file,
@@ -254,12 +262,17 @@ fn from_split(image: &Path, size: u64, fs: FsKind) -> Result<Layout> {
         Ok(m) => Some(whole(verity, m.len())),
         Err(_) => None,
     };
-    let rh_path = sidecar(image, ".roothash");
+    // `.roothash` for a root file system, `.usrhash` for a /usr one (`build --type usr`).
+    let hash_suffix = [".roothash", ".usrhash"]
+        .into_iter()
+        .find(|s| sidecar(image, s).exists())
+        .unwrap_or(".roothash");
+    let rh_path = sidecar(image, hash_suffix);
     let roothash_file = match std::fs::read_to_string(&rh_path) {
         Ok(t) => Some(hex::decode(t.trim()).map_err(|_| invalid(&rh_path, "not a hex root hash"))?),
         Err(_) => None,
     };
-    let p7s = sidecar(image, ".roothash.p7s");
+    let p7s = sidecar(image, &format!("{hash_suffix}.p7s"));
     let signature = match std::fs::metadata(&p7s) {
         Ok(m) => Some(Signature {
             root_hash: None,

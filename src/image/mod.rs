@@ -6,6 +6,7 @@
 //!
 //! - [`gpt`]: the partition table (write, and parse untrusted);
 //! - [`dps`]: partition types and how every UUID, the salt and the seeds derive;
+//!   [`image_type`]: root, usr, sysext, confext and portable images;
 //! - [`sigjson`]: the signature partition's JSON;
 //! - [`mkfs`]: the three builders' reproducible command lines; [`tree`]: counting the tree;
 //!   [`ext4_times`]: fixing ext4's inode times after `mkfs.ext4 -d`;
@@ -18,12 +19,14 @@ pub mod ext4_times;
 pub mod fec;
 pub mod fecheader;
 pub mod gpt;
+pub mod image_type;
 pub mod inspect;
 pub mod layout;
 pub mod mkfs;
 pub mod open;
 pub mod read;
 pub mod sigjson;
+pub mod stage;
 pub mod tree;
 
 /// Errors of image commands, each one line naming the file and what is wrong.

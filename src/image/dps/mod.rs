@@ -17,7 +17,7 @@
 use super::gpt::Guid;
 use crate::hash::hmac_sha256;
 
-/// What a partition is for, in an image for x86-64.
+/// What a partition is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Role {
@@ -37,6 +37,26 @@ pub enum Role {
     Esp,
 }
 
+impl Role {
+    /// The verity hash partition's role for a file system role (`None` for the others).
+    pub fn verity(self) -> Option<Role> {
+        match self {
+            Role::Root => Some(Role::RootVerity),
+            Role::Usr => Some(Role::UsrVerity),
+            _ => None,
+        }
+    }
+
+    /// The verity signature partition's role for a file system role (`None` for the others).
+    pub fn verity_sig(self) -> Option<Role> {
+        match self {
+            Role::Root => Some(Role::RootVeritySig),
+            Role::Usr => Some(Role::UsrVeritySig),
+            _ => None,
+        }
+    }
+}
+
 /// A known partition type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PartType {
@@ -46,6 +66,8 @@ pub struct PartType {
     pub name: &'static str,
     /// Its role.
     pub role: Role,
+    /// The architecture it is for, as systemd spells it (`None`: any).
+    pub arch: Option<&'static str>,
 }
 
 const fn g(s: &[u8; 32]) -> Guid {
@@ -70,50 +92,36 @@ pub const ROOT_X86_64: PartType = PartType {
     guid: g(b"4f68bce3e8cd4db196e7fbcaf984b709"),
     name: "root-x86-64",
     role: Role::Root,
+    arch: Some("x86-64"),
 };
 /// Root verity partition, x86-64.
 pub const ROOT_X86_64_VERITY: PartType = PartType {
     guid: g(b"2c7357edebd246d9aec123d437ec2bf5"),
     name: "root-x86-64-verity",
     role: Role::RootVerity,
+    arch: Some("x86-64"),
 };
 /// Root verity signature partition, x86-64.
 pub const ROOT_X86_64_VERITY_SIG: PartType = PartType {
     guid: g(b"41092b059fc84523994f2def0408b176"),
     name: "root-x86-64-verity-sig",
     role: Role::RootVeritySig,
+    arch: Some("x86-64"),
 };
 
-/// The types `inspect` names.
-pub const KNOWN: &[PartType] = &[
-    ROOT_X86_64,
-    ROOT_X86_64_VERITY,
-    ROOT_X86_64_VERITY_SIG,
-    PartType {
-        guid: g(b"8484680c952148c69c11b0720656f69e"),
-        name: "usr-x86-64",
-        role: Role::Usr,
-    },
-    PartType {
-        guid: g(b"77ff5f63e7b64633acf41565b864c0e6"),
-        name: "usr-x86-64-verity",
-        role: Role::UsrVerity,
-    },
-    PartType {
-        guid: g(b"e7bb33fb06cf4e818273e543b413e2e2"),
-        name: "usr-x86-64-verity-sig",
-        role: Role::UsrVeritySig,
-    },
-    PartType {
-        guid: g(b"c12a7328f81f11d2ba4b00a0c93ec93b"),
-        name: "esp",
-        role: Role::Esp,
-    },
-];
+mod types;
+pub use types::{native_architecture, ARCHITECTURES, KNOWN};
 
 /// The known type of a type GUID.
 pub fn lookup(type_guid: &Guid) -> Option<&'static PartType> {
     KNOWN.iter().find(|t| t.guid == *type_guid)
+}
+
+/// The type of `role` for architecture `arch` (as systemd spells it: `x86-64`, `arm64`...).
+pub fn find(arch: &str, role: Role) -> Option<&'static PartType> {
+    KNOWN
+        .iter()
+        .find(|t| t.role == role && t.arch == Some(arch))
 }
 
 /// Mark 16 bytes as a random (version 4, RFC 4122 variant) UUID, as systemd's
@@ -168,15 +176,22 @@ pub struct Ids {
 }
 
 impl Ids {
-    /// Derive every identifier from `seed` for a root, root-verity and root-verity-sig
-    /// partition set (see the module's notes on what systemd-repart 252 derives alike).
+    /// Derive every identifier from `seed` for a root-x86-64, root-x86-64-verity and
+    /// root-x86-64-verity-sig partition set (see the module's notes on what systemd-repart 252
+    /// derives alike).
     pub fn derive(seed: &Guid) -> Ids {
-        let root_seeded = seeded_partition_uuid(seed, &ROOT_X86_64.guid);
+        Ids::derive_for(seed, &ROOT_X86_64, &ROOT_X86_64_VERITY_SIG)
+    }
+
+    /// Derive every identifier from `seed` for a file system partition of type `data` and its
+    /// signature partition of type `sig`.
+    pub fn derive_for(seed: &Guid, data: &PartType, sig: &PartType) -> Ids {
+        let data_seeded = seeded_partition_uuid(seed, &data.guid);
         Ids {
             seed: *seed,
             disk: derive_uuid(seed, "disk-uuid"),
-            fs_uuid: derive_uuid(&root_seeded, "file-system-uuid"),
-            sig_partition: seeded_partition_uuid(seed, &ROOT_X86_64_VERITY_SIG.guid),
+            fs_uuid: derive_uuid(&data_seeded, "file-system-uuid"),
+            sig_partition: seeded_partition_uuid(seed, &sig.guid),
             verity_salt: hmac_sha256(seed, b"verity-salt"),
             verity_uuid: derive_uuid(seed, "verity-uuid"),
         }
@@ -208,6 +223,19 @@ mod tests {
         let (d, h) = verity_partition_uuids(&rh).unwrap();
         assert_eq!(format_uuid(&d), "a950a8d8-919a-27fb-f240-a725d9842a4f");
         assert_eq!(format_uuid(&h), "c7cf4a40-32cf-5f2e-43c1-6a1d5a418334");
+    }
+
+    #[test]
+    fn the_x86_64_constants_are_in_the_table() {
+        for c in [ROOT_X86_64, ROOT_X86_64_VERITY, ROOT_X86_64_VERITY_SIG] {
+            assert_eq!(find("x86-64", c.role), Some(&c));
+        }
+        assert_eq!(
+            find("arm64", Role::UsrVeritySig).unwrap().name,
+            "usr-arm64-verity-sig"
+        );
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(native_architecture(), Some("x86-64"));
     }
 
     #[test]
