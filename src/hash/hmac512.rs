@@ -33,62 +33,30 @@ impl HmacSha512State {
     /// kernel's `hmac()` do).
     pub fn new(key: &[u8]) -> HmacSha512State {
         use sha2::Digest;
-        let mut k = zeroize::Zeroizing::new([0u8; 128]);
-        if key.len() > 128 {
-            k[..64].copy_from_slice(&sha2::Sha512::digest(key));
-        } else {
-            k[..key.len()].copy_from_slice(key);
-        }
-        let mut pad = zeroize::Zeroizing::new([0u8; 128]);
+        let digest = |k: &[u8]| zeroize::Zeroizing::new(sha2::Sha512::digest(k).to_vec());
         let (mut inner, mut outer) = (IV, IV);
-        for (p, b) in pad.iter_mut().zip(k.iter()) {
-            *p = b ^ 0x36;
-        }
-        compress(&mut inner, &pad[..]);
-        for (p, b) in pad.iter_mut().zip(k.iter()) {
-            *p = b ^ 0x5c;
-        }
-        compress(&mut outer, &pad[..]);
+        compress(
+            &mut inner,
+            &super::md::key_pad::<128>(key, digest, 0x36)[..],
+        );
+        compress(
+            &mut outer,
+            &super::md::key_pad::<128>(key, digest, 0x5c)[..],
+        );
         HmacSha512State { inner, outer }
     }
 
     /// The HMAC of the concatenation of `parts`.
     pub fn mac(&self, parts: &[&[u8]]) -> [u8; 64] {
         let mut st = self.inner;
-        let mut buf = zeroize::Zeroizing::new([0u8; 128]);
-        let mut fill = 0usize;
-        let mut len = 128u128;
-        for p in parts {
-            let mut p = *p;
-            len += p.len() as u128;
-            while !p.is_empty() {
-                let k = p.len().min(128 - fill);
-                buf[fill..fill + k].copy_from_slice(&p[..k]);
-                fill += k;
-                p = &p[k..];
-                if fill == 128 {
-                    compress(&mut st, &buf[..]);
-                    fill = 0;
-                }
-            }
-        }
-        buf[fill] = 0x80;
-        buf[fill + 1..].fill(0);
-        if fill + 17 > 128 {
-            compress(&mut st, &buf[..]);
-            buf.fill(0);
-        }
-        buf[112..].copy_from_slice(&(len * 8).to_be_bytes());
-        compress(&mut st, &buf[..]);
+        super::md::feed::<128>(parts, 128, 16, |b| compress(&mut st, b));
         // The outer message: the inner digest after the 128-byte pad.
-        let mut blk = [0u8; 128];
-        for (c, w) in blk.chunks_exact_mut(8).zip(&st) {
+        let mut digest = [0u8; 64];
+        for (c, w) in digest.chunks_exact_mut(8).zip(&st) {
             c.copy_from_slice(&w.to_be_bytes());
         }
-        blk[64] = 0x80;
-        blk[112..].copy_from_slice(&((128u128 + 64) * 8).to_be_bytes());
         let mut o = self.outer;
-        compress(&mut o, &blk);
+        super::md::feed::<128>(&[&digest], 128, 16, |b| compress(&mut o, b));
         let mut out = [0u8; 64];
         for (c, w) in out.chunks_exact_mut(8).zip(&o) {
             c.copy_from_slice(&w.to_be_bytes());
@@ -113,17 +81,8 @@ impl std::fmt::Debug for HmacSha512State {
 
 #[cfg(test)]
 mod tests {
+    use super::super::sha256_lanes::tests::openssl_hmac;
     use super::*;
-
-    fn openssl_hmac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-        use openssl::{hash::MessageDigest, pkey::PKey, sign::Signer};
-        let k = PKey::hmac(key).unwrap();
-        let mut s = Signer::new(MessageDigest::sha512(), &k).unwrap();
-        for p in parts {
-            s.update(p).unwrap();
-        }
-        s.sign_to_vec().unwrap()
-    }
 
     /// RFC 4231 case 2 and 6 (a key longer than the block), then random keys and split
     /// messages of every length class against OpenSSL.
@@ -142,16 +101,10 @@ mod tests {
             "80b24263c7c1a3ebb71493c1dd7be8b49b46d1f41b4aeec1121b013783f8f3526b56d037e05f2598\
              bd0fd2215d6a1e5295e64f73f63f0aec8b915a985d786598"
         );
-        let mut x = 7u64;
-        let mut rnd = |n: usize| -> Vec<u8> {
-            (0..n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    (x >> 24) as u8
-                })
-                .collect()
+        let mut seed = 7;
+        let mut rnd = |n: usize| {
+            seed += 1;
+            super::super::tests::random_bytes(n, seed)
         };
         for (klen, plen, blen) in [
             (1, 8, 512),
@@ -165,7 +118,7 @@ mod tests {
             let b = &b[3..];
             assert_eq!(
                 HmacSha512State::new(&key).mac(&[&p, b])[..],
-                openssl_hmac(&key, &[&p, b])[..],
+                openssl_hmac(openssl::hash::MessageDigest::sha512(), &key, &[&p, b])[..],
                 "key {klen} prefix {plen} body {blen}"
             );
         }

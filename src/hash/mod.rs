@@ -3,6 +3,7 @@
 //! implementation can serve the hash-tree builders and verifiers.
 
 mod hmac512;
+mod md;
 mod sha256_lanes;
 mod sha256_mb;
 
@@ -316,7 +317,7 @@ mod tests {
     }
 
     /// Deterministic pseudo-random bytes (xorshift64).
-    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    pub(crate) fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed | 1;
         (0..len)
             .map(|_| {

@@ -59,22 +59,10 @@ impl HmacState {
     /// kernel's `hmac()` do).
     pub fn new(key: &[u8]) -> HmacState {
         use sha2::Digest;
-        let mut k = zeroize::Zeroizing::new([0u8; 64]);
-        if key.len() > 64 {
-            k[..32].copy_from_slice(&sha2::Sha256::digest(key));
-        } else {
-            k[..key.len()].copy_from_slice(key);
-        }
-        let mut pad = zeroize::Zeroizing::new([0u8; 64]);
+        let digest = |k: &[u8]| zeroize::Zeroizing::new(sha2::Sha256::digest(k).to_vec());
         let (mut inner, mut outer) = (IV, IV);
-        for (p, b) in pad.iter_mut().zip(k.iter()) {
-            *p = b ^ 0x36;
-        }
-        compress(&mut inner, &pad[..]);
-        for (p, b) in pad.iter_mut().zip(k.iter()) {
-            *p = b ^ 0x5c;
-        }
-        compress(&mut outer, &pad[..]);
+        compress(&mut inner, &super::md::key_pad::<64>(key, digest, 0x36)[..]);
+        compress(&mut outer, &super::md::key_pad::<64>(key, digest, 0x5c)[..]);
         HmacState { inner, outer }
     }
 
@@ -82,31 +70,7 @@ impl HmacState {
     /// states).
     pub fn mac(&self, parts: &[&[u8]]) -> [u8; 32] {
         let mut st = self.inner;
-        let mut buf = zeroize::Zeroizing::new([0u8; 64]);
-        let mut fill = 0usize;
-        let mut len = 64u64;
-        for p in parts {
-            let mut p = *p;
-            len += p.len() as u64;
-            while !p.is_empty() {
-                let k = p.len().min(64 - fill);
-                buf[fill..fill + k].copy_from_slice(&p[..k]);
-                fill += k;
-                p = &p[k..];
-                if fill == 64 {
-                    compress(&mut st, &buf[..]);
-                    fill = 0;
-                }
-            }
-        }
-        buf[fill] = 0x80;
-        buf[fill + 1..].fill(0);
-        if fill + 9 > 64 {
-            compress(&mut st, &buf[..]);
-            buf.fill(0);
-        }
-        buf[56..].copy_from_slice(&(len * 8).to_be_bytes());
-        compress(&mut st, &buf[..]);
+        super::md::feed::<64>(parts, 64, 8, |b| compress(&mut st, b));
         let mut o = self.outer;
         compress(&mut o, &outer_block(&st));
         let mut out = [0u8; 32];
@@ -742,27 +706,20 @@ mod x86 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
+    use super::super::tests::random_bytes;
     use super::*;
     use sha2::Digest;
 
-    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        (0..len)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 32) as u8
-            })
-            .collect()
-    }
-
-    /// HMAC-SHA-256 of `parts`, by OpenSSL (an implementation independent of ours).
-    fn openssl_hmac(key: &[u8], parts: &[&[u8]]) -> Vec<u8> {
-        use openssl::{hash::MessageDigest, pkey::PKey, sign::Signer};
+    /// HMAC of `parts` with `md`, by OpenSSL (an implementation independent of ours).
+    pub(crate) fn openssl_hmac(
+        md: openssl::hash::MessageDigest,
+        key: &[u8],
+        parts: &[&[u8]],
+    ) -> Vec<u8> {
+        use openssl::{pkey::PKey, sign::Signer};
         let k = PKey::hmac(key).unwrap();
-        let mut s = Signer::new(MessageDigest::sha256(), &k).unwrap();
+        let mut s = Signer::new(md, &k).unwrap();
         for p in parts {
             s.update(p).unwrap();
         }
@@ -814,7 +771,11 @@ mod tests {
                     &bodies[i * blen..(i + 1) * blen],
                 );
                 if hmac {
-                    want.extend_from_slice(&openssl_hmac(&key, &[p, m]));
+                    want.extend_from_slice(&openssl_hmac(
+                        openssl::hash::MessageDigest::sha256(),
+                        &key,
+                        &[p, m],
+                    ));
                 } else {
                     let d = sha2::Sha256::new()
                         .chain_update(&lead)

@@ -85,33 +85,26 @@ pub fn measure(
     let c = new_sector_cipher_with(&parsed, &key, imp)
         .map_err(|e| BenchError::Invalid(e.to_string()))?;
     let sectors = (65536 / sector_size).max(1);
-    // Encryption alone on one core, then on all at once, each thread with its own cipher.
-    let enc = bound::measure(dur, sector_size, || {
+    // One worker: its own cipher and buffer, one sector per call, either direction.
+    let worker = |decrypt: bool| {
         let c = new_sector_cipher_with(&parsed, &key, imp).expect("built once above");
         let mut buf = vec![0x5au8; sectors * sector_size];
         let mut i = 0usize;
         move || {
             let k = i % sectors;
-            c.encrypt(
-                &mut buf[k * sector_size..(k + 1) * sector_size],
-                i as u64,
-                sector_size,
-            );
+            let s = &mut buf[k * sector_size..(k + 1) * sector_size];
+            if decrypt {
+                c.decrypt(s, i as u64, sector_size)
+            } else {
+                c.encrypt(s, i as u64, sector_size)
+            }
             i += 1;
+            std::hint::black_box(&buf);
         }
-    });
-    let mut buf = vec![0x5au8; sectors * sector_size];
-    let mut i = 0usize;
-    let dec = rate(dur, sector_size, || {
-        let k = i % sectors;
-        c.decrypt(
-            &mut buf[k * sector_size..(k + 1) * sector_size],
-            i as u64,
-            sector_size,
-        );
-        i += 1;
-    });
-    std::hint::black_box(&buf);
+    };
+    // Encryption alone on one core, then on all at once.
+    let enc = bound::measure(dur, sector_size, || worker(false));
+    let dec = rate(dur, sector_size, worker(true));
     Ok(CipherSpeed {
         spec: spec.to_string(),
         key_bits: key_len * 8,
