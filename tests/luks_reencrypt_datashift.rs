@@ -101,23 +101,17 @@ impl Dev {
     /// run in the workspace (cryptsetup makes its temporary header file in the current
     /// directory).
     fn command(&self, program: &str, extra: &[&str]) -> Command {
-        let mut c = Command::new(program);
-        c.args(common::reencrypt::argv(
+        common::reencrypt::offline_command(
             program,
             &["--key-file", &self.key],
             extra,
             &self.img,
-        ))
-        .current_dir(self.e.dir())
-        .stdin(Stdio::null());
-        c
+            self.e.dir(),
+        )
     }
 
     fn run(&self, program: &str, extra: &[&str]) {
-        must(
-            &format!("{program} {extra:?}"),
-            self.command(program, extra).output().unwrap(),
-        );
+        common::reencrypt::run_must(program, extra, self.command(program, extra));
     }
 
     /// Start encrypting with `program`, SIGKILL it `delay` after the header is in place;

@@ -123,23 +123,17 @@ impl Dev {
     }
 
     fn command(&self, program: &str, extra: &[&str]) -> Command {
-        let mut c = Command::new(program);
-        c.args(common::reencrypt::argv(
+        common::reencrypt::offline_command(
             program,
             &["--key-file", &self.key, "--header", &self.hdr],
             extra,
             &self.img,
-        ))
-        .current_dir(self.e.dir())
-        .stdin(Stdio::null());
-        c
+            self.e.dir(),
+        )
     }
 
     fn run(&self, program: &str, extra: &[&str]) {
-        must(
-            &format!("{program} {extra:?}"),
-            self.command(program, extra).output().unwrap(),
-        );
+        common::reencrypt::run_must(program, extra, self.command(program, extra));
     }
 
     /// Start decrypting with `program`, SIGKILL it `delay` after the header file says the

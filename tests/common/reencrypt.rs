@@ -141,3 +141,25 @@ pub fn killed_both_ways<D: Killable>(seed: u64, max_ms: u64, make: impl Fn(u64) 
         }
     }
 }
+
+/// The command line of `program` (dmkit or cryptsetup) reencrypting `device` offline with
+/// `tail` (key and header options) and `extra`, run in `dir` (cryptsetup makes its temporary
+/// header file in the current directory), without a terminal.
+pub fn offline_command(
+    program: &str,
+    tail: &[&str],
+    extra: &[&str],
+    device: &str,
+    dir: &std::path::Path,
+) -> Command {
+    let mut c = Command::new(program);
+    c.args(argv(program, tail, extra, device))
+        .current_dir(dir)
+        .stdin(Stdio::null());
+    c
+}
+
+/// Run `cmd` to success ([`must`]), naming it by `program` and `extra`.
+pub fn run_must(program: &str, extra: &[&str], mut cmd: Command) {
+    must(&format!("{program} {extra:?}"), cmd.output().unwrap());
+}
