@@ -11,10 +11,13 @@ use std::sync::{Arc, Mutex};
 /// Decompressed extents kept: with [`super::zmap::MAX_EXTENT`] each, at most 32 MiB.
 const CACHED: usize = 4;
 
+/// One cached extent: inode, first byte, bytes.
+type Cached = (u64, u64, Arc<Vec<u8>>);
+
 /// The extents decompressed last, by (inode, first byte).
 #[derive(Default)]
 pub struct ExtentCache {
-    entries: Mutex<Vec<(u64, u64, Arc<Vec<u8>>)>>,
+    entries: Mutex<Vec<Cached>>,
 }
 
 impl ExtentCache {

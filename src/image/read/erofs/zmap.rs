@@ -126,6 +126,10 @@ impl<'a> ZMap<'a> {
     /// Read the map header of compressed inode `i`.
     pub fn new(src: &'a Source, sb: &'a Superblock, i: &'a Inode) -> Result<ZMap<'a>> {
         let nid = i.nid;
+        // Keeps every lcluster position arithmetic far from overflow.
+        if i.size > 1 << 48 {
+            return Err(corrupt(nid, format!("compressed file of {} bytes", i.size)));
+        }
         let hpos = i.tail_offset().next_multiple_of(8);
         let legacy = i.layout == Layout::CompressedFull;
         // Legacy images without big pclusters or ztailpacking have no map header: LZ4, one
@@ -360,9 +364,8 @@ impl<'a> ZMap<'a> {
     /// The end of the extent whose head is lcluster `head`: the next head's start, or the
     /// file's end.
     fn end_of(&self, head: u64) -> Result<u64> {
-        let mut lcn = head + 1;
         let steps = MAX_EXTENT >> self.lbits;
-        for _ in 0..=steps {
+        for lcn in head + 1..=head + 1 + steps {
             if lcn << self.lbits >= self.i.size {
                 return Ok(self.i.size);
             }
@@ -370,7 +373,6 @@ impl<'a> ZMap<'a> {
             if l.kind != Kind::NonHead {
                 return Ok((lcn << self.lbits) + l.clusterofs.min(1 << self.lbits));
             }
-            lcn += 1;
         }
         Err(corrupt(
             self.nid(),
