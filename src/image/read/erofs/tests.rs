@@ -8,17 +8,9 @@ use crate::image::mkfs::{find_program, EROFS_HINTS};
 use crate::image::read::{FsReader, NodeId, ReadError, Source};
 use std::process::Command;
 
-/// Deterministic bytes: `n` incompressible ones (xorshift).
+/// `n` incompressible bytes.
 fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    crate::verity::tests::random_bytes(n, seed)
 }
 
 /// Compressible text of `n` bytes.
