@@ -12,6 +12,8 @@ packages=(
   cryptsetup-bin fsverity fio openssl keyutils dmsetup
   # Serving: FUSE (fusermount3 for rootless serving), loop devices (losetup), filesystems.
   fuse3 mount util-linux e2fsprogs kmod
+  # `image open` without root puts fuse-overlayfs over dmkit's FUSE tree (tests/image_rootless.rs).
+  fuse-overlayfs
   # qemu-img (LUKS1 images, NBD tests), qemu-storage-daemon (the `bench crypt --peer` peer) and
   # qemu-system-x86 (the kernel tests boot a Debian kernel under it; qboot comes with it).
   qemu-utils qemu-system-x86 qemu-system-common

@@ -1,7 +1,9 @@
 //! `dmkit bench seeds`: a tiny smoke run (8 MiB per side, one 300 ms run per fio job, a
 //! 48-file tree for the images) produces every file of the report; every ratio in
-//! report.json is recomputed from its own raw figures; the plotted values are the table's.
-//! The smoke run is made once and shared by the tests of this file.
+//! report.json is recomputed from its own raw figures (and the document's outlier rule from
+//! its runs); the plotted values are the table's, for every kind of plot. The smoke run is
+//! made once and shared by the tests of this file. A per-document command (`bench crypt`)
+//! prints its section of the report.
 
 mod common;
 
@@ -68,13 +70,31 @@ fn the_smoke_run_writes_every_file() {
         assert!(dir.join(f).metadata().unwrap().len() > 0, "{f}");
     }
     let specs = plot::specs(&r);
-    // Throughput bars of 000, 002, 003, 004; ratios of every document; 001's scatter.
-    assert!(specs.iter().any(|s| s.stem == "seed001-size-vs-read-time"));
-    for seed in ["000", "001", "002", "003", "004"] {
-        assert!(
-            specs.iter().any(|s| s.stem == format!("seed{seed}-ratios")),
-            "{seed}"
-        );
+    let stems: Vec<&str> = specs.iter().map(|s| s.stem.as_str()).collect();
+    // Throughput bars of 000, 002, 003, 004; ratios of every document; 001's scatter; nothing
+    // else.
+    let mut want = vec![
+        "seed000-fio-4-kib-buffered-throughput".to_string(),
+        "seed002-fio-4-kib-buffered-throughput".into(),
+        "seed003-readwrite-4k-direct-throughput".into(),
+        "seed004-throughput".into(),
+    ];
+    want.extend(["000", "001", "002", "003", "004"].map(|s| format!("seed{s}-ratios")));
+    want.push("seed001-size-vs-read-time".into());
+    let mut got: Vec<String> = stems.iter().map(|s| s.to_string()).collect();
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    for s in &specs {
+        // No word twice in a row ("seed004-throughput-throughput").
+        let words: Vec<&str> = s.stem.split('-').collect();
+        assert!(words.windows(2).all(|w| w[0] != w[1]), "{}", s.stem);
+        let kind = match s.kind {
+            Kind::Throughput => s.stem.ends_with("throughput"),
+            Kind::Ratios => s.stem.ends_with("-ratios"),
+            Kind::Scatter => s.stem == "seed001-size-vs-read-time",
+        };
+        assert!(kind, "{} {:?}", s.stem, s.kind);
     }
     for s in &specs {
         for ext in ["svg", "png"] {
@@ -98,6 +118,8 @@ fn the_smoke_run_writes_every_file() {
         "fio --name=",
         "![seed001-size-vs-read-time.png](seed001-size-vs-read-time.png)",
         "https://blog.cloudflare.com/speeding-up-linux-disk-encryption/",
+        // Seed 000's outlier rule, named where it applies.
+        "Outliers, as the document states its rule (each case measured 10 times",
     ] {
         assert!(md.contains(want), "report.md lacks {want:?}");
     }
@@ -150,7 +172,23 @@ fn every_ratio_is_recomputed_from_its_raw_figures() {
     let seeds = Seeds::load();
     let mut checked = 0;
     for row in &r.rows {
+        let rule = seeds.setup(&row.key.seed).outliers;
         for f in [&row.dmkit, &row.base].into_iter().flatten() {
+            // The runs kept and dropped are the document's rule applied to all of them (seed
+            // 000: 100% or more off the mean of all runs), and nothing is dropped elsewhere.
+            let all: Vec<f64> = f.runs.iter().chain(&f.outliers).copied().collect();
+            let mean = all.iter().sum::<f64>() / all.len() as f64;
+            match rule {
+                Some(rule) => {
+                    for x in &f.runs {
+                        assert!((x - mean).abs() < rule.max_off_mean * mean, "{row:?}");
+                    }
+                    for x in &f.outliers {
+                        assert!((x - mean).abs() >= rule.max_off_mean * mean, "{row:?}");
+                    }
+                }
+                None => assert!(f.outliers.is_empty(), "{row:?}"),
+            }
             assert!(close(f.median, median(&f.runs)), "{row:?}");
             let min = f.runs.iter().copied().fold(f64::INFINITY, f64::min);
             let max = f.runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
@@ -212,8 +250,8 @@ fn the_plots_show_the_tables_values() {
         for (i, &k) in s.rows.iter().enumerate() {
             let row = &r.rows[k];
             match s.kind {
-                Kind::Bars => {
-                    let want = bar_values(row, s.stem.ends_with("-throughput"));
+                Kind::Throughput | Kind::Ratios => {
+                    let want = bar_values(row, s.kind == Kind::Throughput);
                     for (series, w) in s.series.iter().zip(want) {
                         let got = series.values[i].map(|v| (v.y, v.lo, v.hi));
                         assert_eq!(got, w, "{} {} {}", s.stem, s.labels[i], series.name);
@@ -255,4 +293,71 @@ fn the_plots_show_the_tables_values() {
             }
         }
     }
+}
+
+/// `bench crypt` (seed 003's scenario, tiny) prints its section of the report: the document's
+/// source, the setup, the table in the report's columns, the study's target.
+#[test]
+fn a_per_document_command_prints_its_section() {
+    if env::tools_missing(&[("fio", "fio")]) {
+        return;
+    }
+    let run = common::run::RunDir::new();
+    let t = Instant::now();
+    let r = common::run::run_in(
+        common::DMKIT,
+        &[
+            "bench",
+            "crypt",
+            "--quick",
+            "--size",
+            "8M",
+            "--runtime",
+            "0.3",
+            "--runs",
+            "1",
+        ],
+        run.path(),
+        Duration::from_secs(120),
+    );
+    r.assert_ok();
+    eprintln!("bench crypt: {:.1} s", t.elapsed().as_secs_f64());
+    let out = &r.stdout;
+    assert!(
+        out.starts_with("seed 003: Source: \"Speeding up Linux disk encryption"),
+        "{out}"
+    );
+    for want in [
+        "- fio: fio --name=readwrite ",
+        "--readwrite=readwrite --bs=4096 --direct=1",
+        "seed 003, readwrite 4k direct (dmkit and baseline in MB/s)",
+        "| crypt / plain ",
+        "| crypt over its bound / bound |",
+        "147 / 1126 MB/s",
+        "target: crypt >= 0.80 of its bound: read ",
+    ] {
+        assert!(out.contains(want), "lacks {want:?}:\n{out}");
+    }
+    // The header's cells (their padding follows the measured figures' widths).
+    let cells = |l: &str| -> Vec<String> { l.split('|').map(|c| c.trim().to_string()).collect() };
+    let header = out
+        .lines()
+        .find(|l| l.starts_with("| row "))
+        .unwrap_or_else(|| panic!("no table header:\n{out}"));
+    assert_eq!(
+        cells(header),
+        [
+            "",
+            "row",
+            "configuration",
+            "dmkit",
+            "baseline (same run)",
+            "dmkit ratio",
+            "document",
+            "document ratio",
+            "kernel",
+            ""
+        ],
+        "{out}"
+    );
 }

@@ -293,24 +293,6 @@ fn prerequisites(fs: &str) -> bool {
     tool_missing(prog, pkg) || tool_missing("setpriv", "util-linux") || loop_missing()
 }
 
-/// A directory `nobody` can read and write.
-fn open_dir(ws: &Workspace, name: &str) -> PathBuf {
-    let d = ws.path(name);
-    std::fs::create_dir_all(&d).unwrap();
-    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let mut p = d.clone();
-    // Every parent must be searchable by nobody.
-    while let Some(q) = p.parent() {
-        if q == Path::new("/") {
-            break;
-        }
-        let m = std::fs::metadata(q).unwrap().permissions().mode();
-        std::fs::set_permissions(q, std::fs::Permissions::from_mode(m | 0o011)).unwrap();
-        p = q.to_path_buf();
-    }
-    d
-}
-
 fn check_fs(fs: &str, compress: Option<&str>) {
     if prerequisites(fs) {
         return;
@@ -318,7 +300,7 @@ fn check_fs(fs: &str, compress: Option<&str>) {
     let ws = Workspace::new();
     let tree = ws.path("tree");
     make_tree(&tree, fs);
-    let pub_dir = open_dir(&ws, "pub");
+    let pub_dir = common::run::world_dir(&ws, "pub");
     let img = pub_dir.join(format!("{fs}.img"));
     let img_s = img.to_str().unwrap();
     let mut args = vec!["image", "build", "--fs", fs, "--timestamp", "1700000000"];
@@ -528,7 +510,7 @@ fn check_repart(fs: &str) {
         "[Partition]\nType=root-verity\nVerity=hash\nVerityMatchKey=root\n",
     )
     .unwrap();
-    let pub_dir = open_dir(&ws, "pub");
+    let pub_dir = common::run::world_dir(&ws, "pub");
     let img = pub_dir.join(format!("repart-{fs}.img"));
     ok(
         "systemd-repart",

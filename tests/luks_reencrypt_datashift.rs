@@ -11,6 +11,7 @@
 mod common;
 
 use common::env::{fuse_missing, tool_missing};
+use common::reencrypt::{must, shape};
 use common::rng::SplitMix64;
 use common::run::Workspace;
 use common::DMKIT;
@@ -41,15 +42,6 @@ struct Dev {
 
 fn missing() -> bool {
     tool_missing("cryptsetup", "cryptsetup-bin")
-}
-
-fn must(what: &str, out: Output) -> Output {
-    assert!(
-        out.status.success(),
-        "{what}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
 }
 
 impl Dev {
@@ -214,22 +206,6 @@ fn encrypt_by(reduce: &'static str, extra: &[&'static str]) -> Vec<&'static str>
     v
 }
 
-/// The metadata without what is random (salts, digests, UUID).
-fn shape(mut m: Value) -> Value {
-    for k in m["keyslots"].as_object_mut().unwrap().values_mut() {
-        if let Some(kdf) = k.get_mut("kdf").and_then(Value::as_object_mut) {
-            kdf.remove("salt");
-        }
-    }
-    for d in m["digests"].as_object_mut().unwrap().values_mut() {
-        let d = d.as_object_mut().unwrap();
-        d.remove("salt");
-        d.remove("digest");
-        d.remove("iterations");
-    }
-    m
-}
-
 #[test]
 fn init_only_writes_what_cryptsetup_writes() {
     if missing() {
@@ -289,20 +265,21 @@ fn killed_midway_is_finished_by_the_other_tool() {
     if missing() {
         return;
     }
-    let mut rng = SplitMix64(0xd5);
-    for (first, then) in [(DMKIT, "cryptsetup"), ("cryptsetup", DMKIT)] {
-        for round in 0..3 {
-            let d = Dev::new(10 + round);
-            let delay = Duration::from_millis(rng.below(120));
-            let running = d.kill(first, delay);
-            let what = format!(
-                "{first} killed after {delay:?} (running: {running}, crashed hotzone: {})",
-                d.crashed()
-            );
-            eprintln!("{what}");
-            d.finish(then);
-            d.encrypted(&what);
-        }
+    common::reencrypt::killed_both_ways(0xd5, 120, |round| Dev::new(10 + round));
+}
+
+impl common::reencrypt::Killable for Dev {
+    fn kill(&self, program: &str, delay: Duration) -> bool {
+        Dev::kill(self, program, delay)
+    }
+    fn crashed(&self) -> bool {
+        Dev::crashed(self)
+    }
+    fn finish(&self, program: &str) {
+        Dev::finish(self, program)
+    }
+    fn check(&self, what: &str) {
+        self.encrypted(what)
     }
 }
 

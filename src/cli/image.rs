@@ -141,6 +141,11 @@ pub struct OpenArgs {
     /// [default: 2].
     #[arg(long, value_parser = clap::value_parser!(u8).range(2..=24))]
     fec_roots: Option<u8>,
+    /// Without root, the writable layer: `fuse-overlayfs` (the tree at MOUNTPOINT), `userns`
+    /// (the kernel's OverlayFS in the server's user namespace: the tree at
+    /// /proc/PID/root/MOUNTPOINT), or `auto` (fuse-overlayfs when installed). Ignored as root.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "userns", "fuse-overlayfs"])]
+    overlay: String,
     /// Print what was opened as JSON.
     #[arg(long)]
     json: bool,
@@ -334,6 +339,7 @@ fn open(a: OpenArgs) -> CliResult {
         upper: a.upper,
         threads: a.threads.max(1),
         fec,
+        overlay: crate::image::rootless::Overlay::parse(&a.overlay).unwrap_or_default(),
     };
     let r = open::open(&o)?;
     for w in &r.warnings {
@@ -343,7 +349,9 @@ fn open(a: OpenArgs) -> CliResult {
         return print_json(&serde_json::json!({
             "name": r.name,
             "mountpoint": r.mountpoint,
+            "mode": r.mode,
             "loop_device": r.loop_device,
+            "server_pid": r.server_pid,
             "fs": r.fs.name(),
             "root_hash": r.root_hash,
             "root_hash_source": r.root_hash_source,
@@ -352,17 +360,35 @@ fn open(a: OpenArgs) -> CliResult {
             "fec": r.fec,
         }));
     }
-    println!(
-        "{}: {} over {} (dm-verity by dmkit, root hash {}, {})",
-        r.mountpoint.display(),
-        r.fs.name(),
-        r.loop_device.display(),
-        r.root_hash,
-        match &r.signer {
-            Some(s) => format!("signed by {}", s.subject),
-            None => "signature not checked".to_string(),
+    let signed = match &r.signer {
+        Some(s) => format!("signed by {}", s.subject),
+        None => "signature not checked".to_string(),
+    };
+    match (&r.loop_device, r.server_pid) {
+        (Some(l), _) => println!(
+            "{}: {} over {} (dm-verity by dmkit, root hash {}, {signed})",
+            r.mountpoint.display(),
+            r.fs.name(),
+            l.display(),
+            r.root_hash,
+        ),
+        (None, pid) => {
+            println!(
+                "{}: {} read by dmkit's FUSE server, {} (dm-verity by dmkit, root hash {}, {signed})",
+                r.mountpoint.display(),
+                r.fs.name(),
+                r.mode,
+                r.root_hash,
+            );
+            if let (Some(pid), true) = (pid, r.mode.contains("userns")) {
+                println!(
+                    "{}: the writable tree is in the server's namespace: {} (or nsenter -t {pid} -U -m --preserve-credentials)",
+                    r.mountpoint.display(),
+                    crate::image::rootless::userns_path(pid, &r.mountpoint).display()
+                );
+            }
         }
-    );
+    }
     Ok(())
 }
 
@@ -388,6 +414,8 @@ fn status(a: StatusArgs) -> CliResult {
             None => "-",
         };
         println!("{} is {}.", s(&d["mountpoint"]), s(&v["state"]));
+        let mode = d["mode"].as_str().unwrap_or("kernel");
+        println!("  mode:        {mode}");
         println!("  image:       {}", s(&d["image"]));
         println!(
             "  root hash:   {} ({})",
@@ -395,7 +423,19 @@ fn status(a: StatusArgs) -> CliResult {
             s(&d["root_hash_source"])
         );
         println!("  signed by:   {}", s(&d["signed_by"]));
-        println!("  overlay:     {} ({})", s(&d["mountpoint"]), m("overlay"));
+        match (mode.contains("userns"), v["pid"].as_u64()) {
+            (true, Some(pid)) => println!(
+                "  overlay:     {} in the namespace of pid {pid}, reachable at {} ({})",
+                s(&d["mountpoint"]),
+                crate::image::rootless::userns_path(
+                    pid as u32,
+                    std::path::Path::new(&s(&d["mountpoint"]))
+                )
+                .display(),
+                m("overlay")
+            ),
+            _ => println!("  overlay:     {} ({})", s(&d["mountpoint"]), m("overlay")),
+        }
         match d["tmpfs"].as_str() {
             Some(t) => println!(
                 "  upper:       {} on tmpfs {t} ({})",
@@ -410,8 +450,17 @@ fn status(a: StatusArgs) -> CliResult {
             s(&d["lower"]),
             m("lower")
         );
-        println!("  loop:        {}", s(&v["loop_device"]));
-        println!("  verity:      {} ({})", s(&v["path"]), s(&v["name"]));
+        if mode == "kernel" {
+            println!("  loop:        {}", s(&v["loop_device"]));
+            println!("  verity:      {} ({})", s(&v["path"]), s(&v["name"]));
+        } else {
+            println!(
+                "  fuse:        {} (dmkit's FUSE server over the {} reader, pid {})",
+                s(&d["lower"]),
+                s(&d["fs"]),
+                s(&v["pid"])
+            );
+        }
         println!("  corruptions: {}", s(&v["stats"]["corruptions"]));
         let f = &d["fec"];
         if f.is_object() {

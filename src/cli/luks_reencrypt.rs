@@ -6,6 +6,7 @@
 //! estimate, or `--progress-json` lines on stdout).
 
 use super::confirm::Confirm;
+use super::luks_decrypt_export::{decrypt_header, Export};
 use super::luks_slots::{PbkdfArgs, VolumeArgs};
 use super::passphrase::{is_tty, passphrase, KeyArgs, Passphrase};
 use super::{CliError, CliResult};
@@ -35,9 +36,10 @@ pub struct ReencryptArgs {
     /// New encryption sector size (default: the current one).
     #[arg(long)]
     sector_size: Option<u32>,
-    /// Hotzone protection: checksum (default), journal or none.
-    #[arg(long, default_value = "checksum")]
-    resilience: String,
+    /// Hotzone protection: checksum (default), journal or none (--decrypt of a device whose
+    /// header is at its start: checksum or journal protect the moved first segment).
+    #[arg(long)]
+    resilience: Option<String>,
     /// Hash of the checksum resilience.
     #[arg(long, default_value = "sha256")]
     resilience_hash: String,
@@ -133,7 +135,7 @@ fn catch_signals() {
 }
 
 fn resilience(a: &ReencryptArgs) -> Result<Resilience, CliError> {
-    match a.resilience.as_str() {
+    match a.resilience.as_deref().unwrap_or("checksum") {
         "checksum" => Ok(Resilience::Checksum {
             hash: a.resilience_hash.clone(),
             sector_size: 0,
@@ -361,6 +363,28 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
             return Ok(());
         }
     }
+    if let Some(header) = a.volume.header.as_deref().filter(|_| a.decrypt) {
+        let x = Export {
+            device: &a.volume.device,
+            header,
+            key: &a.key,
+            key_slot: a.key_slot,
+            batch: a.batch_mode,
+            init_only: a.init_only,
+            resume_only: a.resume_only,
+            resilience: a.resilience.as_deref(),
+            resilience_hash: &a.resilience_hash,
+            moved: a.hotzone_size,
+            hash: &a.pbkdf.hash,
+            benchmark_digest: a.pbkdf.pbkdf_force_iterations.is_none(),
+        };
+        match decrypt_header(&x) {
+            Some(Ok(Some((v, pass)))) => return run(&a, v, pass, &device),
+            Some(Ok(None)) => return Ok(()),
+            Some(Err(e)) => return Err(e),
+            None => {}
+        }
+    }
     let mut v = a.volume.load(true, Some(2))?;
     let pass = match v.reencryption()? {
         None if a.resume_only => {
@@ -420,7 +444,12 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
 }
 
 /// Run (or resume) the reencryption of `v` to its end, with progress.
-fn run(a: &ReencryptArgs, mut v: LuksVolume, pass: Passphrase, device: &str) -> CliResult {
+pub(super) fn run(
+    a: &ReencryptArgs,
+    mut v: LuksVolume,
+    pass: Passphrase,
+    device: &str,
+) -> CliResult {
     catch_signals();
     let mut shown = Shown::new(device, a.progress_json, !a.batch_mode && is_tty(2));
     let opts = RunOptions {

@@ -20,6 +20,7 @@ mod linear;
 mod luks;
 mod luks_admin;
 mod luks_compat;
+mod luks_decrypt_export;
 mod luks_online;
 mod luks_reencrypt;
 mod luks_reencrypt_online;

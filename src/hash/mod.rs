@@ -2,7 +2,13 @@
 //! interface that hashes many equal-sized blocks at once so a fast multi-buffer
 //! implementation can serve the hash-tree builders and verifiers.
 
+mod hmac512;
+mod md;
+mod sha256_lanes;
 mod sha256_mb;
+
+pub use hmac512::HmacSha512State;
+pub use sha256_lanes::HmacState as HmacSha256State;
 
 /// The largest digest any supported algorithm produces.
 pub const MAX_DIGEST_SIZE: usize = 64;
@@ -153,58 +159,54 @@ pub fn sha256_prefixed_blocks(
 
 /// HMAC-SHA-256 of every `block_size` block of `blocks`, each behind its own message prefix:
 /// tag `i` is `HMAC(key, prefixes[i*prefix_len..][..prefix_len] || block i)`, written to
-/// `out[32*i..]`. `pads` holds the key's inner then outer pad (`key ^ 0x36`, `key ^ 0x5c`, 64
-/// bytes each; see [`hmac_sha256_pads`]). Both passes run multi-buffer where
-/// [`sha256_prefixed_blocks`] does, a batch of up to 64 blocks at a time.
+/// `out[32*i..]`, for the key whose pad states `key` holds ([`HmacSha256State::new`]).
+///
+/// Every tag starts from the key's inner state (the pad blocks are never compressed again)
+/// and ends with one compression from its outer state; the blocks are hashed side by side in
+/// SIMD lanes where the CPU allows ([`sha256_lanes_backend`]). A prefix of 64 bytes or more
+/// (no caller has one) goes through `sha2` one tag at a time.
 pub fn hmac_sha256_prefixed_blocks(
-    pads: &[u8; 128],
+    key: &HmacSha256State,
     prefixes: &[u8],
     prefix_len: usize,
     blocks: &[u8],
     block_size: usize,
     out: &mut [u8],
 ) {
-    use zeroize::Zeroize;
-    const BATCH: usize = 64;
     assert!(block_size > 0 && blocks.len().is_multiple_of(block_size));
     let n = blocks.len() / block_size;
     assert_eq!(prefixes.len(), n * prefix_len);
     assert_eq!(out.len(), n * 32);
-    // Staging sized for this call (a lone 4 KiB request hashes one block): the pads are key
-    // material, so what was staged is wiped before returning.
-    let lanes = n.min(BATCH);
-    let full = 64 + prefix_len;
-    let mut staged = vec![0u8; lanes * full];
-    let mut outer = vec![0u8; lanes * 64];
-    for c in outer.chunks_exact_mut(64) {
-        c.copy_from_slice(&pads[64..]);
-    }
-    for c in staged.chunks_exact_mut(full) {
-        c[..64].copy_from_slice(&pads[..64]);
-    }
-    let mut inner = [0u8; BATCH * 32];
-    for (b, (chunk, tags)) in blocks
-        .chunks(BATCH * block_size)
-        .zip(out.chunks_mut(BATCH * 32))
-        .enumerate()
-    {
-        let k = chunk.len() / block_size;
-        for i in 0..k {
-            let p = (b * BATCH + i) * prefix_len;
-            staged[i * full + 64..(i + 1) * full].copy_from_slice(&prefixes[p..p + prefix_len]);
+    if prefix_len >= 64 {
+        for (i, (block, tag)) in blocks
+            .chunks_exact(block_size)
+            .zip(out.chunks_exact_mut(32))
+            .enumerate()
+        {
+            let p = &prefixes[i * prefix_len..(i + 1) * prefix_len];
+            tag.copy_from_slice(&key.mac(&[p, block]));
         }
-        sha256_prefixed_blocks(
-            &staged[..k * full],
-            full,
-            chunk,
-            block_size,
-            &mut inner[..k * 32],
-        );
-        sha256_prefixed_blocks(&outer[..k * 64], 64, &inner[..k * 32], 32, tags);
+        return;
     }
-    staged.zeroize();
-    outer.zeroize();
-    inner.zeroize();
+    sha256_lanes::hash(
+        &sha256_lanes::Batch {
+            start: &key.inner,
+            absorbed: 64,
+            prefixes,
+            prefix_len,
+            bodies: blocks,
+            body_len: block_size,
+            outer: Some(&key.outer),
+        },
+        out,
+    );
+}
+
+/// Name of the lane engine [`hmac_sha256_prefixed_blocks`] (and the SHA-256 tags of
+/// dm-integrity) run on this CPU: `"avx512-16"`, `"avx2-8"`, or `"sha2"` (one message at a
+/// time through the `sha2` crate's block function).
+pub fn sha256_lanes_backend() -> &'static str {
+    sha256_lanes::backend()
 }
 
 /// The inner and outer pads of an HMAC-SHA-256 key (a key longer than 64 bytes is hashed
@@ -315,7 +317,7 @@ mod tests {
     }
 
     /// Deterministic pseudo-random bytes (xorshift64).
-    fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    pub(crate) fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
         let mut x = seed | 1;
         (0..len)
             .map(|_| {

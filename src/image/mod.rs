@@ -11,7 +11,8 @@
 //! - [`mkfs`]: the three builders' reproducible command lines; [`tree`]: counting the tree;
 //!   [`ext4_times`]: fixing ext4's inode times after `mkfs.ext4 -d`;
 //! - [`build`]: `dmkit image build`; [`layout`]: finding the parts of an image (GPT or split
-//!   files) for [`inspect`] and [`open`] (the mount stack and its teardown).
+//!   files) for [`inspect`] and [`open`] (the mount stack and its teardown); [`rootless`]:
+//!   the same without root (dmkit's FUSE server over the userspace [`read`]ers).
 
 pub mod build;
 pub mod dps;
@@ -25,6 +26,7 @@ pub mod layout;
 pub mod mkfs;
 pub mod open;
 pub mod read;
+pub mod rootless;
 pub mod sigjson;
 pub mod stage;
 pub mod tree;

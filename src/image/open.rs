@@ -43,6 +43,8 @@ pub struct OpenOptions {
     pub threads: usize,
     /// Where the FEC parity comes from.
     pub fec: super::fec::FecChoice,
+    /// Without root: which writable layer (see [`super::rootless`]).
+    pub overlay: super::rootless::Overlay,
 }
 
 /// What `open` set up.
@@ -52,8 +54,12 @@ pub struct Opened {
     pub name: String,
     /// The overlay's mount point.
     pub mountpoint: PathBuf,
-    /// The loop device under the file system.
-    pub loop_device: PathBuf,
+    /// How it is mounted: `kernel`, or one of the rootless modes.
+    pub mode: String,
+    /// The loop device under the file system (the kernel mode).
+    pub loop_device: Option<PathBuf>,
+    /// The server of the rootless tree (whose namespace holds a userns-mode stack).
+    pub server_pid: Option<u32>,
     /// The root hash the tree was checked against.
     pub root_hash: String,
     /// Where it came from.
@@ -177,20 +183,34 @@ fn mount_error(fstype: &str, source: &str, target: &Path, e: std::io::Error) -> 
     ))
 }
 
-/// `image open` attaches a loop device and mounts three file systems: all need root. Say so
-/// before anything happens, and say what works without root (the verity device itself is
-/// read-only: served as a file, never writable).
-fn check_root(image: &Path) -> Result<()> {
-    // SAFETY: geteuid cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
-        return Ok(());
+/// An export's "busy" as the image's: an image is already open at `mp`.
+pub(super) fn busy_at(mp: &Path, e: ExportError) -> ImageError {
+    match e {
+        ExportError::Busy { .. } => ImageError::Busy(format!(
+            "{}: an image is already open there (dmkit image close {} first)",
+            mp.display(),
+            mp.display()
+        )),
+        e => e.into(),
     }
-    Err(ImageError::Invalid(format!(
-        "{}: image open needs root (it attaches a loop device and mounts the file system, a \
-         tmpfs and an overlay); without root, `dmkit image inspect` checks the image and \
-         `dmkit verity open` serves its root partition read-only as a file",
-        image.display()
-    )))
+}
+
+/// `--upper DIR` made absolute and checked (usable by overlayfs, outside the mount point).
+pub(super) fn upper_base(o: &OpenOptions, mp: &Path) -> Result<Option<PathBuf>> {
+    let Some(u) = &o.upper else {
+        return Ok(None);
+    };
+    let abs =
+        std::path::absolute(u).map_err(|e| ImageError::Invalid(format!("{}: {e}", u.display())))?;
+    check_overlay_path(&abs)?;
+    if abs.starts_with(mp) {
+        return Err(ImageError::Invalid(format!(
+            "--upper {}: lies inside the mount point {}",
+            u.display(),
+            mp.display()
+        )));
+    }
+    Ok(Some(abs))
 }
 
 /// What was set up so far, undone in reverse order on drop unless disarmed.
@@ -249,31 +269,12 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     let mp = resolve_mountpoint(&o.mountpoint)?;
     check_overlay_path(&mp)?;
     let name = stack_name(&mp);
-    export::ensure_not_open(&name).map_err(|e| match e {
-        ExportError::Busy { .. } => ImageError::Busy(format!(
-            "{}: an image is already open there (dmkit image close {} first)",
-            mp.display(),
-            mp.display()
-        )),
-        e => e.into(),
-    })?;
-    check_root(&o.image)?;
-    let upper_base = match &o.upper {
-        Some(u) => {
-            let abs = std::path::absolute(u)
-                .map_err(|e| ImageError::Invalid(format!("{}: {e}", u.display())))?;
-            check_overlay_path(&abs)?;
-            if abs.starts_with(&mp) {
-                return Err(ImageError::Invalid(format!(
-                    "--upper {}: lies inside the mount point {}",
-                    u.display(),
-                    mp.display()
-                )));
-            }
-            Some(abs)
-        }
-        None => None,
-    };
+    export::ensure_not_open(&name).map_err(|e| busy_at(&mp, e))?;
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        return super::rootless::open(o, &mp, &name);
+    }
+    let upper_base = upper_base(o, &mp)?;
 
     // The image: its parts, the root hash to trust, the signature, the tree.
     let image_abs = fs::canonicalize(&o.image).unwrap_or_else(|_| o.image.clone());
@@ -303,6 +304,7 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     activated.details = json!({
         "image": image_abs,
         "mountpoint": mp,
+        "mode": "kernel",
         "fs": fs_kind.name(),
         "root_hash": root_hex,
         "root_hash_source": source,
@@ -403,7 +405,9 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
     Ok(Opened {
         name,
         mountpoint: mp,
-        loop_device: loop_dev,
+        mode: "kernel".into(),
+        loop_device: Some(loop_dev),
+        server_pid: Some(opened.pid),
         root_hash: root_hex,
         root_hash_source: source,
         signer,
@@ -438,6 +442,9 @@ pub fn close(mountpoint: &Path) -> Result<()> {
     let mp = resolve_mountpoint(mountpoint)?;
     let (name, st) = stack_state(&mp)?;
     let d = &st["details"];
+    if d["mode"].as_str().is_some_and(|m| m != "kernel") {
+        return super::rootless::close(&mp, &name, d);
+    }
     let busy = |what: &Path, e: std::io::Error| {
         if e.raw_os_error() == Some(libc::EBUSY) {
             ImageError::Busy(format!(
@@ -484,7 +491,18 @@ pub fn status(mountpoint: Option<&Path>) -> Result<Vec<Value>> {
         .into_iter()
         .map(|mut v| {
             let d = &v["details"];
-            let m = |k: &str| str_field(d, k).map(|p| export::is_mounted(&p));
+            // A userns-mode stack is mounted in its server's namespace only.
+            let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+            let userns = d["mode"].as_str() == Some(super::rootless::stack::Upper::UserNs.mode());
+            let m = |k: &str| {
+                str_field(d, k).map(|p| {
+                    if userns {
+                        super::rootless::mounted_in(pid, &p)
+                    } else {
+                        export::is_mounted(&p)
+                    }
+                })
+            };
             let mounted = json!({
                 "overlay": m("mountpoint"),
                 "upper_tmpfs": m("tmpfs"),

@@ -130,9 +130,10 @@ pub fn crc32c(parts: &[&[u8]]) -> u32 {
 /// Computes tags for one volume: algorithm, key, salt, tag size and block size.
 pub struct TagHasher {
     alg: TagAlgorithm,
-    /// HMAC: the key padded to the hash block, xored with 0x36 and 0x5c.
-    ipad: Zeroizing<Vec<u8>>,
-    opad: Zeroizing<Vec<u8>>,
+    /// HMAC-SHA-256: the key's inner and outer pad states, compressed once here.
+    hmac256: Option<crate::hash::HmacSha256State>,
+    /// HMAC-SHA-512: likewise.
+    hmac512: Option<crate::hash::HmacSha512State>,
     key: Zeroizing<Vec<u8>>,
     salt: Option<[u8; SALT_SIZE]>,
     tag_size: usize,
@@ -238,25 +239,18 @@ impl TagHasher {
             }
             (false, None) => Zeroizing::new(Vec::new()),
         };
-        let (mut ipad, mut opad) = (Zeroizing::new(Vec::new()), Zeroizing::new(Vec::new()));
-        if alg == TagAlgorithm::HmacSha256 {
-            let mut k = Zeroizing::new([0u8; 64]);
-            if key.len() > 64 {
-                k[..32].copy_from_slice(&sha2::Sha256::digest(&key[..]));
-            } else {
-                k[..key.len()].copy_from_slice(&key);
-            }
-            ipad.extend(k.iter().map(|b| b ^ 0x36));
-            opad.extend(k.iter().map(|b| b ^ 0x5c));
-        }
+        let hmac256 =
+            (alg == TagAlgorithm::HmacSha256).then(|| crate::hash::HmacSha256State::new(&key));
+        let hmac512 =
+            (alg == TagAlgorithm::HmacSha512).then(|| crate::hash::HmacSha512State::new(&key));
         let crc_seed = match salt {
             Some(s) if alg == TagAlgorithm::Crc32c => crc32c(&[&s]),
             _ => 0,
         };
         Ok(TagHasher {
             alg,
-            ipad,
-            opad,
+            hmac256,
+            hmac512,
             key,
             salt,
             tag_size,
@@ -324,12 +318,14 @@ impl TagHasher {
             TagAlgorithm::HmacSha1 => {
                 self.put(&hmac::<sha1::Sha1>(64, &self.key, prefix, data), out)
             }
-            TagAlgorithm::HmacSha256 => {
-                self.put(&hmac::<sha2::Sha256>(64, &self.key, prefix, data), out)
-            }
-            TagAlgorithm::HmacSha512 => {
-                self.put(&hmac::<sha2::Sha512>(128, &self.key, prefix, data), out)
-            }
+            TagAlgorithm::HmacSha256 => match &self.hmac256 {
+                Some(k) => self.put(&k.mac(&[prefix, data]), out),
+                None => unreachable!("an HMAC-SHA-256 hasher has its key states"),
+            },
+            TagAlgorithm::HmacSha512 => match &self.hmac512 {
+                Some(k) => self.put(&k.mac(&[prefix, data]), out),
+                None => unreachable!("an HMAC-SHA-512 hasher has its key states"),
+            },
         }
     }
 
@@ -346,9 +342,8 @@ impl TagHasher {
         assert_eq!(out.len(), n * ts, "one tag per block");
         let step = (bs / 512) as u64;
         match self.alg {
-            TagAlgorithm::Sha256 | TagAlgorithm::HmacSha256 if n >= 2 => {
-                self.sha256_batches(first_sector, data, out)
-            }
+            TagAlgorithm::HmacSha256 => self.sha256_batches(first_sector, data, out),
+            TagAlgorithm::Sha256 if n >= 2 => self.sha256_batches(first_sector, data, out),
             TagAlgorithm::Crc32c if n >= 2 && crc32c_lanes_available() => {
                 self.crc32c_interleaved(first_sector, data, out)
             }
@@ -403,65 +398,32 @@ impl TagHasher {
         regs.len()
     }
 
-    /// SHA-256 and HMAC-SHA-256 through the multi-buffer kernel: the per-block prefix
-    /// (HMAC inner pad, salt, sector) is staged for a batch of blocks at a time.
+    /// SHA-256 and HMAC-SHA-256 through the multi-buffer kernels, a batch of blocks at a
+    /// time: the per-block prefix (salt, sector) is staged, HMAC tags start from the key's
+    /// pad states.
     fn sha256_batches(&self, first_sector: u64, data: &[u8], out: &mut [u8]) {
         let bs = self.block_size;
         let ts = self.tag_size;
         let step = (bs / 512) as u64;
-        let hmac = self.alg == TagAlgorithm::HmacSha256;
         let (_, plen) = self.prefix(0);
-        let full = plen + if hmac { 64 } else { 0 };
-        let mut prefixes = Zeroizing::new(vec![0u8; BATCH * full]);
+        let mut prefixes = [0u8; BATCH * (SALT_SIZE + 8)];
         let mut digests = [0u8; BATCH * 32];
-        let mut outer_prefix = Zeroizing::new(Vec::new());
-        if hmac {
-            outer_prefix.resize(BATCH * 64, 0);
-            for c in outer_prefix.chunks_exact_mut(64) {
-                c.copy_from_slice(&self.opad);
-            }
-        }
-        let mut inner = [0u8; BATCH * 32];
         for (b, (chunk, tags)) in data
             .chunks(BATCH * bs)
             .zip(out.chunks_mut(BATCH * ts))
             .enumerate()
         {
             let n = chunk.len() / bs;
-            for i in 0..n {
-                let sector = first_sector + (b * BATCH + i) as u64 * step;
-                let (p, _) = self.prefix(sector);
-                let dst = &mut prefixes[i * full..(i + 1) * full];
-                if hmac {
-                    dst[..64].copy_from_slice(&self.ipad);
-                    dst[64..].copy_from_slice(&p[..plen]);
-                } else {
-                    dst.copy_from_slice(&p[..plen]);
-                }
+            for (i, dst) in prefixes.chunks_exact_mut(plen).take(n).enumerate() {
+                let (p, _) = self.prefix(first_sector + (b * BATCH + i) as u64 * step);
+                dst.copy_from_slice(&p[..plen]);
             }
-            if hmac {
-                crate::hash::sha256_prefixed_blocks(
-                    &prefixes[..n * full],
-                    full,
-                    chunk,
-                    bs,
-                    &mut inner[..n * 32],
-                );
-                crate::hash::sha256_prefixed_blocks(
-                    &outer_prefix[..n * 64],
-                    64,
-                    &inner[..n * 32],
-                    32,
-                    &mut digests[..n * 32],
-                );
-            } else {
-                crate::hash::sha256_prefixed_blocks(
-                    &prefixes[..n * full],
-                    full,
-                    chunk,
-                    bs,
-                    &mut digests[..n * 32],
-                );
+            let (prefixes, digests) = (&prefixes[..n * plen], &mut digests[..n * 32]);
+            match &self.hmac256 {
+                Some(k) => {
+                    crate::hash::hmac_sha256_prefixed_blocks(k, prefixes, plen, chunk, bs, digests)
+                }
+                None => crate::hash::sha256_prefixed_blocks(prefixes, plen, chunk, bs, digests),
             }
             for (d, t) in digests.chunks_exact(32).zip(tags.chunks_exact_mut(ts)) {
                 self.put(d, t);

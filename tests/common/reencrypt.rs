@@ -80,3 +80,64 @@ pub fn plain_image(
     std::fs::write(&img, &plain).unwrap();
     (e, key, img, plain)
 }
+
+/// `out` of a command that must have succeeded (`what` names it in the failure).
+pub fn must(what: &str, out: std::process::Output) -> std::process::Output {
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// LUKS2 JSON metadata without what is random (salts, digests, their iterations), to compare
+/// what two tools wrote.
+pub fn shape(mut m: serde_json::Value) -> serde_json::Value {
+    use serde_json::Value;
+    for k in m["keyslots"].as_object_mut().unwrap().values_mut() {
+        if let Some(kdf) = k.get_mut("kdf").and_then(Value::as_object_mut) {
+            kdf.remove("salt");
+        }
+    }
+    for d in m["digests"].as_object_mut().unwrap().values_mut() {
+        let d = d.as_object_mut().unwrap();
+        d.remove("salt");
+        d.remove("digest");
+        d.remove("iterations");
+    }
+    m
+}
+
+/// A device a test reencrypts with either tool, killed mid-run and finished by the other.
+pub trait Killable {
+    /// Start reencrypting with `program`, SIGKILL it `delay` after the header says the
+    /// reencryption is under way; whether it was still running then.
+    fn kill(&self, program: &str, delay: Duration) -> bool;
+    /// A hotzone was left `in-reencryption`.
+    fn crashed(&self) -> bool;
+    /// Finish with `program` whatever is left.
+    fn finish(&self, program: &str);
+    /// The reencryption is complete and the data right (`what` names the case).
+    fn check(&self, what: &str);
+}
+
+/// Each tool killed three times at a random delay below `max_ms` (from `seed`) and the other
+/// finishing, a fresh device `make(round)` each time.
+pub fn killed_both_ways<D: Killable>(seed: u64, max_ms: u64, make: impl Fn(u64) -> D) {
+    let mut rng = super::rng::SplitMix64(seed);
+    for (first, then) in [(super::DMKIT, "cryptsetup"), ("cryptsetup", super::DMKIT)] {
+        for round in 0..3 {
+            let d = make(round);
+            let delay = Duration::from_millis(rng.below(max_ms));
+            let running = d.kill(first, delay);
+            let what = format!(
+                "{first} killed after {delay:?} (running: {running}, crashed hotzone: {})",
+                d.crashed()
+            );
+            eprintln!("{what}");
+            d.finish(then);
+            d.check(&what);
+        }
+    }
+}

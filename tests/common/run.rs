@@ -428,3 +428,22 @@ impl Workspace {
         self.run.output(args)
     }
 }
+
+/// `name` in `ws`, a directory anybody can read and write, its parents made searchable: for
+/// the tests that run dmkit as `nobody`.
+pub fn world_dir(ws: &Workspace, name: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let d = ws.path(name);
+    std::fs::create_dir_all(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let mut p = d.clone();
+    while let Some(q) = p.parent() {
+        if q == Path::new("/") {
+            break;
+        }
+        let m = std::fs::metadata(q).unwrap().permissions().mode();
+        std::fs::set_permissions(q, std::fs::Permissions::from_mode(m | 0o011)).unwrap();
+        p = q.to_path_buf();
+    }
+    d
+}

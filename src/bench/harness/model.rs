@@ -71,6 +71,30 @@ pub fn median(values: &[f64]) -> Option<f64> {
     Stats::of(values).map(|s| s.median)
 }
 
+/// A document's rule for dropping runs before its figure is taken (seed 000: "runs more than
+/// 100% off the mean are outliers"). Applied by the one harness to every figure of the
+/// document's rows, so each document's figures are summarised as it said it summarised its
+/// own.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct OutlierRule {
+    /// A run at least this fraction of the mean of all runs away from that mean is dropped
+    /// (1.0 = 100%: for a throughput, a run of 0 or of twice the mean or more).
+    pub max_off_mean: f64,
+}
+
+impl OutlierRule {
+    /// `runs` split into (kept, dropped), each in run order. The mean is that of every run;
+    /// when it is not positive (no run moved any data) every run is dropped.
+    pub fn split(&self, runs: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        if runs.is_empty() {
+            return (Vec::new(), Vec::new());
+        }
+        let mean = runs.iter().sum::<f64>() / runs.len() as f64;
+        runs.iter()
+            .partition(|&&x| mean > 0.0 && (x - mean).abs() < self.max_off_mean * mean)
+    }
+}
+
 /// Change of `value` against `baseline` in percent: negative = lower (slower for a
 /// throughput). `-33.0` means a third less.
 pub fn change_pct(baseline: f64, value: f64) -> f64 {
@@ -396,6 +420,22 @@ mod tests {
         assert!(Stats::of(&[1.0, f64::NAN]).is_none());
         let k = Stats::of(&[1.0, 3.0]).unwrap().scaled(2.0);
         assert_eq!((k.median, k.min, k.max), (4.0, 2.0, 6.0));
+    }
+
+    #[test]
+    fn the_seed_000_outlier_rule() {
+        let rule = OutlierRule { max_off_mean: 1.0 };
+        // Mean 25.1: 100 is 298% off, dropped; 0.5 is 98% off and stays.
+        assert_eq!(
+            rule.split(&[10.0, 100.0, 10.0, 5.0, 0.5]),
+            (vec![10.0, 10.0, 5.0, 0.5], vec![100.0])
+        );
+        // A run that moved nothing is 100% off any positive mean.
+        assert_eq!(rule.split(&[0.0, 3.0, 3.0]), (vec![3.0, 3.0], vec![0.0]));
+        // One run is its own mean.
+        assert_eq!(rule.split(&[7.0]), (vec![7.0], vec![]));
+        assert_eq!(rule.split(&[0.0]), (vec![], vec![0.0]));
+        assert_eq!(rule.split(&[]), (vec![], vec![]));
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! serpent, twofish and AES-LRW for reference.
 
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
@@ -12,6 +12,8 @@ use crate::crypt::cipher::{new_sector_cipher_with, random_key, CipherImpl, Ciphe
 
 use crate::bench::harness::process::Interrupt;
 use crate::bench::BenchError;
+
+use super::bound::{self, rate};
 
 /// The project's target: our aes-xts-plain64 (512-bit key) at least this fraction of
 /// `openssl speed -evp aes-256-xts -bytes 8192`.
@@ -32,6 +34,13 @@ pub struct CipherSpeed {
     pub encrypt_bytes_per_s: f64,
     /// Decryption, bytes per second.
     pub decrypt_bytes_per_s: f64,
+    /// Encryption on every core at once (one cipher and buffer per thread), bytes per second
+    /// in total: what a request split over the cores can reach.
+    #[serde(default)]
+    pub encrypt_all_cores_bytes_per_s: f64,
+    /// Threads of that measurement.
+    #[serde(default)]
+    pub threads: usize,
 }
 
 /// The whole comparison.
@@ -62,27 +71,6 @@ impl CipherReport {
     }
 }
 
-/// Time `f` (processing `bytes` per call) for about `dur`; bytes per second.
-fn rate(dur: Duration, bytes: usize, mut f: impl FnMut()) -> f64 {
-    // Warm up (caches, clocks).
-    let warm = Instant::now();
-    while warm.elapsed() < dur / 10 {
-        f();
-    }
-    let start = Instant::now();
-    let mut n = 0u64;
-    loop {
-        for _ in 0..64 {
-            f();
-        }
-        n += 64;
-        let e = start.elapsed();
-        if e >= dur {
-            return n as f64 * bytes as f64 / e.as_secs_f64();
-        }
-    }
-}
-
 /// Measure one implementation: `sector_size`-byte sectors, one call per sector, cycling over
 /// a 64 KiB buffer (hot in cache, like `openssl speed`'s).
 pub fn measure(
@@ -97,34 +85,35 @@ pub fn measure(
     let c = new_sector_cipher_with(&parsed, &key, imp)
         .map_err(|e| BenchError::Invalid(e.to_string()))?;
     let sectors = (65536 / sector_size).max(1);
-    let mut buf = vec![0x5au8; sectors * sector_size];
-    let mut i = 0usize;
-    let enc = rate(dur, sector_size, || {
-        let k = i % sectors;
-        c.encrypt(
-            &mut buf[k * sector_size..(k + 1) * sector_size],
-            i as u64,
-            sector_size,
-        );
-        i += 1;
-    });
-    let dec = rate(dur, sector_size, || {
-        let k = i % sectors;
-        c.decrypt(
-            &mut buf[k * sector_size..(k + 1) * sector_size],
-            i as u64,
-            sector_size,
-        );
-        i += 1;
-    });
-    std::hint::black_box(&buf);
+    // One worker: its own cipher and buffer, one sector per call, either direction.
+    let worker = |decrypt: bool| {
+        let c = new_sector_cipher_with(&parsed, &key, imp).expect("built once above");
+        let mut buf = vec![0x5au8; sectors * sector_size];
+        let mut i = 0usize;
+        move || {
+            let k = i % sectors;
+            let s = &mut buf[k * sector_size..(k + 1) * sector_size];
+            if decrypt {
+                c.decrypt(s, i as u64, sector_size)
+            } else {
+                c.encrypt(s, i as u64, sector_size)
+            }
+            i += 1;
+            std::hint::black_box(&buf);
+        }
+    };
+    // Encryption alone on one core, then on all at once.
+    let enc = bound::measure(dur, sector_size, || worker(false));
+    let dec = rate(dur, sector_size, worker(true));
     Ok(CipherSpeed {
         spec: spec.to_string(),
         key_bits: key_len * 8,
         implementation: c.implementation().to_string(),
         sector_size,
-        encrypt_bytes_per_s: enc,
+        encrypt_bytes_per_s: enc.one_core,
         decrypt_bytes_per_s: dec,
+        encrypt_all_cores_bytes_per_s: enc.all_cores,
+        threads: enc.threads,
     })
 }
 
@@ -225,27 +214,33 @@ fn mb(v: f64) -> String {
 pub fn render(r: &CipherReport) -> String {
     let mut out = String::new();
     out.push_str(&format!(
-        "Cipher throughput, one thread, one call per sector ({:.1} s each; MB = 10^6 bytes)\n\n",
+        "Cipher throughput, one thread, one call per sector ({:.1} s each; MB = 10^6 bytes);\n\
+the last column: the same encryption on every core at once, in total (measured in this run)\n\n",
         r.seconds
     ));
     out.push_str(&format!(
-        "{:<24} {:>5} {:>7} {:<12} {:>11} {:>11} {:>9}\n",
-        "cipher", "key", "sector", "impl", "encrypt", "decrypt", "vs speed"
+        "{:<24} {:>5} {:>7} {:<12} {:>11} {:>11} {:>9} {:>17}\n",
+        "cipher", "key", "sector", "impl", "encrypt", "decrypt", "vs speed", "encrypt all cores"
     ));
     for s in &r.ours {
         let ratio = r
             .openssl_speed_bytes_per_s
             .map(|o| format!("{:.2}", s.encrypt_bytes_per_s / o))
             .unwrap_or_else(|| "-".into());
+        let all = match s.threads {
+            0 => "-".to_string(),
+            t => format!("{} ({t}c)", mb(s.encrypt_all_cores_bytes_per_s)),
+        };
         out.push_str(&format!(
-            "{:<24} {:>5} {:>7} {:<12} {:>11} {:>11} {:>9}\n",
+            "{:<24} {:>5} {:>7} {:<12} {:>11} {:>11} {:>9} {:>17}\n",
             s.spec,
             s.key_bits,
             s.sector_size,
             s.implementation,
             mb(s.encrypt_bytes_per_s),
             mb(s.decrypt_bytes_per_s),
-            ratio
+            ratio,
+            all
         ));
     }
     out.push('\n');

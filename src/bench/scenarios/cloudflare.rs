@@ -139,7 +139,13 @@ pub fn run_seed(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<SeedRepo
         say(o.progress, format!("opening {} as {name}", c.name()));
         exports.push(dmkit.open(&name, &args, ws.dir(), interrupt)?);
     }
-    let job = Job::new("readwrite", "readwrite", 4096, 0);
+    // The study's job as `data/seeds.json` gives its method (fio's direct I/O, as it ran).
+    let m = crate::bench::seeds::data::setup("003");
+    let rw = m
+        .jobs
+        .first()
+        .expect("data/seeds.json gives seed 003's job (checked by its unit test)");
+    let job = Job::new(rw, rw, m.bs.unwrap_or_default(), 0);
     let fio_command = format!(
         "fio {}",
         job.args(exports[0].path(), o.size, o.runtime_ms).join(" ")
@@ -192,66 +198,6 @@ pub fn run_seed(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<SeedRepo
         crypt,
         cipher,
     })
-}
-
-fn mbs(v: f64) -> String {
-    format!("{:.0} MB/s", v / 1e6)
-}
-
-fn verdict(x: f64, target: f64) -> &'static str {
-    if x >= target {
-        "met"
-    } else {
-        "NOT MET"
-    }
-}
-
-/// The study's table, on our layers.
-pub fn render_seed(r: &SeedReport) -> String {
-    let (pr, pw, cr, cw) = r.medians();
-    let (br, bw) = r.bounds();
-    let mut t = TextTable::new(vec![
-        ("fio readwrite 4k direct".into(), Align::Left),
-        ("plain".into(), Align::Right),
-        ("crypt".into(), Align::Right),
-        ("crypt/plain".into(), Align::Right),
-        ("cipher".into(), Align::Right),
-        ("bound".into(), Align::Right),
-        ("crypt/bound".into(), Align::Right),
-        ("target".into(), Align::Right),
-    ]);
-    let row = |dir: &str, p: f64, c: f64, ci: f64, b: f64| {
-        vec![
-            dir.to_string(),
-            mbs(p),
-            mbs(c),
-            format!("{:.2}", c / p),
-            mbs(ci),
-            mbs(b),
-            format!("{:.2}", c / b),
-            format!(">= {BOUND_TARGET:.2} {}", verdict(c / b, BOUND_TARGET)),
-        ]
-    };
-    t.push(row("read", pr, cr, r.cipher.decrypt_bytes_per_s, br));
-    t.push(row("write", pw, cw, r.cipher.encrypt_bytes_per_s, bw));
-    let mut out = format!(
-        "Cloudflare's dm-crypt study on dmkit: {} random file each for plain and crypt in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
-plain = `dmkit linear open` (read-write), crypt = `dmkit plain open` aes-xts-plain64 512-bit, 4096-byte sectors\n\
-cipher = our in-process {} ({}), one call per 4 KiB sector, one thread\n\
-bound = plain x cipher / (plain + cipher)\n\n",
-        format_size(r.size),
-        r.dir.display(),
-        r.runs,
-        r.runtime_ms as f64 / 1000.0,
-        r.cipher.spec,
-        r.cipher.implementation,
-    );
-    out.push_str(&t.render());
-    out.push_str(&format!("\nfio: {}\n", r.fio_command));
-    out.push_str(
-        "the study for reference (a RAM disk, their machine): plain 1126 MB/s, dm-crypt 147 MB/s, bound 696 MB/s, fixed dm-crypt ~640 MB/s (0.92 of the bound)\n",
-    );
-    out
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -510,7 +456,19 @@ pub fn run_peer(o: &CryptBenchOptions, interrupt: &Interrupt) -> Result<PeerRepo
     })
 }
 
-/// The peer table.
+fn mbs(v: f64) -> String {
+    format!("{:.0} MB/s", v / 1e6)
+}
+
+fn verdict(x: f64, target: f64) -> &'static str {
+    if x >= target {
+        "met"
+    } else {
+        "NOT MET"
+    }
+}
+
+/// The peer table (not a document's table: qemu-storage-daemon against dmkit).
 pub fn render_peer(r: &PeerReport) -> String {
     let mut t = TextTable::new(vec![
         ("job (direct I/O, loop device)".into(), Align::Left),
@@ -564,7 +522,8 @@ same plaintext through both (first MiB): {}\n\n",
     out
 }
 
-crate::bench::harness::report::impl_report!(SeedReport => render_seed);
+// The text of `bench crypt` is seed 003's section of `bench seeds`.
+crate::bench::harness::report::impl_report!(SeedReport => crate::bench::seeds::sections::s003::render_command);
 crate::bench::harness::report::impl_report!(PeerReport => render_peer);
 
 #[cfg(test)]

@@ -17,38 +17,22 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::bench::harness::fio::fio_rw;
-use crate::bench::harness::model::median;
 use crate::bench::harness::process::say;
 use crate::bench::harness::process::{
     self as harness, run_ok, Dmkit, Export, Interrupt, Workspace,
 };
 use crate::bench::harness::rw::RwBenchOptions;
-use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::harness::table::format_size;
 use crate::bench::BenchError;
 
-/// The document's rows (Raspberry Pi 4, Linux 5.10): (case, read without, read with,
-/// randread without, randread with), bytes/s.
-pub const SEED: [(&str, f64, f64, f64, f64); 2] = [
-    (
-        "fs-verity, 1 MB file",
-        82.2 * MIB,
-        43.9 * MIB,
-        6906.0 * KIB,
-        5805.0 * KIB,
-    ),
-    (
-        "fs-verity, 10 GB file",
-        70.5 * MIB,
-        27.9 * MIB,
-        3792.0 * KIB,
-        3340.0 * KIB,
-    ),
-];
-const MIB: f64 = 1048576.0;
-const KIB: f64 = 1024.0;
-
-/// The small file, as the document's "1 MB file".
-pub const SMALL: u64 = 1 << 20;
+/// The small file: the document's "1 MB file", as `data/seeds.json` gives its size.
+pub fn small_file() -> u64 {
+    crate::bench::seeds::data::setup("002")
+        .files
+        .first()
+        .expect("data/seeds.json gives seed 002's files (checked by its unit test)")
+        .bytes
+}
 
 /// The two sides, in table order.
 pub const SIDES: [&str; 2] = ["without", "with"];
@@ -81,17 +65,18 @@ pub struct FsVerityReadReport {
     pub rows: Vec<FileRow>,
 }
 
-/// fio's arguments: 4 KiB buffered `rw` on `file` of `size` bytes, `bytes` in all, libaio at
-/// queue depth 1; whole passes (`--loops`) for a file smaller than `bytes`, else one partial
-/// pass (`--io_size`).
+/// fio's arguments: `rw` with the document's block size and I/O (4 KiB buffered) on `file` of
+/// `size` bytes, `bytes` in all, libaio at queue depth 1; whole passes (`--loops`) for a file
+/// smaller than `bytes`, else one partial pass (`--io_size`).
 pub fn fio_args(rw: &str, file: &Path, size: u64, bytes: u64) -> Vec<String> {
+    let m = crate::bench::seeds::data::setup("002");
     let filename = file.to_string_lossy().replace(':', "\\:");
     let mut v = vec![
         format!("--name={rw}"),
         format!("--filename={filename}"),
         format!("--readwrite={rw}"),
-        "--bs=4096".to_string(),
-        "--direct=0".to_string(),
+        format!("--bs={}", m.bs.unwrap_or_default()),
+        format!("--direct={}", u8::from(m.direct.unwrap_or_default())),
         "--ioengine=libaio".to_string(),
         "--iodepth=1".to_string(),
         format!("--size={size}"),
@@ -120,7 +105,7 @@ fn prepare(
     let tree = ws.path("tree");
     let io = |what: String| move |source| BenchError::Io { what, source };
     std::fs::create_dir(&tree).map_err(io(format!("creating {}", tree.display())))?;
-    for (name, size) in [("small", SMALL), ("large", o.size)] {
+    for (name, size) in [("small", small_file()), ("large", o.size)] {
         say(
             o.progress,
             format!("writing {} of random data", format_size(size)),
@@ -169,7 +154,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<FsVerityReadRepo
     // Enough bytes per run to time well, few enough to keep a quick run quick.
     let read_bytes = if o.quick { 128 << 20 } else { 2 << 30 };
     let randread_bytes = if o.quick { 16 << 20 } else { 64 << 20 };
-    let mut rows: Vec<FileRow> = [("small", SMALL), ("large", o.size)]
+    let mut rows: Vec<FileRow> = [("small", small_file()), ("large", o.size)]
         .iter()
         .map(|&(_, size)| FileRow {
             size,
@@ -225,78 +210,8 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<FsVerityReadRepo
     })
 }
 
-/// `+12%` / `-47%`: `with` against `without`.
-fn change(without: f64, with: f64) -> String {
-    if without <= 0.0 {
-        return "-".into();
-    }
-    format!("{:+.0}%", (with / without - 1.0) * 100.0)
-}
-
-/// The table, shaped as the document's, its rows below ours.
-pub fn render(r: &FsVerityReadReport) -> String {
-    let mut t = TextTable::new(vec![
-        ("case".to_string(), Align::Left),
-        ("read without".to_string(), Align::Right),
-        ("read with".to_string(), Align::Right),
-        ("change".to_string(), Align::Right),
-        ("randread without".to_string(), Align::Right),
-        ("randread with".to_string(), Align::Right),
-        ("change".to_string(), Align::Right),
-    ]);
-    let mib = |b: f64| format!("{:.1} MiB/s", b / MIB);
-    for row in &r.rows {
-        let read: Vec<f64> = row.read.iter().map(|v| median(v).unwrap_or(0.0)).collect();
-        let rand: Vec<f64> = row
-            .randread
-            .iter()
-            .map(|v| median(v).unwrap_or(0.0))
-            .collect();
-        t.push(vec![
-            format!("dmkit fs-verity, {} file", format_size(row.size)),
-            mib(read[0]),
-            mib(read[1]),
-            change(read[0], read[1]),
-            mib(rand[0]),
-            mib(rand[1]),
-            change(rand[0], rand[1]),
-        ]);
-    }
-    for (case, rw0, rw1, rr0, rr1) in SEED {
-        t.push(vec![
-            format!("seed 002: {case}"),
-            mib(rw0),
-            mib(rw1),
-            change(rw0, rw1),
-            format!("{:.0} KiB/s", rr0 / KIB),
-            format!("{:.0} KiB/s", rr1 / KIB),
-            change(rr0, rr1),
-        ]);
-    }
-    let mut out = format!(
-        "fs-verity reads through `dmkit fsverity mount` (SEEDS.md seed 002): fio 4 KiB buffered, libaio qd1, median of {} run(s), tree in {}\n\
-without = the same server with --no-verify, with = every block checked against its Merkle tree (sha256, 4 KiB); the tree's files in the host page cache, the mount's page cache dropped for every pass\n\n",
-        r.runs,
-        r.dir.display()
-    );
-    out.push_str(&t.render());
-    for row in &r.rows {
-        let read: Vec<f64> = row.read.iter().map(|v| median(v).unwrap_or(0.0)).collect();
-        if read[0] > 0.0 {
-            out.push_str(&format!(
-                "verified sequential read keeps {:.1}% of unverified on the {} file (the kernel kept 40-53%)\n",
-                read[1] / read[0] * 100.0,
-                format_size(row.size)
-            ));
-        }
-    }
-    for c in &r.commands {
-        out.push_str(&format!("{c}\n"));
-    }
-    out
-}
-
-crate::bench::harness::report::impl_report!(FsVerityReadReport => render);
+// The text of `bench fsverity` is seed 002's section of `bench seeds`.
+crate::bench::harness::report::impl_report!(FsVerityReadReport => crate::bench::seeds::sections::s002::render_command);
 
 #[cfg(test)]
 mod tests {
@@ -311,27 +226,5 @@ mod tests {
         let a = fio_args("randread", Path::new("/m/large"), 1 << 30, 64 << 20);
         assert!(a.contains(&format!("--io_size={}", 64 << 20)), "{a:?}");
         assert!(!a.iter().any(|x| x.starts_with("--loops")));
-    }
-
-    #[test]
-    fn renders_changes_and_the_seed_rows() {
-        let row = |size| FileRow {
-            size,
-            read_bytes: size,
-            randread_bytes: size,
-            read: [vec![200.0 * MIB], vec![150.0 * MIB]],
-            randread: [vec![10.0 * MIB], vec![9.0 * MIB]],
-        };
-        let r = FsVerityReadReport {
-            runs: 1,
-            dir: "/var/tmp".into(),
-            commands: vec![],
-            rows: vec![row(SMALL), row(1 << 30)],
-        };
-        let s = render(&r);
-        assert!(s.contains("-25%"), "{s}");
-        assert!(s.contains("-10%"), "{s}");
-        assert!(s.contains("-47%"), "{s}");
-        assert!(s.contains("keeps 75.0%"), "{s}");
     }
 }

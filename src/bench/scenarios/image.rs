@@ -17,10 +17,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::image_tree::{self, Tree};
-use crate::bench::harness::model::{median, Stats};
 use crate::bench::harness::process::say;
 use crate::bench::harness::process::{run_ok, Dmkit, Interrupt, Workspace};
-use crate::bench::harness::table::{Align, TextTable};
 use crate::bench::BenchError;
 use crate::image::build::human;
 use crate::image::tree::TreeStats;
@@ -35,44 +33,25 @@ pub enum Mount {
     ImageOpen,
 }
 
-/// One row of the document's table and the build that stands for it.
+/// One row of the document's table and the build that stands for it (the document's name,
+/// options and figures for it are in `data/seeds.json`).
 #[derive(Debug, Clone, Copy)]
 pub struct SeedRow {
     /// The document's row number.
     pub n: u32,
-    /// Its name.
-    pub label: &'static str,
     /// `--fs`.
     pub fs: &'static str,
     /// `--compress`.
     pub compress: &'static str,
-    /// The options the document gives.
-    pub options: &'static str,
-    /// Boot time the document measured, seconds.
-    pub boot_s: f64,
-    /// Image size as % of the ext4 image, where the document gives one.
-    pub size_pct: Option<f64>,
     /// How it is mounted.
     pub mount: Mount,
 }
 
-const fn row(
-    n: u32,
-    label: &'static str,
-    fs: &'static str,
-    compress: &'static str,
-    options: &'static str,
-    boot_s: f64,
-    size_pct: Option<f64>,
-) -> SeedRow {
+const fn row(n: u32, fs: &'static str, compress: &'static str) -> SeedRow {
     SeedRow {
         n,
-        label,
         fs,
         compress,
-        options,
-        boot_s,
-        size_pct,
         mount: if n == 1 {
             Mount::PlainRw
         } else {
@@ -81,111 +60,34 @@ const fn row(
     }
 }
 
-/// The document's table (Raspberry Pi 4, Linux 6.6; sizes against a 4,580,120 KB ext4 image).
+/// The document's rows as `dmkit image build` makes them: #1 and #2 ext4, #3 to #8 SquashFS,
+/// #9 to #14 EROFS, each with the compression of its row.
 pub const SEED_001: [SeedRow; 14] = [
-    row(1, "ext4 rw", "ext4", "none", "-", 16.553, None),
-    row(2, "ext4 ro", "ext4", "none", "-", 15.988, None),
-    row(
-        3,
-        "SquashFS uncompressed",
-        "squashfs",
-        "none",
-        "-noD -noI -noX -noF",
-        18.789,
-        None,
-    ),
-    row(
-        4,
-        "SquashFS gzip",
-        "squashfs",
-        "gzip",
-        "default",
-        19.000,
-        Some(38.45),
-    ),
-    row(
-        5,
-        "SquashFS lz4hc",
-        "squashfs",
-        "lz4hc",
-        "-comp lz4 -Xhc",
-        16.751,
-        Some(44.18),
-    ),
-    row(
-        6,
-        "SquashFS xz",
-        "squashfs",
-        "xz",
-        "-comp xz",
-        28.728,
-        Some(32.74),
-    ),
-    row(
-        7,
-        "SquashFS lzo",
-        "squashfs",
-        "lzo",
-        "-comp lzo",
-        17.563,
-        Some(41.63),
-    ),
-    row(
-        8,
-        "SquashFS zstd",
-        "squashfs",
-        "zstd",
-        "-comp zstd",
-        16.891,
-        Some(36.11),
-    ),
-    row(9, "EROFS uncompressed", "erofs", "none", "-", 15.842, None),
-    row(
-        10,
-        "EROFS lz4hc",
-        "erofs",
-        "lz4hc,12",
-        "-zlz4hc,12",
-        15.842,
-        Some(54.70),
-    ),
-    row(
-        11,
-        "EROFS lzma",
-        "erofs",
-        "lzma",
-        "-zlzma",
-        22.001,
-        Some(32.75),
-    ),
-    row(
-        12,
-        "EROFS big pcluster",
-        "erofs",
-        "big-pcluster",
-        "-zlz4hc -C65536",
-        15.779,
-        Some(48.81),
-    ),
-    row(
-        13,
-        "EROFS hints",
-        "erofs",
-        "hints",
-        "compress hints, -zlz4hc,12",
-        17.419,
-        Some(45.01),
-    ),
-    row(
-        14,
-        "EROFS well-compressed",
-        "erofs",
-        "well-compressed",
-        "-C1048576 -Eztailpacking -Eall-fragments -Ededupe -zlz4hc,12",
-        18.820,
-        Some(43.39),
-    ),
+    row(1, "ext4", "none"),
+    row(2, "ext4", "none"),
+    row(3, "squashfs", "none"),
+    row(4, "squashfs", "gzip"),
+    row(5, "squashfs", "lz4hc"),
+    row(6, "squashfs", "xz"),
+    row(7, "squashfs", "lzo"),
+    row(8, "squashfs", "zstd"),
+    row(9, "erofs", "none"),
+    row(10, "erofs", "lz4hc,12"),
+    row(11, "erofs", "lzma"),
+    row(12, "erofs", "big-pcluster"),
+    row(13, "erofs", "hints"),
+    row(14, "erofs", "well-compressed"),
 ];
+
+/// The document's name for row `n` (`data/seeds.json`; "#n" if it has none).
+pub fn label(n: u32) -> String {
+    let key = format!("#{n}");
+    crate::bench::seeds::data::Seeds::load()
+        .figures
+        .into_iter()
+        .find(|f| f.key.seed == "001" && f.key.row == key)
+        .map_or(key, |f| f.key.config)
+}
 
 /// The row whose time the others are compared with (ext4 read-only), as in the document.
 pub const BASELINE: u32 = 2;
@@ -257,12 +159,6 @@ pub struct RowResult {
     pub bytes_read: u64,
     /// Why the row could not run (the build's or open's one-line error).
     pub skipped: Option<String>,
-    /// The document's boot time, seconds.
-    pub doc_boot_s: f64,
-    /// The document's size, % of its ext4 image.
-    pub doc_size_pct: Option<f64>,
-    /// The document's options.
-    pub doc_options: String,
 }
 
 /// The whole result.
@@ -282,12 +178,6 @@ pub struct ImageBenchReport {
     pub kernel: String,
     /// One per row, in the document's order.
     pub rows: Vec<RowResult>,
-}
-
-impl ImageBenchReport {
-    fn row(&self, n: u32) -> Option<&RowResult> {
-        self.rows.iter().find(|r| r.n == n)
-    }
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> BenchError {
@@ -547,7 +437,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
     for r in &rows {
         let mut res = RowResult {
             n: r.n,
-            label: r.label.into(),
+            label: label(r.n),
             fs: r.fs.into(),
             compress: r.compress.into(),
             mount: r.mount,
@@ -561,9 +451,6 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
             files_read: 0,
             bytes_read: 0,
             skipped: None,
-            doc_boot_s: r.boot_s,
-            doc_size_pct: r.size_pct,
-            doc_options: r.options.into(),
         };
         let t = Instant::now();
         match build_row(&dmkit, r, &tree.path, &ws, interrupt) {
@@ -588,7 +475,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
                     format!(
                         "built #{} {}: {} in {:.1} s",
                         r.n,
-                        r.label,
+                        res.label,
                         human(res.fs_size.unwrap_or(0)),
                         t.elapsed().as_secs_f64()
                     ),
@@ -606,7 +493,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
                     .to_string();
                 say(
                     o.progress,
-                    format!("#{} {}: not built: {why}", r.n, r.label),
+                    format!("#{} {}: not built: {why}", r.n, res.label),
                 );
                 res.skipped = Some(why);
                 built.push(None);
@@ -637,7 +524,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
                             run + 1,
                             o.runs,
                             r.n,
-                            r.label,
+                            res.label,
                             open_s,
                             files,
                             human(bytes),
@@ -671,127 +558,8 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
     })
 }
 
-/// The mkfs options a row stands for (as `image build` passes them).
-fn options(row: &RowResult) -> String {
-    use crate::image::mkfs::{Compression, FsKind};
-    let args = FsKind::parse(&row.fs)
-        .and_then(|fs| Compression::parse(fs, Some(&row.compress)))
-        .map(|c| c.args.join(" "))
-        .unwrap_or_default();
-    if args.is_empty() {
-        "-".into()
-    } else {
-        args
-    }
-}
-
-fn pct(v: f64) -> String {
-    format!("{v:.2}%")
-}
-
-/// The table: per row, our size and times beside the document's.
-pub fn render(r: &ImageBenchReport) -> String {
-    let ext4 = r.row(BASELINE).and_then(|b| b.fs_used.or(b.fs_size));
-    let base_read = r.row(BASELINE).and_then(|b| median(&b.read_s));
-    let doc_base = SEED_001
-        .iter()
-        .find(|s| s.n == BASELINE)
-        .map_or(1.0, |s| s.boot_s);
-    let mut t = TextTable::new(
-        [
-            ("#", Align::Right),
-            ("image", Align::Left),
-            ("options", Align::Left),
-            ("size", Align::Right),
-            ("% of ext4", Align::Right),
-            ("doc %", Align::Right),
-            ("open s", Align::Right),
-            ("read s (min..max)", Align::Right),
-            ("vs #2", Align::Right),
-            ("doc boot s", Align::Right),
-            ("doc vs #2", Align::Right),
-        ]
-        .into_iter()
-        .map(|(h, a)| (h.to_string(), a))
-        .collect(),
-    );
-    for row in &r.rows {
-        let doc_size = row.doc_size_pct.map_or("-".into(), pct);
-        let doc = [
-            format!("{:.3}", row.doc_boot_s),
-            format!("{:.0}%", row.doc_boot_s / doc_base * 100.0),
-        ];
-        let mut cells = vec![row.n.to_string(), row.label.clone(), options(row)];
-        if row.skipped.is_some() {
-            cells.extend([
-                "n/a".into(),
-                "-".into(),
-                doc_size,
-                "-".into(),
-                "-".into(),
-                "-".into(),
-            ]);
-            cells.extend(doc);
-            t.push(cells);
-            continue;
-        }
-        let size = row.fs_used.or(row.fs_size).unwrap_or(0);
-        let share = ext4
-            .filter(|e| *e > 0)
-            .map_or("-".into(), |e| pct(size as f64 / e as f64 * 100.0));
-        let read = median(&row.read_s);
-        cells.extend([
-            human(size),
-            share,
-            doc_size,
-            median(&row.open_s).map_or("-".into(), |v| format!("{v:.2}")),
-            Stats::of(&row.read_s).map_or("-".into(), |st| {
-                if st.n > 1 {
-                    format!("{:.2} ({:.2}..{:.2})", st.median, st.min, st.max)
-                } else {
-                    format!("{:.2}", st.median)
-                }
-            }),
-            match (read, base_read) {
-                (Some(v), Some(b)) if b > 0.0 => format!("{:.0}%", v / b * 100.0),
-                _ => "-".into(),
-            },
-        ]);
-        cells.extend(doc);
-        t.push(cells);
-    }
-    let s = &r.tree_stats;
-    let ext4_file = r
-        .row(BASELINE)
-        .and_then(|b| b.fs_size)
-        .map_or("-".into(), human);
-    let mut out = format!(
-        "Read-only root images (SEEDS.md seed 001) on dmkit, kernel {}: median of {} cold-cache run(s), alternated, images in {}\n\
-tree: {}: {} files, {} dirs, {} ({})\n\
-#1 = ext4 read-write through a plain loop device; #2 to #14 = `dmkit image open` (dm-verity by dmkit, \
-the file system read-only, OverlayFS with a tmpfs upper)\n\
-size = the file system (ext4: its blocks in use; the file is {ext4_file} with mkfs's margin); % of ext4 = size / #2's size\n\
-open s = mounting, caches dropped first; read s = reading every file, link and inode; vs #2 = read s / #2's read s in this run\n\
-doc = the document's figures (Raspberry Pi 4, Linux 6.6: boot time; size against its 4,580,120 KB ext4 image)\n\n",
-        r.kernel,
-        r.runs,
-        r.dir.display(),
-        r.tree.display(),
-        s.files,
-        s.dirs,
-        human(s.bytes),
-        r.tree_source,
-    );
-    out.push_str(&t.render());
-    for row in &r.rows {
-        if let Some(why) = &row.skipped {
-            out.push_str(&format!("#{} {}: not measured: {why}\n", row.n, row.label));
-        }
-    }
-    out
-}
-
-crate::bench::harness::report::impl_report!(ImageBenchReport => render);
+// The text of `bench image` is seed 001's section of `bench seeds`.
+crate::bench::harness::report::impl_report!(ImageBenchReport => crate::bench::seeds::sections::s001::render_command);
 
 #[cfg(test)]
 mod tests {
@@ -808,58 +576,6 @@ mod tests {
         }
         assert_eq!(SEED_001[0].mount, Mount::PlainRw);
         assert!(SEED_001[1..].iter().all(|r| r.mount == Mount::ImageOpen));
-    }
-
-    fn result(n: u32, fs_size: u64, read: f64) -> RowResult {
-        let s = SEED_001[n as usize - 1];
-        RowResult {
-            n,
-            label: s.label.into(),
-            fs: s.fs.into(),
-            compress: s.compress.into(),
-            mount: s.mount,
-            mkfs: vec![],
-            fs_size: Some(fs_size),
-            image_size: Some(fs_size + 4096),
-            fs_used: None,
-            build_s: Some(1.0),
-            open_s: vec![0.5],
-            read_s: vec![read],
-            files_read: 10,
-            bytes_read: 100,
-            skipped: None,
-            doc_boot_s: s.boot_s,
-            doc_size_pct: s.size_pct,
-            doc_options: s.options.into(),
-        }
-    }
-
-    #[test]
-    fn renders_shares_and_ratios_against_row_2() {
-        let mut skipped = result(11, 0, 0.0);
-        skipped.skipped = Some("this mkfs.erofs has no lzma compressor".into());
-        let r = ImageBenchReport {
-            tree: "/t".into(),
-            tree_source: "test".into(),
-            tree_stats: TreeStats::default(),
-            runs: 1,
-            dir: "/var/tmp".into(),
-            kernel: "6.x".into(),
-            rows: vec![
-                result(2, 1000 << 20, 2.0),
-                result(6, 330 << 20, 3.0),
-                skipped,
-            ],
-        };
-        let s = render(&r);
-        assert!(s.contains("33.00%"), "{s}");
-        assert!(s.contains("150%"), "{s}");
-        // The document's xz boot against its ext4 ro: 28.728 / 15.988.
-        assert!(s.contains("180%"), "{s}");
-        assert!(
-            s.contains("#11 EROFS lzma: not measured: this mkfs.erofs has no lzma"),
-            "{s}"
-        );
     }
 
     #[test]

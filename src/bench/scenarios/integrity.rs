@@ -25,8 +25,10 @@ use crate::bench::harness::process::{
     self as harness, run_ok, Dmkit, Export, Interrupt, Workspace,
 };
 use crate::bench::harness::rw::RwBenchOptions;
-use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::harness::table::format_size;
 use crate::bench::BenchError;
+
+use super::bound::{self, Bound};
 
 /// The issue's acceptance: a mode's sequential-write bandwidth over plain's.
 pub fn write_target(mode: Mode) -> f64 {
@@ -45,15 +47,6 @@ pub const READ_TARGET: f64 = 0.85;
 pub const CRYPT_WRITE_TARGET: f64 = 0.45;
 /// See [`CRYPT_WRITE_TARGET`].
 pub const CRYPT_READ_TARGET: f64 = 0.60;
-
-/// The document's crypt+integrity figures over its plain ones (write, randwrite, read,
-/// randread): 5.9/15.7, 4.7/14.5, 18.4/88.2, 5.0/7.2 MB/s.
-pub const DOCUMENT_CRYPT_RATIOS: [(&str, f64); 4] = [
-    ("write", 5.9 / 15.7),
-    ("randwrite", 4.7 / 14.5),
-    ("read", 18.4 / 88.2),
-    ("randread", 5.0 / 7.2),
-];
 
 /// A dm-integrity crash-consistency mode (the kernel's mode letter).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -105,20 +98,33 @@ pub struct Job {
 }
 
 impl Job {
-    /// The table's rows: the document's write, randwrite, read, randread at 4 KiB, buffered
-    /// then direct; then sequential write and read at 1 MiB direct, where the layer's own
-    /// throughput shows rather than the round trip per request.
+    /// The document's jobs (write, randwrite, read, randread at 4 KiB, buffered), as
+    /// `data/seeds.json` gives its method.
+    pub fn document() -> Vec<Job> {
+        let m = crate::bench::seeds::data::setup("000");
+        m.jobs
+            .iter()
+            .map(|rw| Job {
+                rw: rw.clone(),
+                direct: m.direct.unwrap_or_default(),
+                bs: m.bs.unwrap_or_default(),
+            })
+            .collect()
+    }
+
+    /// The table's rows: the document's jobs, then the same with O_DIRECT; then sequential
+    /// write and read at 1 MiB direct, where the layer's own throughput shows rather than the
+    /// round trip per request.
     pub fn all() -> Vec<Job> {
-        let mut v = Vec::new();
-        for direct in [false, true] {
-            for rw in ["write", "randwrite", "read", "randread"] {
-                v.push(Job {
-                    rw: rw.into(),
-                    direct,
-                    bs: 4096,
-                });
-            }
-        }
+        let mut v = Job::document();
+        let direct: Vec<Job> = v
+            .iter()
+            .map(|j| Job {
+                direct: true,
+                ..j.clone()
+            })
+            .collect();
+        v.extend(direct);
         for rw in ["write", "read"] {
             v.push(Job {
                 rw: rw.into(),
@@ -216,6 +222,96 @@ pub struct IntegrityReport {
     pub fio_command: String,
     /// One row per job.
     pub rows: Vec<Row>,
+    /// Each side's primitive alone, measured after the runs (`bench integrity`; empty when
+    /// the rows were run for another table).
+    #[serde(default)]
+    pub bounds: Vec<PrimitiveBound>,
+}
+
+/// The arithmetic of a side alone on in-memory buffers of one request: the integrity sides'
+/// tags (crc32c, 4 bytes, 512-byte sectors), crypt+integrity's seal (writes: XTS then
+/// HMAC-SHA-256 of every sector) or open (reads: a copy of the sealed request, HMAC, XTS).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PrimitiveBound {
+    /// The crypt+integrity side (else the integrity sides).
+    pub crypt: bool,
+    /// Request size, bytes.
+    pub bs: u64,
+    /// Sealing (else opening; the same for the integrity sides' tags).
+    pub writes: bool,
+    /// One core and all.
+    pub bound: Bound,
+}
+
+impl IntegrityReport {
+    /// The bound of a cell, if measured.
+    pub fn bound(&self, crypt: bool, job: &Job) -> Option<&Bound> {
+        self.bounds
+            .iter()
+            .find(|b| b.crypt == crypt && b.bs == job.bs && b.writes == job.writes())
+            .map(|b| &b.bound)
+    }
+}
+
+/// Measure [`PrimitiveBound`]s for the request sizes of `jobs`, `dur` per measurement.
+pub fn measure_bounds(jobs: &[Job], dur: std::time::Duration) -> Vec<PrimitiveBound> {
+    use crate::crypt::cipher::{AeadKind, SectorAead};
+    use crate::integrity::tags::{TagAlgorithm, TagHasher};
+    let mut sizes: Vec<u64> = jobs.iter().map(|j| j.bs).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    let mut v = Vec::new();
+    for bs in sizes {
+        let len = bs as usize;
+        let n = len / 512;
+        let tags = bound::measure(dur, len, || {
+            let h = TagHasher::new(TagAlgorithm::Crc32c, None, None, 4, 512)
+                .expect("crc32c over 512-byte sectors");
+            let (buf, mut out) = (vec![0x5au8; len], vec![0u8; n * 4]);
+            move || h.tag_blocks(8, &buf, &mut out)
+        });
+        for writes in [true, false] {
+            v.push(PrimitiveBound {
+                crypt: false,
+                bs,
+                writes,
+                bound: tags,
+            });
+        }
+        let aead = || {
+            let kind = AeadKind::AuthencXts {
+                sha512: false,
+                random_iv: false,
+            };
+            SectorAead::new(kind, &[0x42u8; 96], 512).expect("authenc over 512-byte sectors")
+        };
+        let seal = bound::measure(dur, len, || {
+            let a = aead();
+            let (mut buf, mut meta) = (vec![0x5au8; len], vec![0u8; n * 32]);
+            move || {
+                let _ = a.seal_sectors(8, &mut buf, &mut meta, 32);
+            }
+        });
+        let open = bound::measure(dur, len, || {
+            let a = aead();
+            let (mut sealed, mut meta) = (vec![0x5au8; len], vec![0u8; n * 32]);
+            let _ = a.seal_sectors(8, &mut sealed, &mut meta, 32);
+            let mut buf = sealed.clone();
+            move || {
+                buf.copy_from_slice(&sealed);
+                let _ = a.open_sectors(8, &mut buf, &meta, 32);
+            }
+        });
+        for (writes, bound) in [(true, seal), (false, open)] {
+            v.push(PrimitiveBound {
+                crypt: true,
+                bs,
+                writes,
+                bound,
+            });
+        }
+    }
+    v
 }
 
 fn fio(
@@ -358,7 +454,12 @@ pub fn run(
     o: &IntegrityBenchOptions,
     interrupt: &Interrupt,
 ) -> Result<IntegrityReport, BenchError> {
-    run_jobs(o, Job::all(), interrupt)
+    let mut r = run_jobs(o, Job::all(), interrupt)?;
+    interrupt.check()?;
+    say(o.progress, "measuring the primitives alone".to_string());
+    let jobs: Vec<Job> = r.rows.iter().map(|row| row.job.clone()).collect();
+    r.bounds = measure_bounds(&jobs, std::time::Duration::from_millis(500));
+    Ok(r)
 }
 
 /// Run the table's rows for `jobs` only (`bench seeds` runs the document's four).
@@ -472,6 +573,7 @@ pub fn run_jobs(
         commands,
         fio_command,
         rows,
+        bounds: Vec::new(),
     })
 }
 
@@ -481,10 +583,6 @@ fn side_name(modes: &[Mode], side: usize) -> String {
         s if s <= modes.len() => format!("integrity {}", modes[s - 1].letter()),
         _ => "crypt+integrity".into(),
     }
-}
-
-fn mbs(v: f64) -> String {
-    format!("{:.1} MB/s", v / 1e6)
 }
 
 /// The target a cell is judged by, if any: sequential writes per mode, every read.
@@ -508,119 +606,9 @@ pub fn crypt_target(job: &Job) -> Option<f64> {
     }
 }
 
-/// A side's two cells (bandwidth, overhead against `plain`), the overhead marked and a
-/// verdict noted for `what` when it misses `target`.
-fn cell(
-    what: &str,
-    v: f64,
-    plain: f64,
-    target: Option<f64>,
-    verdicts: &mut Vec<String>,
-) -> [String; 2] {
-    let ratio = if plain > 0.0 { v / plain } else { 0.0 };
-    let mark = match target {
-        Some(t) if ratio < t => {
-            verdicts.push(format!(
-                "{what}: {ratio:.2} of plain, target {t:.2}: NOT MET"
-            ));
-            " !"
-        }
-        _ => "",
-    };
-    [mbs(v), format!("{:+.1}%{mark}", (ratio - 1.0) * 100.0)]
-}
-
-/// The document's table, on our layers, one overhead column per mode, then crypt+integrity.
-pub fn render(r: &IntegrityReport) -> String {
-    let mut header = vec![
-        ("fio".to_string(), Align::Left),
-        ("plain".to_string(), Align::Right),
-    ];
-    for m in &r.modes {
-        header.push((format!("integrity {}", m.letter()), Align::Right));
-        header.push(("overhead".to_string(), Align::Right));
-    }
-    if r.crypt_integrity {
-        header.push(("crypt+integrity".to_string(), Align::Right));
-        header.push(("overhead".to_string(), Align::Right));
-    }
-    let mut t = TextTable::new(header);
-    let mut verdicts = Vec::new();
-    for row in &r.rows {
-        let plain = row.median(0);
-        let mut cells = vec![row.job.label(), mbs(plain)];
-        for (i, &m) in r.modes.iter().enumerate() {
-            let side = format!("{} {}", m.letter(), row.job.label());
-            let (v, t) = (row.median(i + 1), target(&row.job, m));
-            cells.extend(cell(&side, v, plain, t, &mut verdicts));
-        }
-        if r.crypt_integrity {
-            let side = format!("crypt+integrity {}", row.job.label());
-            let (v, t) = (row.median(r.modes.len() + 1), crypt_target(&row.job));
-            cells.extend(cell(&side, v, plain, t, &mut verdicts));
-        }
-        t.push(cells);
-    }
-    let mut out = format!(
-        "dm-integrity overhead on dmkit: {} per side in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
-plain = `dmkit linear open`; integrity = crc32c, 4-byte tags, 512-byte sectors, modes J (journal), B (bitmap), D (direct){}\n\
-fio libaio, queue depth 1, 4 KiB unless named; buffered writes end with an fsync{}\n\n",
-        format_size(r.size),
-        r.dir.display(),
-        r.runs,
-        r.runtime_ms as f64 / 1000.0,
-        if r.crypt_integrity {
-            "\ncrypt+integrity = LUKS2 aes-xts-plain64 + hmac-sha256, 512-byte sectors, journal (`dmkit luks format --integrity hmac-sha256`)"
-        } else {
-            ""
-        },
-        if r.page_cache_dropped {
-            "\non a disk: every backing file is dropped from the page cache before each run"
-        } else {
-            ""
-        },
-    );
-    out.push_str(&t.render());
-    out.push_str(&format!(
-        "\ntargets (RAM-backed): sequential write J >= {:.2}, B >= {:.2}, D >= {:.2} of plain; reads >= {READ_TARGET:.2}{}: ",
-        write_target(Mode::Journal),
-        write_target(Mode::Bitmap),
-        write_target(Mode::Direct),
-        if r.crypt_integrity {
-            format!("; crypt+integrity 4 KiB write >= {CRYPT_WRITE_TARGET:.2}, read >= {CRYPT_READ_TARGET:.2}")
-        } else {
-            String::new()
-        }
-    ));
-    if verdicts.is_empty() {
-        out.push_str("all met\n");
-    } else {
-        out.push_str(&format!("{} NOT MET (marked !)\n", verdicts.len()));
-        for v in verdicts {
-            out.push_str(&format!("  {v}\n"));
-        }
-    }
-    out.push_str(
-        "the document for reference (Raspberry Pi 4, USB stick, kernel J mode): write -43.3%, randwrite -52.5%, read -12.2%, randread -17.7%\n",
-    );
-    if r.crypt_integrity {
-        let doc: Vec<String> = DOCUMENT_CRYPT_RATIOS
-            .iter()
-            .map(|(rw, q)| format!("{rw} {:+.1}%", (q - 1.0) * 100.0))
-            .collect();
-        out.push_str(&format!(
-            "the document's crypt+integrity (aes-xts-plain64 + hmac-sha256): {}\n",
-            doc.join(", ")
-        ));
-    }
-    for c in &r.commands {
-        out.push_str(&format!("{c}\n"));
-    }
-    out.push_str(&format!("{}\n", r.fio_command));
-    out
-}
-
-crate::bench::harness::report::impl_report!(IntegrityReport => render);
+// The text of `bench integrity` is its section of `bench seeds`: the same rows, the same
+// renderer, its targets under them.
+crate::bench::harness::report::impl_report!(IntegrityReport => crate::bench::seeds::sections::s000::render_command);
 
 #[cfg(test)]
 mod tests {
@@ -663,42 +651,5 @@ mod tests {
         assert_eq!(target(&w, Mode::Direct), Some(0.90));
         assert_eq!(target(&rw, Mode::Direct), None);
         assert_eq!(target(&r, Mode::Journal), Some(READ_TARGET));
-    }
-
-    #[test]
-    fn renders_marks_missed_targets() {
-        let r = IntegrityReport {
-            size: 1 << 20,
-            runs: 1,
-            runtime_ms: 1000,
-            dir: "/dev/shm".into(),
-            page_cache_dropped: false,
-            modes: vec![Mode::Journal],
-            crypt_integrity: true,
-            commands: vec![],
-            fio_command: "fio".into(),
-            rows: vec![Row {
-                job: Job {
-                    rw: "write".into(),
-                    direct: false,
-                    bs: 4096,
-                },
-                runs: vec![vec![100e6], vec![50e6], vec![40e6]],
-            }],
-        };
-        let s = render(&r);
-        assert!(s.contains("-50.0% !"), "{s}");
-        assert!(
-            s.contains("crypt+integrity write: 0.40 of plain, target 0.45: NOT MET"),
-            "{s}"
-        );
-        assert!(
-            s.contains("write -62.4%, randwrite -67.6%, read -79.1%"),
-            "{s}"
-        );
-        assert!(
-            s.contains("J write: 0.50 of plain, target 0.60: NOT MET"),
-            "{s}"
-        );
     }
 }

@@ -17,6 +17,7 @@
 //! - [`image`] (`dmkit bench image`, seed 001) with its default tree from [`image_tree`];
 //! - [`reencrypt`]: `cryptsetup reencrypt` against `dmkit luks reencrypt` offline.
 
+pub mod bound;
 pub mod cipher;
 pub mod cloudflare;
 pub mod config;

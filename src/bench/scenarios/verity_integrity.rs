@@ -6,10 +6,11 @@
 //! Reported per side and read job: throughput (median of the runs), and the CPU time the
 //! serving process spent per GB read (its user + system time from `/proc/PID/stat`, which
 //! includes the kernel's work on its threads, over the bytes fio read); then integrity over
-//! verity for both, beside the paper's 94.0% / 86.5% throughput and 75.4% / 68.9% CPU use.
-//! The paper's CPU figure is the share of CPU during the run; ours is CPU per GB, which is
-//! that share divided by the throughput: the paper's "normalised to equal throughput" ratio
-//! (80.2% and 79.7%) is the one ours compares with directly, and is printed too.
+//! verity for both, beside the paper's ratios (`data/seeds.json`). The paper's CPU figure is
+//! the share of CPU during the run; ours is CPU per GB, which is that share divided by the
+//! throughput: the paper's "normalised to equal throughput" ratio is the one ours compares
+//! with directly. The text is seed 004's section of `bench seeds`
+//! ([`s004::render_command`](crate::bench::seeds::sections::s004::render_command)).
 
 use std::path::PathBuf;
 
@@ -18,21 +19,13 @@ use serde::{Deserialize, Serialize};
 use super::integrity::Job;
 use super::verity::{self as vb, VerityParams};
 use crate::bench::harness::fio::fio_rw;
-use crate::bench::harness::model::median;
 use crate::bench::harness::process::say;
 use crate::bench::harness::process::{
     self as harness, run_ok, Dmkit, Export, Interrupt, Workspace,
 };
 use crate::bench::harness::rw::RwBenchOptions;
-use crate::bench::harness::table::{format_size, Align, TextTable};
+use crate::bench::harness::table::format_size;
 use crate::bench::BenchError;
-
-/// The paper's integrity / verity ratios: (side, throughput, CPU use, CPU normalised to
-/// equal throughput).
-pub const PAPER: [(&str, f64, f64, f64); 2] = [
-    ("integrity sha256", 0.940, 0.754, 0.802),
-    ("integrity hmac-sha256", 0.865, 0.689, 0.797),
-];
 
 /// The sides, in table order.
 pub const SIDES: [&str; 3] = ["verity sha256", "integrity sha256", "integrity hmac-sha256"];
@@ -226,65 +219,7 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<VerityIntegrityR
     })
 }
 
-/// The table: per job, each side's throughput and CPU per GB, then integrity over verity.
-pub fn render(r: &VerityIntegrityReport) -> String {
-    let mut header = vec![("fio".to_string(), Align::Left)];
-    for s in SIDES {
-        header.push((format!("{s} MB/s"), Align::Right));
-        header.push(("CPU s/GB".to_string(), Align::Right));
-    }
-    for (s, _, _, _) in PAPER {
-        header.push((format!("{s} / verity: MB/s, CPU/GB"), Align::Right));
-    }
-    let mut t = TextTable::new(header);
-    for row in &r.rows {
-        let bw: Vec<f64> = row
-            .sides
-            .iter()
-            .map(|s| median(&s.bw).unwrap_or(0.0))
-            .collect();
-        let cpu: Vec<f64> = row
-            .sides
-            .iter()
-            .map(|s| median(&s.cpu_s_per_gb).unwrap_or(0.0))
-            .collect();
-        let mut cells = vec![row.job.label()];
-        for k in 0..SIDES.len() {
-            cells.push(format!("{:.1}", bw[k] / 1e6));
-            cells.push(format!("{:.2}", cpu[k]));
-        }
-        for k in 1..SIDES.len() {
-            let q = |v: &[f64]| if v[0] > 0.0 { v[k] / v[0] * 100.0 } else { 0.0 };
-            cells.push(format!("{:.1}%, {:.1}%", q(&bw), q(&cpu)));
-        }
-        t.push(cells);
-    }
-    let mut out = format!(
-        "dm-verity vs dm-integrity read paths on dmkit (SEEDS.md seed 004): {} of random data per side in {}, median of {} run(s) of {:.1} s, MB = 10^6 bytes\n\
-verity = sha256, 4 KiB blocks, every read verified (--data-cache 0); integrity = journal mode, 512-byte sectors, sha256 or hmac-sha256 (32-byte key); fio libaio, queue depth 1\n\
-CPU s/GB = user + system CPU seconds of the serving process per 10^9 bytes read\n\n",
-        format_size(r.size),
-        r.dir.display(),
-        r.runs,
-        r.runtime_ms as f64 / 1000.0
-    );
-    out.push_str(&t.render());
-    out.push_str("\nthe paper (Raspberry Pi 3, iozone, kernel 4.14), integrity over verity:\n");
-    for (s, tp, cpu, norm) in PAPER {
-        out.push_str(&format!(
-            "  {s}: throughput {:.1}%, CPU use {:.1}%, CPU at equal throughput {:.1}% (compare with our CPU/GB ratio)\n",
-            tp * 100.0,
-            cpu * 100.0,
-            norm * 100.0
-        ));
-    }
-    for c in &r.commands {
-        out.push_str(&format!("{c}\n"));
-    }
-    out
-}
-
-crate::bench::harness::report::impl_report!(VerityIntegrityReport => render);
+crate::bench::harness::report::impl_report!(VerityIntegrityReport => crate::bench::seeds::sections::s004::render_command);
 
 #[cfg(test)]
 mod tests {
@@ -305,29 +240,6 @@ mod tests {
         let a = jobs[0].args(std::path::Path::new("/x"), 1 << 20, 1000);
         assert!(a.contains(&"--invalidate=1".to_string()));
         assert!(a.contains(&"--direct=0".to_string()));
-    }
-
-    #[test]
-    fn renders_ratios_against_verity_and_the_paper() {
-        let side = |bw: f64, cpu: f64| SideRuns {
-            bw: vec![bw],
-            cpu_s_per_gb: vec![cpu],
-        };
-        let r = VerityIntegrityReport {
-            size: 1 << 20,
-            runs: 1,
-            runtime_ms: 1000,
-            dir: "/dev/shm".into(),
-            commands: vec![],
-            rows: vec![Row {
-                job: read_jobs()[0].clone(),
-                sides: vec![side(200e6, 1.0), side(100e6, 0.5), side(50e6, 2.0)],
-            }],
-        };
-        let s = render(&r);
-        assert!(s.contains("50.0%, 50.0%"), "{s}");
-        assert!(s.contains("25.0%, 200.0%"), "{s}");
-        assert!(s.contains("throughput 94.0%, CPU use 75.4%"), "{s}");
     }
 
     #[test]

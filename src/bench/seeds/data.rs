@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::bench::harness::model::OutlierRule;
+
 /// The data file's text.
 pub const SEEDS_JSON: &str = include_str!("../../../data/seeds.json");
 
@@ -27,6 +29,51 @@ pub struct Document {
     pub machine: String,
     /// How it measured.
     pub method: String,
+    /// The settings of its method that dmkit's scenarios take as they are (the one copy).
+    #[serde(default, skip_serializing_if = "Setup::is_empty")]
+    pub setup: Setup,
+}
+
+/// What a document's method fixes and dmkit's scenario repeats: its fio jobs, block size,
+/// buffered or direct I/O, runs, outlier rule and files.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Setup {
+    /// fio `--readwrite` of each job, in the document's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jobs: Vec<String>,
+    /// Block size, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bs: Option<u64>,
+    /// O_DIRECT (else buffered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direct: Option<bool>,
+    /// Runs per case.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs: Option<u32>,
+    /// Which runs it dropped before taking a figure.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outliers: Option<OutlierRule>,
+    /// The outlier rule in the document's words (and what of it is not a number).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub outliers_text: String,
+    /// The files it read: the configuration named after each and its size (seed 002).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<DocFile>,
+}
+
+impl Setup {
+    fn is_empty(&self) -> bool {
+        *self == Setup::default()
+    }
+}
+
+/// A file a document read.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocFile {
+    /// The configuration named after it ("fs-verity, 1 MB file").
+    pub config: String,
+    /// Its size, bytes (the document's "1 MB" read as 1 MiB).
+    pub bytes: u64,
 }
 
 /// Which row of which table a figure belongs to: the key of a published figure and of a row
@@ -109,6 +156,19 @@ impl Seeds {
     pub fn document(&self, seed: &str) -> Option<&Document> {
         self.documents.iter().find(|d| d.seed == seed)
     }
+
+    /// The method settings of document `seed` (empty for an unknown one).
+    pub fn setup(&self, seed: &str) -> Setup {
+        self.document(seed)
+            .map(|d| d.setup.clone())
+            .unwrap_or_default()
+    }
+}
+
+/// The method settings of document `seed` from the compiled-in data (scenarios read their
+/// document's jobs, block size and files here).
+pub fn setup(seed: &str) -> Setup {
+    Seeds::load().setup(seed)
 }
 
 #[cfg(test)]
@@ -116,7 +176,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_data_file_parses_and_matches_the_scenarios_constants() {
+    fn the_data_file_parses_and_gives_the_methods() {
         let s = Seeds::load();
         assert_eq!(s.documents.len(), 5);
         let f = s
@@ -124,33 +184,36 @@ mod tests {
             .unwrap();
         // The document's -43.3%.
         assert_eq!(((f.doc_ratio().unwrap() - 1.0) * 1000.0).round(), -433.0);
-        for (rw, r) in crate::bench::scenarios::integrity::DOCUMENT_CRYPT_RATIOS {
-            let f = s
-                .figure("000", "fio 4 KiB buffered", rw, "crypt+integrity")
-                .unwrap();
-            assert!((f.doc_ratio().unwrap() - r).abs() < 1e-12, "{rw}");
+        let m = s.setup("000");
+        assert_eq!(m.jobs, ["write", "randwrite", "read", "randread"]);
+        assert_eq!(
+            (m.bs, m.direct, m.runs),
+            (Some(4096), Some(false), Some(10))
+        );
+        assert_eq!(m.outliers, Some(OutlierRule { max_off_mean: 1.0 }));
+        // Every job of the document has its figures, and nothing else has.
+        for f in s.figures.iter().filter(|f| f.key.seed == "000") {
+            assert!(m.jobs.contains(&f.key.row), "{f:?}");
         }
-        for (cfg, t, _, c) in crate::bench::scenarios::verity_integrity::PAPER {
-            let f = s.figure("004", "throughput", "iozone reads", cfg).unwrap();
-            assert_eq!(f.doc_ratio(), Some(t));
-            let f = s.figure("004", "CPU per MB", "iozone reads", cfg).unwrap();
-            assert_eq!(f.doc_ratio(), Some(c));
+        let m = s.setup("002");
+        assert_eq!(m.files[0].bytes, 1 << 20);
+        for file in &m.files {
+            for job in &m.jobs {
+                assert!(
+                    s.figure("002", "fio 4 KiB buffered", job, &file.config)
+                        .is_some(),
+                    "{job} {file:?}"
+                );
+            }
         }
-        for r in crate::bench::scenarios::image::SEED_001 {
-            let f = s
-                .figure("001", "boot / read time", &format!("#{}", r.n), r.label)
-                .unwrap();
-            assert_eq!(f.value, Some(r.boot_s));
-            let size = s.figure("001", "image size", &format!("#{}", r.n), r.label);
-            assert_eq!(size.and_then(|f| f.value), r.size_pct, "#{}", r.n);
-        }
-        for (case, _, with, _, rwith) in crate::bench::scenarios::fsverity_read::SEED {
-            let f = s.figure("002", "fio 4 KiB buffered", "read", case).unwrap();
-            assert!((f.value.unwrap() * 1048576.0 - with).abs() < 1e-6);
-            let f = s
-                .figure("002", "fio 4 KiB buffered", "randread", case)
-                .unwrap();
-            assert!((f.value.unwrap() * 1024.0 - rwith).abs() < 1e-6);
+        assert_eq!(s.setup("003").jobs, ["readwrite"]);
+        assert_eq!(s.setup("001"), Setup::default());
+        // Seed 001's rows, #1 to #14, each with its time.
+        for n in 1..=14 {
+            assert!(s
+                .figures
+                .iter()
+                .any(|f| f.key.seed == "001" && f.key.row == format!("#{n}")));
         }
     }
 }

@@ -5,7 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::data::{Document, PublishedFigure, RowKey};
-use crate::bench::harness::model::Stats;
+use crate::bench::harness::model::{OutlierRule, Stats};
 
 /// A measured figure: every run's value and their median and range.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -18,6 +18,9 @@ pub struct Figure {
     pub min: f64,
     /// Largest run.
     pub max: f64,
+    /// The runs the document's outlier rule dropped (not in `runs`, nor in the figures).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub outliers: Vec<f64>,
 }
 
 impl Figure {
@@ -29,7 +32,27 @@ impl Figure {
             min: s.min,
             max: s.max,
             runs,
+            outliers: Vec::new(),
         })
+    }
+
+    /// The figure of the runs `rule` keeps; `Err` with every run when it keeps none.
+    pub fn with_rule(runs: Vec<f64>, rule: &OutlierRule) -> Result<Option<Figure>, Vec<f64>> {
+        let (kept, dropped) = rule.split(&runs);
+        if kept.is_empty() && !dropped.is_empty() {
+            return Err(dropped);
+        }
+        Ok(Figure::of(kept).map(|f| Figure {
+            outliers: dropped,
+            ..f
+        }))
+    }
+
+    /// Every run, kept or dropped.
+    pub fn all_runs(&self) -> Vec<f64> {
+        let mut v = self.runs.clone();
+        v.extend(&self.outliers);
+        v
     }
 }
 
@@ -150,6 +173,28 @@ impl SeedRow {
         );
         r.empty = Some(why.into());
         r
+    }
+
+    /// Drop the runs the document's `rule` calls outliers from both figures (before the
+    /// ratio is taken): the one place a document's rule is applied.
+    pub fn with_rule(mut self, rule: Option<&OutlierRule>) -> SeedRow {
+        let Some(rule) = rule else { return self };
+        let mut none_kept = Vec::new();
+        for (side, f) in [("dmkit", &mut self.dmkit), ("baseline", &mut self.base)] {
+            if let Some(fig) = f.take() {
+                match Figure::with_rule(fig.all_runs(), rule) {
+                    Ok(g) => *f = g,
+                    Err(all) => none_kept.push(format!(
+                        "every {side} run is an outlier under the document's rule: {all:?}"
+                    )),
+                }
+            }
+        }
+        self.ratio = ratio_of(self.dmkit.as_ref(), self.base.as_ref());
+        if !none_kept.is_empty() {
+            self.empty = Some(none_kept.join("; "));
+        }
+        self
     }
 
     /// Attach the document's figure, or say why there is none.

@@ -36,8 +36,10 @@ pub struct Series {
 /// What kind of picture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
-    /// Horizontal bars per label, one per series, with whiskers.
-    Bars,
+    /// Throughput: horizontal bars per label (dmkit, the baseline), with min..max whiskers.
+    Throughput,
+    /// Ratios: horizontal bars per label (dmkit's, the document's), with a line at 1.
+    Ratios,
     /// Points, one per label and series.
     Scatter,
 }
@@ -76,6 +78,17 @@ fn slug(s: &str) -> String {
     o.trim_matches('-').to_string()
 }
 
+/// The file name of a throughput table's bars: `seedNNN-TABLE-throughput`, the table's name
+/// once (seed 004's table is itself "throughput": `seed004-throughput`).
+pub fn throughput_stem(seed: &str, table: &str) -> String {
+    let t = slug(table);
+    if t.split('-').any(|w| w == "throughput") {
+        format!("seed{seed}-{t}")
+    } else {
+        format!("seed{seed}-{t}-throughput")
+    }
+}
+
 fn bar(y: f64, lo: f64, hi: f64) -> Value {
     Value { x: 0.0, y, lo, hi }
 }
@@ -98,11 +111,11 @@ pub fn specs(r: &SeedsReport) -> Vec<PlotSpec> {
         let fig =
             |f: &Option<super::model::Figure>| f.as_ref().map(|f| bar(f.median, f.min, f.max));
         out.push(PlotSpec {
-            stem: format!("seed{seed}-{}-throughput", slug(&table)),
+            stem: throughput_stem(&seed, &table),
             title: format!("seed {seed}: {table}, median with min..max"),
             x_label: "MB/s".into(),
             y_label: String::new(),
-            kind: Kind::Bars,
+            kind: Kind::Throughput,
             labels: rows
                 .iter()
                 .map(|x| format!("{} {} / {}", x.key.row, x.key.config, x.key.baseline))
@@ -140,7 +153,7 @@ pub fn specs(r: &SeedsReport) -> Vec<PlotSpec> {
             title: format!("seed {seed}: configuration / baseline, dmkit and the document"),
             x_label: "ratio (1 = as the baseline)".into(),
             y_label: String::new(),
-            kind: Kind::Bars,
+            kind: Kind::Ratios,
             labels: rows
                 .iter()
                 .map(|x| {
@@ -283,7 +296,7 @@ fn err<E: std::fmt::Debug>(e: E) -> String {
 /// Image size for `spec`.
 fn size(spec: &PlotSpec) -> (u32, u32) {
     match spec.kind {
-        Kind::Bars => (
+        Kind::Throughput | Kind::Ratios => (
             1100,
             110 + 16 * (spec.series.len() as u32 + 1) * spec.labels.len() as u32,
         ),
@@ -304,11 +317,7 @@ fn draw_bars<DB: DrawingBackend>(
         .flat_map(|x| x.values.iter().flatten())
         .map(|v| v.hi.max(v.y))
         .fold(0.0f64, f64::max)
-        .max(if spec.stem.ends_with("-ratios") {
-            1.0
-        } else {
-            1e-9
-        })
+        .max(if spec.kind == Kind::Ratios { 1.0 } else { 1e-9 })
         * 1.08;
     let label_w = spec.labels.iter().map(|l| l.len()).max().unwrap_or(10) as u32 * 7 + 10;
     let mut chart = ChartBuilder::on(root)
@@ -348,7 +357,7 @@ fn draw_bars<DB: DrawingBackend>(
         });
         chart.draw_series(whiskers).map_err(err)?;
     }
-    if spec.stem.ends_with("-ratios") {
+    if spec.kind == Kind::Ratios {
         // Where a configuration costs nothing.
         chart
             .draw_series(std::iter::once(PathElement::new(
@@ -428,7 +437,7 @@ fn draw_scatter<DB: DrawingBackend>(
 
 fn draw<DB: DrawingBackend>(root: DrawingArea<DB, Shift>, spec: &PlotSpec) -> Result<(), String> {
     match spec.kind {
-        Kind::Bars => draw_bars(&root, spec),
+        Kind::Throughput | Kind::Ratios => draw_bars(&root, spec),
         Kind::Scatter => draw_scatter(&root, spec),
     }
 }
@@ -455,4 +464,22 @@ pub fn write_all(dir: &Path, specs: &[PlotSpec]) -> Result<Vec<String>, String> 
         files.push(png);
     }
     Ok(files)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_names_say_each_word_once() {
+        assert_eq!(throughput_stem("004", "throughput"), "seed004-throughput");
+        assert_eq!(
+            throughput_stem("000", "fio 4 KiB buffered"),
+            "seed000-fio-4-kib-buffered-throughput"
+        );
+        assert_eq!(
+            throughput_stem("003", "readwrite 4k direct"),
+            "seed003-readwrite-4k-direct-throughput"
+        );
+    }
 }

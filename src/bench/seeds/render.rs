@@ -1,6 +1,7 @@
 //! The one table renderer of `dmkit bench seeds`: every (document, table) of the model as one
 //! Markdown table (printed as is on a terminal too), and `report.md` around them.
 
+use super::data::Document;
 use super::model::{Figure, SeedRow, SeedsReport};
 use crate::bench::harness::table::{format_size, Align, TextTable};
 
@@ -18,13 +19,18 @@ pub fn num(v: f64) -> String {
     }
 }
 
-/// "median (min..max)" (the range only when there were several runs).
+/// "median (min..max)" (the range only when there were several runs), then how many runs the
+/// document's outlier rule dropped, if any.
 pub fn figure(f: &Figure) -> String {
-    if f.runs.len() > 1 {
+    let mut s = if f.runs.len() > 1 {
         format!("{} ({}..{})", num(f.median), num(f.min), num(f.max))
     } else {
         num(f.median)
+    };
+    if !f.outliers.is_empty() {
+        s.push_str(&format!(" [{} dropped]", f.outliers.len()));
     }
+    s
 }
 
 /// A ratio with its change in percent: "0.83 (-17%)".
@@ -121,11 +127,75 @@ pub fn table(rows: &[SeedRow], seed: &str, table: &str) -> String {
     out
 }
 
-/// Every table, for the terminal.
+/// The document's source in one sentence.
+pub fn source(d: &Document) -> String {
+    format!(
+        "Source: \"{}\" ({}), {}, {}; {}{}. Measured on: {}. Method: {}.",
+        d.title,
+        d.title_en,
+        d.author,
+        d.date,
+        if d.url.is_empty() {
+            "no address"
+        } else {
+            &d.url
+        },
+        if d.url_note.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", d.url_note)
+        },
+        d.machine,
+        d.method
+    )
+}
+
+/// What the document's outlier rule is and how it is applied here, when it has one.
+pub fn outlier_rule(d: &Document) -> Option<String> {
+    let rule = d.setup.outliers?;
+    Some(format!(
+        "Outliers, as the document states its rule ({}): of each row's runs, those {:.0}% or more off the mean of all its runs are dropped before the median and range are taken, on both sides (a run that moved no data is 100% off); the count dropped follows a figure as [n dropped]. Its latency criterion gives no number and is not applied.",
+        d.setup.outliers_text,
+        rule.max_off_mean * 100.0
+    ))
+}
+
+/// One document's section as text: its source, how it was set up (one line each), the
+/// outlier rule, then each of its tables. What `bench seeds` prints per section and what
+/// each per-document command (`bench integrity`, `bench image`, ...) prints.
+pub fn section_text(doc: Option<&Document>, setup: &[String], rows: &[SeedRow]) -> String {
+    let mut o = String::new();
+    if let Some(d) = doc {
+        o.push_str(&format!("seed {}: {}\n", d.seed, source(d)));
+    }
+    for l in setup {
+        o.push_str(&format!("- {l}\n"));
+    }
+    if let Some(l) = doc.and_then(outlier_rule) {
+        o.push_str(&format!("- {l}\n"));
+    }
+    for (seed, t) in tables(rows) {
+        o.push('\n');
+        o.push_str(&table(rows, &seed, &t));
+    }
+    o
+}
+
+/// Every section, for the terminal.
 pub fn tables_text(r: &SeedsReport) -> String {
     let mut out = String::new();
-    for (seed, t) in tables(&r.rows) {
-        out.push_str(&table(&r.rows, &seed, &t));
+    for s in &r.sections {
+        let rows: Vec<SeedRow> = r
+            .rows
+            .iter()
+            .filter(|x| x.key.seed == s.seed)
+            .cloned()
+            .collect();
+        let doc = r.documents.iter().find(|d| d.seed == s.seed);
+        out.push_str(&section_text(doc, &s.setup, &rows));
+        if let Some(e) = &s.error {
+            out.push_str(&format!("the section stopped: {e}\n"));
+        }
         out.push('\n');
     }
     out
@@ -179,25 +249,10 @@ pub fn report_md(r: &SeedsReport, plots: &[String]) -> String {
     for s in &r.sections {
         o.push_str(&format!("## Seed {}\n\n", s.seed));
         if let Some(d) = r.documents.iter().find(|d| d.seed == s.seed) {
-            o.push_str(&format!(
-                "Source: \"{}\" ({}), {}, {}; {}{}. Measured on: {}. Method: {}.\n\n",
-                d.title,
-                d.title_en,
-                d.author,
-                d.date,
-                if d.url.is_empty() {
-                    "no address"
-                } else {
-                    &d.url
-                },
-                if d.url_note.is_empty() {
-                    String::new()
-                } else {
-                    format!(" ({})", d.url_note)
-                },
-                d.machine,
-                d.method
-            ));
+            o.push_str(&format!("{}\n\n", source(d)));
+            if let Some(l) = outlier_rule(d) {
+                o.push_str(&format!("{l}\n\n"));
+            }
         }
         o.push_str(&format!("Section time: {:.0} s.\n\n", s.seconds));
         for l in &s.setup {

@@ -20,10 +20,7 @@
 use super::dispatch::new_sector_cipher;
 use super::sector::SectorCipher;
 use super::spec::CipherSpec;
-use openssl::hash::MessageDigest;
 use openssl::memcmp;
-use openssl::pkey::PKey;
-use openssl::sign::Signer;
 use openssl::symm::{Cipher, Crypter, Mode};
 use zeroize::Zeroizing;
 
@@ -169,19 +166,21 @@ pub struct SectorAead {
     kind: AeadKind,
     /// The encryption key (XTS: both halves).
     enc_key: Zeroizing<Vec<u8>>,
-    /// The HMAC key (authenc only).
-    mac_key: Zeroizing<Vec<u8>>,
     sector_size: usize,
     /// `authenc(hmac(sha256),xts(aes))-plain64`, the documents' configuration, on the fast
     /// primitives: XTS on the crypt target's sector cipher (VAES where the CPU has it), HMAC
     /// multi-buffer over a batch of sectors.
     fast: Option<FastAuthenc>,
+    /// `authenc(hmac(sha256),...)`: the MAC key's pad states, compressed once here (every
+    /// tag then costs its own blocks plus one outer compression).
+    mac256: Option<crate::hash::HmacSha256State>,
+    /// `authenc(hmac(sha512),...)`: likewise.
+    mac512: Option<crate::hash::HmacSha512State>,
 }
 
 /// The primitives of the fast `authenc(hmac(sha256),xts(aes))-plain64` path.
 struct FastAuthenc {
     xts: Box<dyn SectorCipher>,
-    pads: Zeroizing<[u8; 128]>,
 }
 
 /// Bytes of the per-sector HMAC prefix: le64(sector) || IV.
@@ -234,19 +233,21 @@ impl SectorAead {
                     .map_err(|e| AeadError::Buffer(e.to_string()))?;
                 let xts = new_sector_cipher(&spec, enc_key)
                     .map_err(|e| AeadError::Buffer(e.to_string()))?;
-                Some(FastAuthenc {
-                    xts,
-                    pads: crate::hash::hmac_sha256_pads(mac_key),
-                })
+                Some(FastAuthenc { xts })
             }
             _ => None,
         };
+        let mac256 = matches!(kind, AeadKind::AuthencXts { sha512: false, .. })
+            .then(|| crate::hash::HmacSha256State::new(mac_key));
+        let mac512 = matches!(kind, AeadKind::AuthencXts { sha512: true, .. })
+            .then(|| crate::hash::HmacSha512State::new(mac_key));
         Ok(SectorAead {
             kind,
             enc_key: Zeroizing::new(enc_key.to_vec()),
-            mac_key: Zeroizing::new(mac_key.to_vec()),
             sector_size,
             fast,
+            mac256,
+            mac512,
         })
     }
 
@@ -280,7 +281,8 @@ impl SectorAead {
 
     /// The HMAC-SHA-256 tags of the ciphertext sectors `data`, the first at 512-byte sector
     /// `first` (plain64 IVs), into `macs` (32 bytes each).
-    fn fast_macs(f: &FastAuthenc, ss: usize, first: u64, data: &[u8], macs: &mut [u8]) {
+    fn fast_macs(&self, first: u64, data: &[u8], macs: &mut [u8]) {
+        let ss = self.sector_size;
         let n = data.len() / ss;
         let step = (ss / 512) as u64;
         let mut prefixes = vec![0u8; n * AAD_LEN];
@@ -289,7 +291,10 @@ impl SectorAead {
             p[..8].copy_from_slice(&sector);
             p[8..16].copy_from_slice(&sector);
         }
-        crate::hash::hmac_sha256_prefixed_blocks(&f.pads, &prefixes, AAD_LEN, data, ss, macs);
+        let Some(key) = &self.mac256 else {
+            unreachable!("the fast path is authenc(hmac(sha256))")
+        };
+        crate::hash::hmac_sha256_prefixed_blocks(key, &prefixes, AAD_LEN, data, ss, macs);
     }
 
     /// XTS over whole sectors with plain64 IVs of 512-byte sectors (`first`, then
@@ -328,7 +333,7 @@ impl SectorAead {
         if let Some(f) = &self.fast {
             Self::fast_xts(f, ss, first, data, false);
             let mut macs = vec![0u8; n * 32];
-            Self::fast_macs(f, ss, first, data, &mut macs);
+            self.fast_macs(first, data, &mut macs);
             for (m, mac) in meta.chunks_exact_mut(stride).zip(macs.chunks_exact(32)) {
                 m[..32].copy_from_slice(mac);
                 m[32..].fill(0);
@@ -438,7 +443,7 @@ impl SectorAead {
         let mut bad = Vec::new();
         if let Some(f) = &self.fast {
             let mut macs = vec![0u8; n * 32];
-            Self::fast_macs(f, ss, first, data, &mut macs);
+            self.fast_macs(first, data, &mut macs);
             for (i, (m, mac)) in meta
                 .chunks_exact(stride)
                 .zip(macs.chunks_exact(32))
@@ -571,17 +576,16 @@ impl SectorAead {
 
     /// HMAC over le64(sector) || IV || ciphertext.
     fn hmac(&self, sector: u64, iv: &[u8], ct: &[u8]) -> Result<Zeroizing<Vec<u8>>, AeadError> {
-        let md = match self.kind {
-            AeadKind::AuthencXts { sha512: true, .. } => MessageDigest::sha512(),
-            _ => MessageDigest::sha256(),
-        };
-        let crypto = |e: openssl::error::ErrorStack| AeadError::Buffer(format!("openssl: {e}"));
-        let key = PKey::hmac(&self.mac_key).map_err(crypto)?;
-        let mut s = Signer::new(md, &key).map_err(crypto)?;
-        s.update(&sector.to_le_bytes()).map_err(crypto)?;
-        s.update(iv).map_err(crypto)?;
-        s.update(ct).map_err(crypto)?;
-        Ok(Zeroizing::new(s.sign_to_vec().map_err(crypto)?))
+        let sector = sector.to_le_bytes();
+        let parts: [&[u8]; 3] = [&sector, iv, ct];
+        match (&self.mac256, &self.mac512) {
+            (Some(k), _) => Ok(Zeroizing::new(k.mac(&parts).to_vec())),
+            (_, Some(k)) => Ok(Zeroizing::new(k.mac(&parts).to_vec())),
+            _ => Err(AeadError::Buffer(format!(
+                "{} has no HMAC",
+                self.kind.name()
+            ))),
+        }
     }
 
     /// GCM or ChaCha20-Poly1305 over `data` in place with AAD le64(sector) || IV; returns the

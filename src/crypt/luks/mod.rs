@@ -31,6 +31,7 @@ pub mod af;
 pub mod area;
 mod backup;
 mod convert;
+mod decrypt_export;
 mod encrypt;
 pub mod files;
 mod format;

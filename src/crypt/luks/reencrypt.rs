@@ -180,6 +180,8 @@ impl LuksVolume {
         };
         let r = if reencrypt::datashift::is_moved_encryption(&st) {
             reencrypt::datashift::run(&self.dev, data_dev, h, &keys, progress)
+        } else if reencrypt::decrypt_shift::is_moved_decryption(&st) {
+            reencrypt::decrypt_shift::run(&self.dev, data_dev, h, &keys, progress)
         } else {
             engine::Run::new(&self.dev, data_dev, h, &keys).and_then(|run| run.run(&o, progress))
         };

@@ -31,7 +31,7 @@ pub use mount::unmount_path;
 pub use proto::{DEFAULT_THREADS, MAX_WRITE};
 pub use session::ExportStats;
 pub use transport::{uring_switch, Transport, TransportChoice, ENABLE_URING, TRANSPORT_ENV};
-pub use tree::{mount_tree, NodeAttr, NodeKind, ReadFailure, TreeSource, ROOT_INODE};
+pub use tree::{mount_tree, NodeAttr, NodeKind, ReadFailure, TreeSource, Xattrs, ROOT_INODE};
 
 use crate::block::BlockDevice;
 use crate::export::bytes::ByteDevice;

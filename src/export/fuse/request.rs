@@ -121,10 +121,19 @@ pub enum Request<'a> {
     },
     /// `FUSE_FSYNC`.
     Fsync,
-    /// `FUSE_GETXATTR`.
-    Getxattr,
-    /// `FUSE_LISTXATTR`.
-    Listxattr,
+    /// `FUSE_GETXATTR`: the attribute's full name, and the caller's buffer size (0: the
+    /// value's size is asked).
+    Getxattr {
+        /// The name (up to its NUL).
+        name: &'a [u8],
+        /// The buffer size.
+        size: u32,
+    },
+    /// `FUSE_LISTXATTR`, with the caller's buffer size (0: the list's size is asked).
+    Listxattr {
+        /// The buffer size.
+        size: u32,
+    },
     /// `FUSE_FLUSH`.
     Flush,
     /// `FUSE_INIT`: the kernel's protocol version and what it offers.
@@ -255,8 +264,18 @@ impl<'a> Request<'a> {
                 fh: r.u64_ne("fh").ok(),
             },
             FUSE_FSYNC => Request::Fsync,
-            FUSE_GETXATTR => Request::Getxattr,
-            FUSE_LISTXATTR => Request::Listxattr,
+            FUSE_GETXATTR => {
+                // fuse_getxattr_in: size, padding; then the name.
+                let size = r.u32_ne("size")?;
+                r.skip(4, "padding")?;
+                Request::Getxattr {
+                    name: r.rest().split(|&b| b == 0).next().unwrap_or_default(),
+                    size,
+                }
+            }
+            FUSE_LISTXATTR => Request::Listxattr {
+                size: r.u32_ne("size")?,
+            },
             FUSE_FLUSH => Request::Flush,
             FUSE_INIT => {
                 let (major, minor) = (r.u32_ne("major")?, r.u32_ne("minor")?);

@@ -12,6 +12,7 @@ use super::proto::*;
 use super::request::Request;
 use super::session::{Call, Filesystem, Reply, Session, State};
 use super::{Mounted, TransportChoice};
+use std::borrow::Cow;
 use std::io;
 use std::path::Path;
 use std::sync::atomic::Ordering;
@@ -75,6 +76,9 @@ pub struct NodeAttr {
     pub rdev: u32,
 }
 
+/// Extended attributes: (full name, value) pairs.
+pub type Xattrs = Vec<(Vec<u8>, Vec<u8>)>;
+
 /// Why a read failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReadFailure {
@@ -106,7 +110,12 @@ pub trait TreeSource: Send + Sync + 'static {
     fn parent(&self, ino: u64) -> Option<u64>;
     /// Entry `index` of directory `ino` (in a fixed order, without `.` and `..`): its name and
     /// inode; `None` past the last one.
-    fn dir_entry(&self, ino: u64, index: usize) -> Option<(&[u8], u64)>;
+    fn dir_entry(&self, ino: u64, index: usize) -> Option<(Cow<'_, [u8]>, u64)>;
+    /// Directory `ino` is about to be listed: a source that reads directories lazily reads
+    /// it now, so that a directory it cannot read fails its OPENDIR (`EIO`) and only it.
+    fn open_dir(&self, _ino: u64) -> Result<(), i32> {
+        Ok(())
+    }
     /// The target of symlink `ino`.
     fn read_link(&self, ino: u64) -> Result<Vec<u8>, i32>;
     /// Open regular file `ino` for reading.
@@ -124,6 +133,11 @@ pub trait TreeSource: Send + Sync + 'static {
     ) -> Result<&'s [u8], ReadFailure>;
     /// Total size of the tree's files in bytes and its number of nodes (for `statfs`).
     fn usage(&self) -> (u64, u64);
+    /// The extended attributes of `ino` (full names, values). `Err(ENOSYS)`, the default,
+    /// tells the kernel the tree has none and to stop asking.
+    fn xattrs(&self, _ino: u64) -> Result<Xattrs, i32> {
+        Err(libc::ENOSYS)
+    }
 }
 
 /// Open files by handle number (the `fh` the kernel passes back). Slots are reused.
@@ -256,9 +270,9 @@ impl<S: TreeSource> TreeFs<S> {
         let max = (size as usize).min(MAX_WRITE);
         let mut o = Out::with_capacity(128);
         loop {
-            let (name, child): (&[u8], u64) = match pos {
-                0 => (b".", ino),
-                1 => (b"..", self.source.parent(ino).unwrap_or(ino)),
+            let (name, child): (Cow<'_, [u8]>, u64) = match pos {
+                0 => (Cow::Borrowed(b"."), ino),
+                1 => (Cow::Borrowed(b".."), self.source.parent(ino).unwrap_or(ino)),
                 p => match usize::try_from(p - 2)
                     .ok()
                     .and_then(|i| self.source.dir_entry(ino, i))
@@ -268,7 +282,9 @@ impl<S: TreeSource> TreeFs<S> {
                 },
             };
             let Some(a) = self.source.attr(child) else {
-                break;
+                // An entry whose inode cannot be read is left out; the others are listed.
+                pos += 1;
+                continue;
             };
             let kind = a.kind.dirent_type();
             let start = o.len();
@@ -285,11 +301,11 @@ impl<S: TreeSource> TreeFs<S> {
                     break;
                 }
                 o.bytes(e.as_slice());
-                if !push_dirent(&mut o, max, child, pos + 1, name, kind) {
+                if !push_dirent(&mut o, max, child, pos + 1, &name, kind) {
                     o.truncate(start);
                     break;
                 }
-            } else if !push_dirent(&mut o, max, child, pos + 1, name, kind) {
+            } else if !push_dirent(&mut o, max, child, pos + 1, &name, kind) {
                 break;
             }
             pos += 1;
@@ -301,6 +317,40 @@ impl<S: TreeSource> TreeFs<S> {
         let (bytes, nodes) = self.source.usage();
         statfs_out(bytes.div_ceil(PAGE as u64), nodes, PAGE as u32)
     }
+}
+
+/// The answer to a GETXATTR or LISTXATTR of `value`: its size when the kernel asks with size
+/// 0, the value when it fits in `size`, else `ERANGE`.
+fn xattr_reply(value: Vec<u8>, size: u32) -> Result<Vec<u8>, i32> {
+    if size == 0 {
+        let mut o = Out::with_capacity(8);
+        o.u32_ne(value.len() as u32).u32_ne(0);
+        return Ok(o.into_inner());
+    }
+    if value.len() > size as usize {
+        return Err(libc::ERANGE);
+    }
+    Ok(value)
+}
+
+/// GETXATTR of `name` among `x`: `ENODATA` when there is none.
+fn getxattr_out(x: &Xattrs, name: &[u8], size: u32) -> Result<Vec<u8>, i32> {
+    let v = x
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.clone())
+        .ok_or(libc::ENODATA)?;
+    xattr_reply(v, size)
+}
+
+/// LISTXATTR of `x`: the names, each ending in NUL.
+fn listxattr_out(x: &Xattrs, size: u32) -> Result<Vec<u8>, i32> {
+    let mut names = Vec::new();
+    for (n, _) in x {
+        names.extend_from_slice(n);
+        names.push(0);
+    }
+    xattr_reply(names, size)
 }
 
 impl<S: TreeSource> Filesystem for TreeFs<S> {
@@ -386,6 +436,10 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
             }
             Request::Opendir => match self.source.attr(ino).map(|a| a.kind) {
                 Some(NodeKind::Dir) => {
+                    if let Err(e) = self.source.open_dir(ino) {
+                        req.counters.io_errors.fetch_add(1, Ordering::Relaxed);
+                        return r.err(e);
+                    }
                     let mut o = Out::with_capacity(128);
                     o.u64_ne(0)
                         .u32_ne(FOPEN_KEEP_CACHE | FOPEN_CACHE_DIR)
@@ -406,8 +460,16 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
             Request::Statfs => r.ok(&[&self.statfs()]),
             Request::Flush | Request::Fsync | Request::Fsyncdir => r.ok(&[]),
             Request::Access => r.ok(&[]),
-            // No extended attributes; ENOSYS makes the kernel stop asking.
-            Request::Getxattr | Request::Listxattr => r.err(libc::ENOSYS),
+            Request::Getxattr { name, size } => r.result(
+                self.source
+                    .xattrs(ino)
+                    .and_then(|x| getxattr_out(&x, name, size)),
+            ),
+            Request::Listxattr { size } => r.result(
+                self.source
+                    .xattrs(ino)
+                    .and_then(|x| listxattr_out(&x, size)),
+            ),
             // Read-only, whatever the arguments say.
             Request::Setattr { .. }
             | Request::Write { .. }
@@ -418,7 +480,7 @@ impl<S: TreeSource> Filesystem for TreeFs<S> {
             } => r.err(libc::EROFS),
             // Arguments too short for an opcode this filesystem serves.
             Request::Malformed {
-                opcode: FUSE_READ | FUSE_READDIR | FUSE_READDIRPLUS,
+                opcode: FUSE_READ | FUSE_READDIR | FUSE_READDIRPLUS | FUSE_GETXATTR | FUSE_LISTXATTR,
                 ..
             } => r.err(libc::EINVAL),
             _ => r.err(libc::ENOSYS),

@@ -256,10 +256,10 @@ impl TreeSource for SealedTree {
         self.node(ino).map(|n| n.parent as u64 + ROOT_INODE)
     }
 
-    fn dir_entry(&self, ino: u64, index: usize) -> Option<(&[u8], u64)> {
+    fn dir_entry(&self, ino: u64, index: usize) -> Option<(std::borrow::Cow<'_, [u8]>, u64)> {
         let c = *self.node(ino)?.children.get(index)?;
         Some((
-            self.nodes[c as usize].name.as_bytes(),
+            std::borrow::Cow::Borrowed(self.nodes[c as usize].name.as_bytes()),
             c as u64 + ROOT_INODE,
         ))
     }

@@ -1,7 +1,8 @@
 //! The sections of `dmkit bench seeds`, one per document: each runs the scenario of the
 //! per-document command (`bench integrity`, `bench image`, ... call the same `run`
 //! functions, so nothing is measured twice in the code) and turns its result into
-//! [`SeedRow`]s.
+//! [`SeedRow`]s. The per-document commands print their result through the same rows and the
+//! same renderer ([`command_text`]): a command's output is its section of the report.
 
 pub mod s000;
 pub mod s001;
@@ -12,7 +13,9 @@ pub mod s004;
 use std::path::PathBuf;
 
 use super::data::Seeds;
+use super::machine;
 use super::model::{KernelTarget, SeedRow};
+use super::render;
 use crate::bench::harness::fio::Workload;
 use crate::bench::harness::model::{OverheadReport, Row};
 use crate::bench::harness::process::Interrupt;
@@ -21,6 +24,51 @@ use crate::bench::harness::table::format_size;
 use crate::bench::scenarios::config::Config;
 use crate::bench::scenarios::overhead::{self, OverheadOptions};
 use crate::bench::BenchError;
+
+/// What a section's rows refer to: the documents' figures and the kernel's targets.
+#[derive(Clone, Copy)]
+pub struct Refs<'a> {
+    /// The documents' figures.
+    pub seeds: &'a Seeds,
+    /// The kernel's targets (for the kernel column's reason).
+    pub kernel: &'a [KernelTarget],
+}
+
+/// Apply document `seed`'s outlier rule, if it states one, to `rows`: the one place it is
+/// applied, for `bench seeds` and the per-document commands alike.
+pub fn finish(seeds: &Seeds, seed: &str, rows: Vec<SeedRow>) -> Vec<SeedRow> {
+    let rule = seeds.setup(seed).outliers;
+    rows.into_iter()
+        .map(|r| r.with_rule(rule.as_ref()))
+        .collect()
+}
+
+/// What a per-document command prints: its section of the report. `rows` turns the
+/// scenario's result into setup lines and rows; `after` adds lines of the command's own from
+/// the finished rows (its acceptance targets).
+pub fn command_text(
+    seed: &str,
+    rows: impl FnOnce(Refs) -> (Vec<String>, Vec<SeedRow>),
+    after: impl FnOnce(&[SeedRow]) -> Vec<String>,
+) -> String {
+    let seeds = Seeds::load();
+    let kernel = machine::kernel_targets();
+    let (setup, rows) = rows(Refs {
+        seeds: &seeds,
+        kernel: &kernel,
+    });
+    let rows = finish(&seeds, seed, rows);
+    let mut out = render::section_text(seeds.document(seed), &setup, &rows);
+    let lines = after(&rows);
+    if !lines.is_empty() {
+        out.push('\n');
+    }
+    for l in lines {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
 
 /// What every section gets.
 pub struct Ctx<'a> {
@@ -38,6 +86,16 @@ pub struct Ctx<'a> {
     pub image_tree: Option<PathBuf>,
     /// Ctrl-C.
     pub interrupt: &'a Interrupt,
+}
+
+impl Ctx<'_> {
+    /// The figures and kernel targets the rows refer to.
+    pub fn refs(&self) -> Refs<'_> {
+        Refs {
+            seeds: self.seeds,
+            kernel: self.kernel,
+        }
+    }
 }
 
 /// What a section hands back: how it was set up (one line each) and its rows.
@@ -63,14 +121,15 @@ pub const ALL: [(&str, &str); 5] = [
 
 /// Run section `seed`.
 pub fn run(seed: &str, ctx: &Ctx) -> Result<Output, BenchError> {
-    match seed {
+    let (setup, rows) = match seed {
         "000" => s000::run(ctx),
         "001" => s001::run(ctx),
         "002" => s002::run(ctx),
         "003" => s003::run(ctx),
         "004" => s004::run(ctx),
         _ => Err(BenchError::Invalid(format!("no section {seed}"))),
-    }
+    }?;
+    Ok((setup, finish(ctx.seeds, seed, rows)))
 }
 
 /// How many runs section `seed` makes (fio runs, or image rows x runs): the progress bar's
@@ -78,7 +137,7 @@ pub fn run(seed: &str, ctx: &Ctx) -> Result<Output, BenchError> {
 pub fn expected_runs(seed: &str, ctx: &Ctx) -> u64 {
     let r = u64::from(ctx.rw.runs);
     match seed {
-        "000" => s000::expected_runs(r),
+        "000" => s000::expected_runs(r, ctx.seeds),
         "001" => s001::expected_runs(r),
         "002" => s002::expected_runs(r),
         "003" => s003::expected_runs(r),

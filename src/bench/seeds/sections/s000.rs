@@ -4,71 +4,148 @@
 //! `bench integrity`'s scenario ([`integrity::run_jobs`]) with the document's four jobs; the
 //! verity column is `dmkit bench`'s ([`super::verity_reads`]) with plain and verity-cold (every
 //! read hashed) on the read jobs, its own plain measured in the same run.
+//!
+//! `bench integrity` prints its result through [`rows`] too ([`render_command`]): the
+//! document's jobs in the document's table, its direct and 1 MiB jobs in a table of their own,
+//! each side against its arithmetic alone (the bound measured in the same run) in a third, and
+//! its acceptance targets under them.
 
-use super::{mb_s, Ctx, Output};
-use crate::bench::scenarios::integrity::{self, Job};
+use super::{mb_s, Ctx, Output, Refs};
+use crate::bench::harness::model::OverheadReport;
+use crate::bench::harness::table::format_size;
+use crate::bench::scenarios::integrity::{self, IntegrityReport, Job, Mode};
+use crate::bench::seeds::data::Seeds;
 use crate::bench::seeds::machine::kernel_note;
 use crate::bench::seeds::model::SeedRow;
 use crate::bench::BenchError;
 
 const SEED: &str = "000";
 const TABLE: &str = "fio 4 KiB buffered";
-const JOBS: [&str; 4] = ["write", "randwrite", "read", "randread"];
+/// `bench integrity`'s jobs the document did not run (O_DIRECT, 1 MiB).
+const OTHER: &str = "fio direct";
+/// `bench integrity`'s sides against their arithmetic alone.
+const BOUND: &str = "against the arithmetic alone";
 
-/// Runs: 4 jobs x 5 sides, and 2 read jobs x 2 configurations, per round.
-pub fn expected_runs(runs: u64) -> u64 {
-    runs * (4 * 5 + 2 * 2)
+/// Runs: the document's jobs x 5 sides, and its 2 read jobs x 2 configurations, per round.
+pub fn expected_runs(runs: u64, seeds: &Seeds) -> u64 {
+    runs * (seeds.setup(SEED).jobs.len() as u64 * 5 + 2 * 2)
 }
 
 /// The section.
 pub fn run(ctx: &Ctx) -> Result<Output, BenchError> {
-    let jobs: Vec<Job> = JOBS
-        .iter()
-        .map(|rw| Job {
-            rw: rw.to_string(),
-            direct: false,
-            bs: 4096,
-        })
-        .collect();
-    let r = integrity::run_jobs(&ctx.rw, jobs, ctx.interrupt)?;
-    let mut setup = vec![
+    let r = integrity::run_jobs(&ctx.rw, Job::document(), ctx.interrupt)?;
+    let (line, v) = super::verity_reads(ctx)?;
+    let mut s = setup(&r);
+    s.push(line);
+    Ok((s, rows(&r, Some(&v), ctx.refs())))
+}
+
+/// How the integrity scenario ran, one line each.
+pub fn setup(r: &IntegrityReport) -> Vec<String> {
+    let modes: Vec<&str> = r.modes.iter().map(|m| m.letter()).collect();
+    let mut v = vec![
         format!(
-            "integrity: {} per side in {}, {} run(s) of {} ms, sides alternated: plain = dmkit linear, integrity = crc32c 4-byte tags, 512-byte sectors, modes J, B, D; crypt+integrity = LUKS2 aes-xts-plain64 + hmac-sha256",
-            crate::bench::harness::table::format_size(r.size),
+            "integrity: {} per side in {}, {} run(s) of {} ms, sides alternated: plain = dmkit linear, integrity = crc32c 4-byte tags, 512-byte sectors, modes {}{}{}",
+            format_size(r.size),
             r.dir.display(),
             r.runs,
-            r.runtime_ms
+            r.runtime_ms,
+            modes.join(", "),
+            if r.crypt_integrity {
+                "; crypt+integrity = LUKS2 aes-xts-plain64 + hmac-sha256, 512-byte sectors, journal"
+            } else {
+                ""
+            },
+            if r.page_cache_dropped {
+                "; on a disk: every backing file dropped from the page cache before each run"
+            } else {
+                ""
+            }
         ),
         format!("fio: {}", r.fio_command),
     ];
-    setup.extend(r.commands.iter().map(|c| format!("setup: {c}")));
-    let integrity_note = kernel_note(ctx.kernel, "dm-integrity");
-    let crypt_note = format!(
-        "{}; {}",
-        kernel_note(ctx.kernel, "dm-crypt"),
-        integrity_note
-    );
-    let sides: Vec<(String, Option<&str>, String)> = vec![
-        (
-            "integrity J".into(),
-            Some("integrity"),
-            integrity_note.clone(),
-        ),
-        ("integrity B".into(), None, integrity_note.clone()),
-        ("integrity D".into(), None, integrity_note.clone()),
-        (
+    v.extend(r.commands.iter().map(|c| format!("setup: {c}")));
+    if !r.bounds.is_empty() {
+        let cells: Vec<String> = r
+            .bounds
+            .iter()
+            .map(|b| {
+                format!(
+                    "{} {} {}: {}",
+                    format_size(b.bs),
+                    if b.writes { "writes" } else { "reads" },
+                    bound_name(b.crypt, b.writes),
+                    b.bound.cell()
+                )
+            })
+            .collect();
+        v.push(format!(
+            "the arithmetic alone on in-memory buffers of one request, MB/s on one core / on all (same run; the last table's baseline is the all-core figure): {}",
+            cells.join(", ")
+        ));
+    }
+    v
+}
+
+/// What a side's arithmetic alone is called: the integrity sides' crc32c tags of 512-byte
+/// sectors, crypt+integrity's seal (XTS + HMAC-SHA-256 per sector) for writes and open (copy,
+/// HMAC, XTS) for reads.
+fn bound_name(crypt: bool, writes: bool) -> &'static str {
+    match (crypt, writes) {
+        (false, _) => "crc32c tags alone",
+        (true, true) => "seal alone",
+        (true, false) => "open alone",
+    }
+}
+
+/// The sides after plain: (name, the document's configuration, kernel note).
+fn sides(r: &IntegrityReport, refs: Refs) -> Vec<(String, Option<&'static str>, String)> {
+    let integrity_note = kernel_note(refs.kernel, "dm-integrity");
+    let mut v: Vec<_> = r
+        .modes
+        .iter()
+        .map(|m| {
+            (
+                format!("integrity {}", m.letter()),
+                (*m == Mode::Journal).then_some("integrity"),
+                integrity_note.clone(),
+            )
+        })
+        .collect();
+    if r.crypt_integrity {
+        v.push((
             "crypt+integrity".into(),
             Some("crypt+integrity"),
-            crypt_note,
-        ),
-    ];
+            format!(
+                "{}; {}",
+                kernel_note(refs.kernel, "dm-crypt"),
+                integrity_note
+            ),
+        ));
+    }
+    v
+}
+
+/// Where a job's rows go: (table, row label).
+fn place(job: &Job) -> (&'static str, String) {
+    if Job::document().contains(job) {
+        (TABLE, job.rw.clone())
+    } else {
+        (OTHER, job.label())
+    }
+}
+
+/// The rows of `r` (and of `verity`, `dmkit bench`'s plain against verity-cold, when given).
+pub fn rows(r: &IntegrityReport, verity: Option<&OverheadReport>, refs: Refs) -> Vec<SeedRow> {
+    let sides = sides(r, refs);
     let mut rows = Vec::new();
     for row in &r.rows {
+        let (table, label) = place(&row.job);
         for (k, (name, doc, note)) in sides.iter().enumerate() {
             let mut sr = SeedRow::measured(
                 SEED,
-                TABLE,
-                &row.job.rw,
+                table,
+                &label,
                 name,
                 "plain",
                 "MB/s",
@@ -76,22 +153,48 @@ pub fn run(ctx: &Ctx) -> Result<Output, BenchError> {
                 mb_s(&row.runs[k + 1]),
                 mb_s(&row.runs[0]),
             );
-            let fig = doc.and_then(|d| ctx.seeds.figure(SEED, TABLE, &row.job.rw, d));
-            sr = sr.with_doc(
-                fig,
-                "the document measured the kernel's default mode (J, journal) only",
-            );
+            sr = if table == TABLE {
+                let fig = doc.and_then(|d| refs.seeds.figure(SEED, TABLE, &label, d));
+                sr.with_doc(
+                    fig,
+                    "the document measured the kernel's default mode (J, journal) only",
+                )
+            } else {
+                sr.with_doc(None, "the document measured 4 KiB buffered I/O only")
+            };
             sr.kernel = note.clone();
             rows.push(sr);
         }
     }
-
+    // Each side against its arithmetic alone (`bench integrity` measures it after the runs).
+    for row in &r.rows {
+        for (k, (name, _, note)) in sides.iter().enumerate() {
+            let crypt = name == "crypt+integrity";
+            let Some(b) = r.bound(crypt, &row.job) else {
+                continue;
+            };
+            let mut sr = SeedRow::measured(
+                SEED,
+                BOUND,
+                &row.job.label(),
+                name,
+                &format!("{}, all cores", bound_name(crypt, row.job.writes())),
+                "MB/s",
+                true,
+                mb_s(&row.runs[k + 1]),
+                vec![b.all_cores / 1e6],
+            )
+            .with_doc(None, "the document measured no bound");
+            sr.kernel = note.clone();
+            rows.push(sr);
+        }
+    }
+    let Some(v) = verity else { return rows };
     // The verity column: dm-verity is read-only, so only the read rows.
-    let (line, v) = super::verity_reads(ctx)?;
-    setup.push(line);
-    let verity_note = kernel_note(ctx.kernel, "dm-verity");
-    for rw in JOBS {
-        let fig = ctx.seeds.figure(SEED, TABLE, rw, "verity");
+    let verity_note = kernel_note(refs.kernel, "dm-verity");
+    for job in Job::document() {
+        let rw = job.rw.as_str();
+        let fig = refs.seeds.figure(SEED, TABLE, rw, "verity");
         let row = v.rows.iter().find(|x| x.workload.name == rw);
         let mut sr = match row {
             Some(x) if x.results.len() == 2 => {
@@ -114,5 +217,186 @@ pub fn run(ctx: &Ctx) -> Result<Output, BenchError> {
         sr.kernel = verity_note.clone();
         rows.push(sr);
     }
-    Ok((setup, rows))
+    rows
+}
+
+/// `bench integrity`'s acceptance targets, judged on the finished rows' ratios: one line, and
+/// one per target missed.
+pub fn verdicts(r: &IntegrityReport, rows: &[SeedRow]) -> Vec<String> {
+    let ratio = |job: &Job, config: &str| {
+        let (table, label) = place(job);
+        rows.iter()
+            .find(|x| x.key.table == table && x.key.row == label && x.key.config == config)
+            .and_then(|x| x.ratio)
+    };
+    let mut missed = Vec::new();
+    for row in &r.rows {
+        let mut cells: Vec<(String, Option<f64>)> = r
+            .modes
+            .iter()
+            .map(|&m| {
+                (
+                    format!("integrity {}", m.letter()),
+                    integrity::target(&row.job, m),
+                )
+            })
+            .collect();
+        if r.crypt_integrity {
+            cells.push(("crypt+integrity".into(), integrity::crypt_target(&row.job)));
+        }
+        for (config, target) in cells {
+            if let (Some(t), Some(q)) = (target, ratio(&row.job, &config)) {
+                if q < t {
+                    missed.push(format!(
+                        "  {config} {}: {q:.2} of plain, target {t:.2}: NOT MET",
+                        row.job.label()
+                    ));
+                }
+            }
+        }
+    }
+    let mut v = vec![format!(
+        "targets (RAM-backed): sequential write J >= {:.2}, B >= {:.2}, D >= {:.2} of plain; reads >= {:.2}{}: {}",
+        integrity::write_target(Mode::Journal),
+        integrity::write_target(Mode::Bitmap),
+        integrity::write_target(Mode::Direct),
+        integrity::READ_TARGET,
+        if r.crypt_integrity {
+            format!(
+                "; crypt+integrity 4 KiB write >= {:.2}, read >= {:.2}",
+                integrity::CRYPT_WRITE_TARGET,
+                integrity::CRYPT_READ_TARGET
+            )
+        } else {
+            String::new()
+        },
+        if missed.is_empty() {
+            "all met".to_string()
+        } else {
+            format!("{} NOT MET", missed.len())
+        }
+    )];
+    v.extend(missed);
+    v
+}
+
+/// What `bench integrity` prints: its section, then its targets.
+pub fn render_command(r: &IntegrityReport) -> String {
+    super::command_text(
+        SEED,
+        |refs| (setup(r), rows(r, None, refs)),
+        |rows| verdicts(r, rows),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::scenarios::bound::Bound;
+    use crate::bench::scenarios::integrity::{PrimitiveBound, Row};
+
+    fn report(runs: Vec<Vec<f64>>) -> IntegrityReport {
+        IntegrityReport {
+            size: 1 << 20,
+            runs: runs[0].len() as u32,
+            runtime_ms: 1000,
+            dir: "/dev/shm".into(),
+            page_cache_dropped: false,
+            modes: vec![Mode::Journal],
+            crypt_integrity: true,
+            commands: vec![],
+            fio_command: "fio".into(),
+            bounds: vec![PrimitiveBound {
+                crypt: true,
+                bs: 4096,
+                writes: true,
+                bound: Bound {
+                    one_core: 800e6,
+                    all_cores: 1500e6,
+                    threads: 2,
+                },
+            }],
+            rows: vec![
+                Row {
+                    job: Job::document()[0].clone(),
+                    runs: runs.clone(),
+                },
+                Row {
+                    job: Job {
+                        rw: "write".into(),
+                        direct: true,
+                        bs: 1 << 20,
+                    },
+                    runs,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn bench_integrity_prints_its_section_and_targets() {
+        let r = report(vec![vec![100e6], vec![50e6], vec![40e6]]);
+        let s = render_command(&r);
+        // The document's row, its figure and ratio beside ours.
+        assert!(
+            s.contains("seed 000, fio 4 KiB buffered (dmkit and baseline in MB/s)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| write | integrity J / plain     |  50.0 |"),
+            "{s}"
+        );
+        assert!(
+            s.contains("| 0.50 (-50%) | 8.90 / 15.7 MB/s |    0.57 (-43%) |"),
+            "{s}"
+        );
+        assert!(s.contains("5.90 / 15.7 MB/s"), "{s}");
+        // The other jobs in their own table, without a document figure.
+        assert!(s.contains("seed 000, fio direct"), "{s}");
+        assert!(s.contains("write 1 MiB direct"), "{s}");
+        assert!(
+            s.contains("the document measured 4 KiB buffered I/O only"),
+            "{s}"
+        );
+        assert!(
+            s.contains("  crypt+integrity write: 0.40 of plain, target 0.45: NOT MET"),
+            "{s}"
+        );
+        assert!(
+            s.contains("  integrity J write: 0.50 of plain, target 0.60: NOT MET"),
+            "{s}"
+        );
+        // J misses at 4 KiB and at 1 MiB, crypt+integrity at 4 KiB (no target at 1 MiB).
+        assert!(s.contains(": 3 NOT MET\n"), "{s}");
+        // crypt+integrity's 4 KiB write against its seal alone on all cores: 40 of 1500 MB/s.
+        assert!(
+            s.contains("4 KiB writes seal alone: 800 / 1500 (2c)"),
+            "{s}"
+        );
+        assert!(s.contains("seed 000, against the arithmetic alone"), "{s}");
+        assert!(
+            s.contains("| write | crypt+integrity / seal alone, all cores |  40.0 |"),
+            "{s}"
+        );
+        assert!(s.contains("0.03 (-97%)"), "{s}");
+        // The document's source and its outlier rule.
+        assert!(s.contains("seed 000: Source: "), "{s}");
+        assert!(
+            s.contains("- Outliers, as the document states its rule"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn the_documents_outlier_rule_drops_runs_before_the_ratio() {
+        // plain: 10, 10, 100 (mean 40, 100 is 150% off: dropped); integrity: 5, 5, 5.
+        let r = report(vec![
+            vec![10e6, 10e6, 100e6],
+            vec![5e6, 5e6, 5e6],
+            vec![5e6, 5e6, 5e6],
+        ]);
+        let s = render_command(&r);
+        assert!(s.contains("10.0 (10.0..10.0) [1 dropped]"), "{s}");
+        assert!(s.contains("0.50 (-50%)"), "{s}");
+    }
 }

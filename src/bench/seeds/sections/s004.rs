@@ -2,11 +2,12 @@
 //! Mitsubishi Electric paper. `bench verity-integrity`'s scenario ([`verity_integrity::run`]):
 //! the same random data behind verity (every read hashed), integrity sha256 and integrity
 //! hmac-sha256 (journal mode), fio reads; throughput and the serving process's CPU seconds per
-//! GB, integrity over verity, beside the paper's overall ratios.
+//! GB, integrity over verity, beside the paper's overall ratios. `bench verity-integrity`
+//! prints its result through [`rows`] too ([`render_command`]).
 
-use super::{mb_s, Ctx, Output};
+use super::{mb_s, Ctx, Output, Refs};
 use crate::bench::harness::table::format_size;
-use crate::bench::scenarios::verity_integrity::{self, SIDES};
+use crate::bench::scenarios::verity_integrity::{self, VerityIntegrityReport, SIDES};
 use crate::bench::seeds::machine::kernel_note;
 use crate::bench::seeds::model::SeedRow;
 use crate::bench::BenchError;
@@ -23,18 +24,28 @@ pub fn expected_runs(runs: u64) -> u64 {
 /// The section.
 pub fn run(ctx: &Ctx) -> Result<Output, BenchError> {
     let r = verity_integrity::run(&ctx.rw, ctx.interrupt)?;
+    Ok((setup(&r), rows(&r, ctx.refs())))
+}
+
+/// How the scenario ran, one line each.
+pub fn setup(r: &VerityIntegrityReport) -> Vec<String> {
     let mut setup = vec![format!(
-        "{} of random data per side in {}, {} run(s) of {} ms, sides alternated: verity = sha256, 4 KiB blocks, --data-cache 0; integrity = journal mode, 512-byte sectors, sha256 or hmac-sha256; CPU = user + system seconds of the serving process per 10^9 bytes read",
+        "{} of random data per side in {}, {} run(s) of {} ms, sides alternated: verity = sha256, 4 KiB blocks, --data-cache 0; integrity = journal mode, 512-byte sectors, sha256 or hmac-sha256; fio libaio, queue depth 1; CPU = user + system seconds of the serving process per 10^9 bytes read",
         format_size(r.size),
         r.dir.display(),
         r.runs,
         r.runtime_ms
     )];
     setup.extend(r.commands.iter().map(|c| format!("setup: {c}")));
+    setup
+}
+
+/// The rows: per read job and integrity side, throughput and CPU per GB over verity's.
+pub fn rows(r: &VerityIntegrityReport, refs: Refs) -> Vec<SeedRow> {
     let note = format!(
         "{}; {}",
-        kernel_note(ctx.kernel, "dm-verity"),
-        kernel_note(ctx.kernel, "dm-integrity")
+        kernel_note(refs.kernel, "dm-verity"),
+        kernel_note(refs.kernel, "dm-integrity")
     );
     let mut rows = Vec::new();
     for row in &r.rows {
@@ -62,11 +73,58 @@ pub fn run(ctx: &Ctx) -> Result<Output, BenchError> {
                     vals(k),
                     vals(0),
                 )
-                .with_doc(ctx.seeds.figure(SEED, table, DOC_ROW, side), "");
+                .with_doc(refs.seeds.figure(SEED, table, DOC_ROW, side), "");
                 sr.kernel = note.clone();
                 rows.push(sr);
             }
         }
     }
-    Ok((setup, rows))
+    rows
+}
+
+/// What `bench verity-integrity` prints: its section.
+pub fn render_command(r: &VerityIntegrityReport) -> String {
+    super::command_text(SEED, |refs| (setup(r), rows(r, refs)), |_| Vec::new())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::scenarios::verity_integrity::{read_jobs, Row, SideRuns};
+
+    #[test]
+    fn bench_verity_integrity_prints_its_section() {
+        let side = |bw: f64, cpu: f64| SideRuns {
+            bw: vec![bw],
+            cpu_s_per_gb: vec![cpu],
+        };
+        let r = VerityIntegrityReport {
+            size: 1 << 20,
+            runs: 1,
+            runtime_ms: 1000,
+            dir: "/dev/shm".into(),
+            commands: vec![],
+            rows: vec![Row {
+                job: read_jobs()[0].clone(),
+                sides: vec![side(200e6, 1.0), side(100e6, 0.5), side(50e6, 2.0)],
+            }],
+        };
+        let s = render_command(&r);
+        assert!(
+            s.contains("seed 004, throughput (dmkit and baseline in MB/s)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("seed 004, CPU per MB (dmkit and baseline in CPU s/GB)"),
+            "{s}"
+        );
+        // Integrity sha256: half of verity's throughput and half its CPU per GB; the paper's
+        // 0.94 and 0.80 beside them.
+        assert!(s.contains("integrity sha256 / verity sha256"), "{s}");
+        assert!(s.contains("| 0.50 (-50%) | ratio only |"), "{s}");
+        assert!(s.contains(" 0.94 (-6%) |"), "{s}");
+        assert!(s.contains(" 0.80 (-20%) |"), "{s}");
+        assert!(s.contains("0.25 (-75%)"), "{s}");
+        assert!(s.contains("2.00 (+100%)"), "{s}");
+    }
 }

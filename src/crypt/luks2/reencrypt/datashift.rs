@@ -166,7 +166,7 @@ fn is_backup(s: &Segment) -> bool {
 }
 
 /// The data segments of `m`, backups left out.
-fn data_segments(m: &Metadata) -> Vec<Segment> {
+pub(super) fn data_segments(m: &Metadata) -> Vec<Segment> {
     m.segments
         .values()
         .filter(|s| !is_backup(s))
@@ -339,21 +339,7 @@ impl Shift<'_> {
     /// Finish a hotzone a crash left `in-reencryption` (`reencrypt_recover_segment`,
     /// datashift): its plaintext is still at its old place, so it is encrypted again.
     fn recover(&self, h: &mut Luks2Header, r: usize) -> Result<(), LuksError> {
-        let hot = data_segments(&h.metadata);
-        let seg = &hot[r];
-        let offset = seg
-            .offset
-            .checked_sub(self.data_offset)
-            .ok_or_else(|| invalid("reencryption metadata: hotzone before the data".into()))?;
-        let length = seg
-            .size
-            .filter(|&l| l > 0 && l <= self.shift)
-            .ok_or_else(|| invalid("reencryption metadata: bad hotzone size".into()))?;
-        if (offset == 0) != (r == 0) {
-            return Err(invalid(
-                "reencryption metadata: hotzone and moved segment disagree".into(),
-            ));
-        }
+        let (hot, offset, length) = interrupted(&h.metadata, r, self.data_offset, self.shift)?;
         let mut buf = zeroize::Zeroizing::new(vec![0u8; length as usize]);
         self.write_zone(&mut buf, offset)?;
         self.install(&mut h.metadata, self.post(&hot, r, offset, length));
@@ -381,6 +367,33 @@ impl Shift<'_> {
         }
         drop_metadata(self.hdr_dev, h, &self.st)
     }
+}
+
+/// The segments of `m`, where a crash left segment `r` `in-reencryption` in a data shift of
+/// `shift` bytes with the data from `data_offset`: the segments, the hotzone's offset in the
+/// data and its length (at most the shift; offset 0, the moved segment, exactly when `r` is 0).
+pub(super) fn interrupted(
+    m: &Metadata,
+    r: usize,
+    data_offset: u64,
+    shift: u64,
+) -> Result<(Vec<Segment>, u64, u64), LuksError> {
+    let hot = data_segments(m);
+    let seg = &hot[r];
+    let offset = seg
+        .offset
+        .checked_sub(data_offset)
+        .ok_or_else(|| invalid("reencryption metadata: hotzone before the data".into()))?;
+    let length = seg
+        .size
+        .filter(|&l| l > 0 && l <= shift)
+        .ok_or_else(|| invalid("reencryption metadata: bad hotzone size".into()))?;
+    if (offset == 0) != (r == 0) {
+        return Err(invalid(
+            "reencryption metadata: hotzone and moved segment disagree".into(),
+        ));
+    }
+    Ok((hot, offset, length))
 }
 
 /// Run (or resume) the encryption with a moved first segment whose header `h` is on

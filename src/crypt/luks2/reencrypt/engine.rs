@@ -643,20 +643,29 @@ impl<'a> Run<'a> {
             ..
         } = self;
         drop_metadata(hdr_dev, h, &st)?;
-        let Some(digest_old) = ends.digest_old.filter(|&d| Some(d) != ends.digest_new) else {
-            return Ok(());
-        };
-        let old_slots: Vec<u32> = h
-            .metadata
-            .digests
-            .get(&digest_old)
-            .map(|d| d.keyslots.clone())
-            .unwrap_or_default();
-        for id in old_slots {
-            destroy_keyslot(hdr_dev, h, id)?;
+        match ends.digest_old.filter(|&d| Some(d) != ends.digest_new) {
+            Some(digest_old) => destroy_keyslots_of(hdr_dev, h, digest_old),
+            None => Ok(()),
         }
-        Ok(())
     }
+}
+
+/// Destroy the keyslots of digest `digest` one by one (each its own header write).
+pub(super) fn destroy_keyslots_of(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    digest: u32,
+) -> Result<(), LuksError> {
+    let slots: Vec<u32> = h
+        .metadata
+        .digests
+        .get(&digest)
+        .map(|d| d.keyslots.clone())
+        .unwrap_or_default();
+    for id in slots {
+        destroy_keyslot(dev, h, id)?;
+    }
+    Ok(())
 }
 
 /// The reencryption's metadata dropped in one header write (backup segments, requirement,
@@ -721,7 +730,11 @@ pub fn finish_orphaned(
 
 /// Wipe keyslot `id`'s area, then drop it (and every reference to it) from the header, and
 /// digests left bound to nothing with it (`crypt_keyslot_destroy`).
-fn destroy_keyslot(dev: &dyn BlockDevice, h: &mut Luks2Header, id: u32) -> Result<(), LuksError> {
+pub(super) fn destroy_keyslot(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    id: u32,
+) -> Result<(), LuksError> {
     let Some(k) = h.metadata.keyslots.get(&id) else {
         return Ok(());
     };

@@ -236,7 +236,7 @@ pub(super) fn seal(
         .max(u64::from(sectors.1))
         .max(512);
     let resilience = match &p.resilience {
-        Resilience::Checksum { hash, .. } => {
+        Resilience::Checksum { hash, .. } | Resilience::DatashiftChecksum { hash, .. } => {
             let size = crate::crypt::luks::af::message_digest(hash)
                 .map_err(|_| {
                     LuksError::Invalid(format!("Hash algorithm {hash} is not available."))
@@ -247,9 +247,11 @@ pub(super) fn seal(
                     "Hash algorithm {hash} is not available."
                 )));
             }
-            Resilience::Checksum {
-                hash: hash.clone(),
-                sector_size: alignment as u32,
+            let (hash, sector_size) = (hash.clone(), alignment as u32);
+            if let Resilience::Checksum { .. } = p.resilience {
+                Resilience::Checksum { hash, sector_size }
+            } else {
+                Resilience::DatashiftChecksum { hash, sector_size }
             }
         }
         other => other.clone(),
@@ -267,7 +269,17 @@ pub(super) fn seal(
     let m = &mut next.metadata;
     m.keyslots
         .insert(ks, area::keyslot(mode, direction, &resilience, gap, shift));
-    m.config.requirements = vec![format!("online-reencrypt-v{}", super::REQ_VERSION)];
+    // cryptsetup marks a decryption that moves the data with its own version.
+    let moved = m
+        .segments
+        .values()
+        .any(|s| s.flags.iter().any(|f| f == "backup-moved-segment"));
+    let version = if mode == Mode::Decrypt && moved {
+        super::DECRYPT_SHIFT_REQ_VERSION
+    } else {
+        super::REQ_VERSION
+    };
+    m.config.requirements = vec![format!("online-reencrypt-v{version}")];
     let st = ReencryptState::read(m)?
         .ok_or_else(|| LuksError::Invalid("reencryption state lost".into()))?;
     verify::create(m, &st, keys, &p.hash, p.benchmark_digest)?;

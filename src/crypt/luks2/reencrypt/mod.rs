@@ -20,6 +20,7 @@
 
 mod area;
 pub mod datashift;
+pub mod decrypt_shift;
 mod direct;
 pub mod engine;
 mod init;
@@ -42,6 +43,8 @@ pub const MAX_HOTZONE: u64 = 1 << 30;
 pub const DEFAULT_NONE_HOTZONE: u64 = 0x140_0000;
 /// The requirement version cryptsetup 2.6 writes for reencryption (`LUKS2_REENCRYPT_REQ_VERSION`).
 pub const REQ_VERSION: u8 = 2;
+/// The requirement version of a decryption that moves the data (`LUKS2_DECRYPT_DATASHIFT_REQ_VERSION`).
+pub const DECRYPT_SHIFT_REQ_VERSION: u8 = 3;
 
 /// The hotzone length a reencryption of `h` protected by `resilience` would take (cryptsetup's
 /// `reencrypt_length`: what the largest free gap of the keyslots area covers, capped), aligned
