@@ -3,8 +3,12 @@
 //! never panics, hangs or allocates without bound, whatever the superblock, inodes, directory
 //! blocks, chunk tables and xattr areas say (loops, oversized lengths, truncation).
 //!
-//! The seed is a small image from mkfs.erofs (files, a directory, a symlink, a hard link, an
-//! xattr, an inline tail); the fuzzer mutates its fields.
+//! The seeds are small images from mkfs.erofs: small-tree (files, a directory, a symlink, a
+//! hard link, an xattr, an inline tail) and compressed ones (text, text with noise, a symlink):
+//! compressed-lz4 (`-zlz4`, 4 KiB pclusters, PLAIN ones among them), compressed-ztail
+//! (`-zlz4hc -C16384 -Eztailpacking`: big pclusters, compacted indexes, inline tails) and
+//! compressed-legacy (`-zlz4hc -Elegacy-compress`: full indexes); the fuzzer mutates their
+//! fields, index entries and compressed bytes included.
 
 #![no_main]
 

@@ -189,4 +189,4 @@ pub fn verify(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -1,17 +1,24 @@
 //! Our own EROFS reader: the superblock, compact and extended inodes, flat (plain and
 //! inline-tail) and chunk-based data, directories and xattrs (inline and shared), each read
-//! from a [`Source`] and range-checked. Compressed files (LZ4/LZMA clusters) are recognised
-//! and refused per file with a clear error: `image build --fs erofs` writes uncompressed
-//! images by default.
+//! from a [`Source`] and range-checked, and compressed files: LZ4 extents with full or
+//! compacted indexes, big pclusters, uncompressed (PLAIN) pclusters and ztailpacking (see
+//! [`zmap`] and [`decompress`](mod@decompress)). LZMA and erofs-utils 1.6's interlaced and
+//! fragment pclusters are refused per file with a clear error.
 //!
 //! Why our own: the crates on crates.io read through a memory map of a whole image file
 //! (not through a verified block source) and stop at the flat layouts; the format's
 //! uncompressed part is small (this file and [`format`](mod@format)).
 
+pub mod decompress;
 pub mod format;
+#[cfg(test)]
+mod tests;
+pub mod zmap;
 
 use super::{DirEntry, FileKind, FsReader, NodeId, ReadError, Result, Source, Stat};
+use decompress::ExtentCache;
 use format::{Inode, Layout, Superblock};
+use std::sync::Arc;
 
 /// Largest directory read (bytes): real directories of root images are far smaller, and a
 /// chunk-based directory whose chunks all name one block cannot blow a walk up past this.
@@ -23,6 +30,7 @@ const MAX_LINK: u64 = 4096;
 pub struct Erofs {
     src: Source,
     sb: Superblock,
+    extents: ExtentCache,
 }
 
 fn corrupt(nid: u64, what: impl std::fmt::Display) -> ReadError {
@@ -35,7 +43,11 @@ impl Erofs {
         let mut b = [0u8; 128];
         src.read_exact_at(&mut b, format::SB_OFFSET)?;
         let sb = Superblock::parse(&b)?;
-        let fs = Erofs { src, sb };
+        let fs = Erofs {
+            src,
+            sb,
+            extents: ExtentCache::default(),
+        };
         let root = fs.inode(fs.sb.root_nid)?;
         if FileKind::from_mode(root.mode) != Some(FileKind::Dir) {
             return Err(ReadError::Corrupt(
@@ -126,17 +138,16 @@ impl Erofs {
                 Ok((Some(block_at(u64::from(blk), within)?), run))
             }
             Layout::CompressedFull | Layout::CompressedCompact => {
-                Err(ReadError::Unsupported(format!(
-                    "inode {}: compressed EROFS data (LZ4/LZMA clusters) is not read by the \
-                     userspace reader yet; build with --compress none or mount as root",
-                    i.nid
-                )))
+                unreachable!("compressed data is read by read_compressed")
             }
         }
     }
 
     /// Read `buf.len()` bytes of `i`'s data from `pos` (the caller keeps it within the size).
     fn read_data(&self, i: &Inode, mut pos: u64, buf: &mut [u8]) -> Result<()> {
+        if i.compressed() {
+            return self.read_compressed(i, pos, buf);
+        }
         let mut done = 0;
         while done < buf.len() {
             let (at, run) = self.map(i, pos)?;
@@ -146,6 +157,38 @@ impl Erofs {
                 Some(a) => self.src.read_exact_at(&mut buf[done..done + n], a)?,
                 None => buf[done..done + n].fill(0),
             }
+            done += n;
+            pos += n as u64;
+        }
+        Ok(())
+    }
+
+    /// The decompressed extent of compressed inode `i` holding byte `pos`: its first byte and
+    /// its bytes (from the cache when read lately).
+    fn extent_at(&self, i: &Inode, pos: u64) -> Result<(u64, Arc<Vec<u8>>)> {
+        if let Some(hit) = self.extents.find(i.nid, pos) {
+            return Ok(hit);
+        }
+        let x = zmap::ZMap::new(&self.src, &self.sb, i)?.extent(pos)?;
+        let data = Arc::new(decompress::extent(
+            &self.src,
+            self.sb.feature_incompat,
+            self.sb.block_size(),
+            i.nid,
+            &x,
+        )?);
+        self.extents.insert(i.nid, x.la, data.clone());
+        Ok((x.la, data))
+    }
+
+    /// [`Self::read_data`] of a compressed inode: extent by extent.
+    fn read_compressed(&self, i: &Inode, mut pos: u64, buf: &mut [u8]) -> Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            let (la, data) = self.extent_at(i, pos)?;
+            let skip = (pos - la) as usize;
+            let n = (data.len() - skip).min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&data[skip..skip + n]);
             done += n;
             pos += n as u64;
         }
