@@ -122,8 +122,10 @@ fn interrupt(
     };
     // The whole run once, then stops spread over its length: the windows differ per mode.
     let total = run(None);
-    for attempt in 0..36u32 {
-        let at = total.mul_f64(((attempt % 18) as f64 + 0.5 + (attempt / 18) as f64 * 0.37) / 18.0);
+    // Four passes at shifted points: a fast machine leaves short windows (a fresh-check run
+    // met none in two passes for a journal decryption).
+    for attempt in 0..72u32 {
+        let at = total.mul_f64(((attempt % 18) as f64 + 0.5 + (attempt / 18) as f64 * 0.23) / 18.0);
         run(Some(at));
         if accept(&dump(hdr.unwrap_or(img))) {
             return true;
