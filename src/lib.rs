@@ -74,5 +74,6 @@ pub mod hash;
 pub mod image;
 pub mod integrity;
 pub mod logcap;
+pub mod remote;
 pub mod sig;
 pub mod verity;

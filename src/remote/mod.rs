@@ -1,0 +1,11 @@
+//! Remote objects (issue 28): a read-only image whose data, hash tree, FEC or signature lives in
+//! object storage (`https://`, `http://`, `s3://`) and is read lazily, block by block.
+//!
+//! The transport is below [`RangeSource`]: it fetches byte ranges of one object whose identity
+//! (length, ETag or version) was pinned when it was opened, so a changed object fails closed.
+//! Nothing at this level is trusted: every block is checked by the layer above (the verity tree)
+//! before it is used or cached.
+
+pub mod source;
+
+pub use source::{LocalRange, ObjectIdentity, RangeSource, RemoteError, RemoteStats};
