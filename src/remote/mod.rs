@@ -6,8 +6,12 @@
 //! Nothing at this level is trusted: every block is checked by the layer above (the verity tree)
 //! before it is used or cached.
 
+pub mod cache;
+pub mod device;
+pub mod prefetch;
 pub mod source;
 pub mod target;
+pub mod verity;
 
 pub use source::{LocalRange, ObjectIdentity, RangeSource, RemoteError, RemoteStats};
 pub use target::{FixedUrl, Method, PreparedRequest, RequestTarget};

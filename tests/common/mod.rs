@@ -31,6 +31,7 @@ pub mod image_tree;
 pub mod nbd;
 pub mod pki;
 pub mod reencrypt;
+pub mod remote_case;
 pub mod rng;
 pub mod run;
 pub mod sys;
