@@ -8,10 +8,17 @@
 
 pub mod cache;
 pub mod device;
+pub mod http;
+pub mod location;
 pub mod prefetch;
 pub mod source;
 pub mod target;
+pub mod tls;
 pub mod verity;
 
 pub use source::{LocalRange, ObjectIdentity, RangeSource, RemoteError, RemoteStats};
 pub use target::{FixedUrl, Method, PreparedRequest, RequestTarget};
+
+pub use http::{HttpClient, HttpObject, HttpOptions, RetryPolicy};
+pub use location::{Location, LocationError};
+pub use tls::TlsOptions;
