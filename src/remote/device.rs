@@ -73,6 +73,36 @@ struct Ahead {
 
 type Job = Box<dyn FnOnce() + Send>;
 
+/// Fetcher threads of one process.
+struct Pool {
+    pid: u32,
+    jobs: mpsc::Sender<Job>,
+}
+
+impl Pool {
+    fn start(threads: usize) -> Pool {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            // Detached: each ends when the device drops the sender.
+            let _ = std::thread::Builder::new()
+                .name(format!("dmkit-fetch-{i}"))
+                .spawn(move || loop {
+                    let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
+                    match job {
+                        Ok(job) => job(),
+                        Err(_) => return,
+                    }
+                });
+        }
+        Pool {
+            pid: std::process::id(),
+            jobs: tx,
+        }
+    }
+}
+
 struct Shared {
     source: Arc<dyn RangeSource>,
     ahead: Mutex<Ahead>,
@@ -86,8 +116,10 @@ pub struct RemoteDevice {
     size: u64,
     opts: RemoteOptions,
     shared: Arc<Shared>,
-    jobs: Mutex<Option<mpsc::Sender<Job>>>,
-    workers: Vec<std::thread::JoinHandle<()>>,
+    /// The read-ahead fetchers, started at the first read-ahead in this process: a device is
+    /// opened before the export forks its server, which must be single-threaded then and
+    /// would not inherit threads anyway.
+    pool: Mutex<Option<Pool>>,
     /// A region fetched whole at open: (start, bytes).
     pinned: Option<(u64, Vec<u8>)>,
 }
@@ -110,30 +142,12 @@ impl RemoteDevice {
             arrived: Condvar::new(),
             stats: DeviceStats::default(),
         });
-        let (tx, rx) = mpsc::channel::<Job>();
-        let rx = Arc::new(Mutex::new(rx));
-        let workers = (0..opts.fetchers.max(1))
-            .map(|i| {
-                let rx = rx.clone();
-                std::thread::Builder::new()
-                    .name(format!("dmkit-fetch-{i}"))
-                    .spawn(move || loop {
-                        let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
-                        match job {
-                            Ok(job) => job(),
-                            Err(_) => return,
-                        }
-                    })
-                    .expect("spawn a fetcher thread")
-            })
-            .collect();
         RemoteDevice {
             name: source.name().to_string(),
             size: source.identity().len,
             opts,
             shared,
-            jobs: Mutex::new(Some(tx)),
-            workers,
+            pool: Mutex::new(None),
             pinned: None,
         }
     }
@@ -182,49 +196,54 @@ impl RemoteDevice {
     }
 
     fn submit(&self, job: Job) -> bool {
-        match &*self.jobs.lock().unwrap_or_else(|e| e.into_inner()) {
-            Some(tx) => tx.send(job).is_ok(),
-            None => false,
+        let mut pool = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        if pool.as_ref().is_none_or(|p| p.pid != std::process::id()) {
+            *pool = Some(Pool::start(self.opts.fetchers));
         }
+        pool.as_ref().is_some_and(|p| p.jobs.send(job).is_ok())
     }
 
-    /// Fetch `buf` at `offset` in pieces of `opts.chunk`, all in flight at once.
+    /// Fetch `buf` at `offset` in pieces of `opts.chunk`, `opts.fetchers` in flight at once
+    /// (threads of this call only, gone when it returns: this runs at open too, before the
+    /// export forks).
     fn fetch_parallel(&self, buf: &mut [u8], offset: u64) -> Result<()> {
         let chunk = self.opts.chunk.max(self.opts.block_size as u64) as usize;
         if buf.len() <= chunk {
             return self.read_fresh(buf, offset);
         }
-        let pieces = buf.len().div_ceil(chunk);
-        let (tx, rx) = mpsc::channel();
-        let mut inline = Vec::new();
-        for p in 0..pieces {
-            let (start, end) = (p * chunk, ((p + 1) * chunk).min(buf.len()));
-            let source = self.shared.source.clone();
-            let tx = tx.clone();
-            let at = offset + start as u64;
-            let submitted = self.submit(Box::new(move || {
-                let mut piece = vec![0u8; end - start];
-                let r = source.read_range(at, &mut piece).map(|()| piece);
-                let _ = tx.send((start, at, r));
-            }));
-            if !submitted {
-                inline.push((start, end, at));
+        let pieces: Mutex<Vec<(u64, &mut [u8])>> = Mutex::new(
+            buf.chunks_mut(chunk)
+                .enumerate()
+                .map(|(i, p)| (offset + (i * chunk) as u64, p))
+                .rev()
+                .collect(),
+        );
+        let threads = self
+            .opts
+            .fetchers
+            .clamp(1, pieces.lock().expect("fresh").len());
+        let failed: Mutex<Option<BlockError>> = Mutex::new(None);
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(|| loop {
+                    let next = pieces.lock().unwrap_or_else(|e| e.into_inner()).pop();
+                    let Some((at, piece)) = next else {
+                        return;
+                    };
+                    if let Err(e) = self.read_fresh(piece, at) {
+                        failed
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .get_or_insert(e);
+                        return;
+                    }
+                });
             }
+        });
+        match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
-        for (start, end, at) in inline {
-            self.read_fresh(&mut buf[start..end], at)?;
-        }
-        drop(tx);
-        let mut first_err = None;
-        for (start, at, r) in rx {
-            match r {
-                Ok(piece) => buf[start..start + piece.len()].copy_from_slice(&piece),
-                Err(e) => {
-                    first_err.get_or_insert_with(|| block_error(&self.name, at, e));
-                }
-            }
-        }
-        first_err.map_or(Ok(()), Err)
     }
 
     /// Start fetching chunk `index` into the read-ahead buffers unless it is there already.
@@ -347,10 +366,7 @@ impl RemoteDevice {
 
 impl Drop for RemoteDevice {
     fn drop(&mut self) {
-        self.jobs.lock().unwrap_or_else(|e| e.into_inner()).take();
-        for w in self.workers.drain(..) {
-            let _ = w.join();
-        }
+        self.pool.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
 }
 
@@ -482,11 +498,12 @@ mod tests {
         let dev = dev.pin(512 << 10, 512 << 10).unwrap();
         let before = dev.source().stats().requests;
         let mut b = vec![0u8; 4096];
-        for i in 0..64u64 {
-            dev.read_at(&mut b, (512 << 10) + i * 4096).unwrap();
+        for i in 0..128u64 {
+            let at = (512 << 10) + i * 4096;
+            dev.read_at(&mut b, at).unwrap();
+            assert!(b == bytes[at as usize..at as usize + 4096]);
         }
         assert_eq!(dev.source().stats().requests, before);
-        assert_eq!(b, bytes[(1 << 20) - 4096..]);
         std::fs::remove_file(path).unwrap();
     }
 }

@@ -151,16 +151,14 @@ pub struct PrefetchStats {
 
 /// Read `blocks` (of `block_size`) of `dev` in the background, in runs of consecutive blocks,
 /// so they are verified and cached before they are asked for.
-pub fn start(
+fn start(
     dev: Arc<dyn BlockDevice>,
     blocks: Vec<u64>,
     block_size: u32,
-) -> (Arc<PrefetchStats>, std::thread::JoinHandle<()>) {
-    let stats = Arc::new(PrefetchStats::default());
-    stats.planned.store(blocks.len() as u64, Ordering::Relaxed);
-    let s = stats.clone();
+    s: Arc<PrefetchStats>,
+) -> std::thread::JoinHandle<()> {
     let bs = block_size as u64;
-    let handle = std::thread::Builder::new()
+    std::thread::Builder::new()
         .name("dmkit-prefetch".into())
         .spawn(move || {
             let limit = dev.size() / bs;
@@ -186,6 +184,79 @@ pub fn start(
                 };
             }
         })
-        .expect("spawn the prefetch thread");
-    (stats, handle)
+        .expect("spawn the prefetch thread")
+}
+
+/// A device that starts the background prefetch of `blocks` at its first read: in the process
+/// that serves it (an export opens the device, then forks its server, which must be
+/// single-threaded until then).
+pub struct Prefetcher {
+    inner: Arc<dyn BlockDevice>,
+    pending: Mutex<Option<Vec<u64>>>,
+    block_size: u32,
+    stats: Arc<PrefetchStats>,
+}
+
+impl Prefetcher {
+    /// Prefetch `blocks` (of `block_size`) of `inner` once it is first read.
+    pub fn new(inner: Arc<dyn BlockDevice>, blocks: Vec<u64>, block_size: u32) -> Self {
+        let stats = Arc::new(PrefetchStats::default());
+        stats.planned.store(blocks.len() as u64, Ordering::Relaxed);
+        Prefetcher {
+            inner,
+            pending: Mutex::new(Some(blocks)),
+            block_size,
+            stats,
+        }
+    }
+
+    /// The progress counters.
+    pub fn stats(&self) -> Arc<PrefetchStats> {
+        self.stats.clone()
+    }
+
+    /// Start the prefetch now, unless it has started.
+    pub fn begin(&self) {
+        let blocks = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(blocks) = blocks {
+            let _ = start(
+                self.inner.clone(),
+                blocks,
+                self.block_size,
+                self.stats.clone(),
+            );
+        }
+    }
+}
+
+impl BlockDevice for Prefetcher {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn logical_block_size(&self) -> u32 {
+        self.inner.logical_block_size()
+    }
+    fn read_only(&self) -> bool {
+        true
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.begin();
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
+        self.inner.write_at(buf, offset)
+    }
+    fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn hand_over(&self) {
+        self.inner.hand_over()
+    }
 }

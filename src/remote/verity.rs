@@ -122,9 +122,13 @@ impl Opened {
                         params.data_block_size,
                     ));
                 } else {
-                    let (s, _thread) =
-                        prefetch::start(verified.clone(), recorded, params.data_block_size);
-                    prefetch_stats = Some(s);
+                    let p = prefetch::Prefetcher::new(
+                        verified.clone(),
+                        recorded,
+                        params.data_block_size,
+                    );
+                    prefetch_stats = Some(p.stats());
+                    activated.device = Arc::new(p);
                 }
             }
         }
