@@ -10,6 +10,7 @@ pub mod cache;
 pub mod device;
 pub mod http;
 pub mod location;
+pub mod objects;
 pub mod prefetch;
 pub mod source;
 pub mod target;
