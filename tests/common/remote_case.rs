@@ -159,3 +159,88 @@ pub fn slot_offset(image_cache: &Path, b: u64) -> u64 {
         .map(|e| u64::from_le_bytes(e[8..].try_into().unwrap()) * BS as u64)
         .unwrap_or_else(|| panic!("block {b} is not cached"))
 }
+
+/// An nginx serving a directory on 127.0.0.1 (byte ranges, ETags), stopped when dropped.
+/// (r28's `tests/common/nginx.rs` is the shared helper with HTTPS once merged on main.)
+pub struct Nginx {
+    pub port: u16,
+    child: std::process::Child,
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Serve `root` with nginx on a free port; `None` (skipped, or a failure under CI=1) without
+/// nginx.
+pub fn nginx(root: &Path, work: &Path) -> Option<Nginx> {
+    let bin = ["/usr/sbin/nginx", "nginx"]
+        .into_iter()
+        .find(|b| Path::new(b).exists() || super::env::on_path(b));
+    let Some(bin) = bin else {
+        super::env::missing("nginx is not installed (apt-get install nginx-light)");
+        return None;
+    };
+    std::fs::create_dir_all(work.join("tmp")).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let w = work.display();
+    let conf = format!(
+        "daemon off; worker_processes 1; pid {w}/nginx.pid; error_log {w}/error.log;\n\
+         events {{ worker_connections 64; }}\n\
+         http {{ access_log off; client_body_temp_path {w}/tmp; proxy_temp_path {w}/tmp;\n\
+         fastcgi_temp_path {w}/tmp; uwsgi_temp_path {w}/tmp; scgi_temp_path {w}/tmp;\n\
+         server {{ listen 127.0.0.1:{port}; root {}; }} }}\n",
+        root.display()
+    );
+    let conf_path = work.join("nginx.conf");
+    std::fs::write(&conf_path, conf).unwrap();
+    // nginx's workers run as nobody: the served tree must be readable by all.
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755));
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                dirs.push(p);
+            } else {
+                let _ = std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644));
+            }
+        }
+    }
+    let mut a = root.parent();
+    while let Some(d) = a {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(d).unwrap().permissions().mode();
+        if mode & 0o001 == 0 {
+            let _ = std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode | 0o001));
+        }
+        a = d.parent();
+    }
+    let child = std::process::Command::new(bin)
+        .args([
+            "-c",
+            conf_path.to_str().unwrap(),
+            "-p",
+            work.to_str().unwrap(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start nginx");
+    let server = Nginx { port, child };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < deadline, "nginx did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Some(server)
+}
