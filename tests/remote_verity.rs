@@ -28,11 +28,16 @@ fn signed_volume_opens_remotely_and_reads_back_identical() {
     check_signature(
         &c.root_hex,
         SignatureSource::Der(&fetched),
-        &[id.cert.clone()],
+        std::slice::from_ref(&id.cert),
     )
     .unwrap();
     let wrong = format!("{}00", &c.root_hex[..c.root_hex.len() - 2]);
-    assert!(check_signature(&wrong, SignatureSource::Der(&fetched), &[id.cert.clone()]).is_err());
+    assert!(check_signature(
+        &wrong,
+        SignatureSource::Der(&fetched),
+        std::slice::from_ref(&id.cert)
+    )
+    .is_err());
 
     let a = c.open_with(&c.data, 64 << 20, false);
     assert_eq!(a.kind, "verity");

@@ -30,7 +30,7 @@ pub enum VerityCommand {
     /// only after the volume verifies with it.
     Repair(RepairArgs),
     /// Serve the verified DATA read-only at /run/dmkit/NAME (veritysetup's argument order).
-    Open(OpenArgs),
+    Open(Box<OpenArgs>),
     /// Sign a root hash: detached DER PKCS#7 over the lowercase hex string, as the kernel checks.
     Sign(SignArgs),
     /// Tear down an open device (like `veritysetup close`; same as `dmkit close`).
@@ -227,7 +227,7 @@ pub fn run(c: VerityCommand) -> CliResult {
         VerityCommand::Verify(a) => verify(a),
         VerityCommand::Dump(a) => dump(a),
         VerityCommand::Repair(a) => repair(a),
-        VerityCommand::Open(a) => open(a),
+        VerityCommand::Open(a) => open(*a),
         VerityCommand::Sign(a) => sign(a),
         VerityCommand::Close(a) => super::device::close(a),
         VerityCommand::Status(a) => super::device::status(a),
