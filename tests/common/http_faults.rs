@@ -152,10 +152,11 @@ impl Drop for FaultServer {
     }
 }
 
+/// A request's method, target and headers.
+type Head = (String, String, Vec<(String, String)>);
+
 /// Reads one request's head; `None` when the client closed or went silent.
-fn read_request(
-    reader: &mut BufReader<TcpStream>,
-) -> Option<(String, String, Vec<(String, String)>)> {
+fn read_request(reader: &mut BufReader<TcpStream>) -> Option<Head> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
@@ -308,7 +309,8 @@ fn answer(out: &mut TcpStream, req: &Request, reply: Reply, data: &[u8], etag: &
                     ("ETag", etag.to_string()),
                 ],
             );
-            let half = a + (b - a + 1) / 2;
+            let n = b - a + 1;
+            let half = a + n / 2;
             let _ = out.write_all(&h);
             let _ = out.write_all(&data[a as usize..half as usize]);
             let _ = out.flush();
