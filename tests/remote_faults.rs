@@ -79,6 +79,11 @@ fn ranges_carry_if_match_and_read_back() {
     assert_eq!(get.header("range"), Some("bytes=1000-5095"));
     assert_eq!(get.header("if-match"), Some("\"v1\""));
     assert_eq!(get.header("accept-encoding"), Some("identity"));
+    // Kept alive: twenty more reads, one after another, on the same connection.
+    for _ in 0..20 {
+        read(&obj).unwrap();
+    }
+    assert_eq!(server.connections(), 1);
 }
 
 /// Every range GET answered with `reply`: refused as a protocol error saying `says`, not
