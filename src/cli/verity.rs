@@ -642,14 +642,7 @@ fn open(a: OpenArgs) -> CliResult {
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
     let root = verity::parse_root_hash(&root_hex, volume.params()).map_err(verity_err)?;
     check_signature(&root_hex, &a.root)?;
-    let opts = VerityOptions {
-        name: a.name.clone(),
-        check_at_most_once: a.check_at_most_once,
-        ignore_corruption: a.ignore_corruption,
-        cache_blocks: a.cache_blocks,
-        data_cache_bytes: a.data_cache,
-        fec: a.fec.fec_device.clone().map(|f| (f, a.fec.options())),
-    };
+    let opts = a.options();
     let mut activated = volume.activate(&root, opts).map_err(|e| match e {
         VolumeError::RootMismatch { .. } => CliError::verification(format!(
             "{}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data",
@@ -660,6 +653,20 @@ fn open(a: OpenArgs) -> CliResult {
     activated.details["root_hash"] = root_hex.to_lowercase().into();
     activated.details["signed"] = a.root.root_hash_signature.is_some().into();
     a.serve.serve(activated, how)
+}
+
+impl OpenArgs {
+    /// The verified device's options.
+    fn options(&self) -> VerityOptions {
+        VerityOptions {
+            name: self.name.clone(),
+            check_at_most_once: self.check_at_most_once,
+            ignore_corruption: self.ignore_corruption,
+            cache_blocks: self.cache_blocks,
+            data_cache_bytes: self.data_cache,
+            fec: self.fec.fec_device.clone().map(|f| (f, self.fec.options())),
+        }
+    }
 }
 
 /// `verity open` of a volume whose data or hash is remote: fetched through the remote layer
@@ -700,14 +707,7 @@ fn open_remote(
             &a.root.root_hash_cert,
         )?;
     }
-    let opts = VerityOptions {
-        name: a.name.clone(),
-        check_at_most_once: a.check_at_most_once,
-        ignore_corruption: a.ignore_corruption,
-        cache_blocks: a.cache_blocks,
-        data_cache_bytes: a.data_cache,
-        fec: None,
-    };
+    let opts = a.options();
     let mut activated = opened.activate(&root, opts).map_err(|e| match e {
         VolumeError::RootMismatch { .. } => CliError::verification(format!(
             "{hash}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash object made for other data"

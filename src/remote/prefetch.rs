@@ -40,34 +40,88 @@ struct Record {
     saved: usize,
 }
 
-/// A device that records which blocks of the one below are read first.
-pub struct Recorder {
+/// The device of an open with `--prefetch`: it records which blocks of the one below are read
+/// first (when nothing was recorded yet), or starts the background prefetch of the recorded
+/// ones at its first read (in the process that serves it: an export opens the device, then
+/// forks its server, which must be single-threaded until then).
+pub struct Prefetch {
     inner: Arc<dyn BlockDevice>,
     path: PathBuf,
     block_size: u64,
-    record: Mutex<Record>,
+    /// The record being made; `None` when prefetching.
+    record: Option<Mutex<Record>>,
+    /// Blocks to prefetch, until the prefetch starts.
+    pending: Mutex<Option<Vec<u64>>>,
+    stats: Arc<PrefetchStats>,
 }
 
-impl Recorder {
+impl Prefetch {
     /// Record reads of `inner` (in blocks of `block_size`) into `cache_dir`.
-    pub fn new(inner: Arc<dyn BlockDevice>, cache_dir: &Path, block_size: u32) -> Self {
-        Recorder {
+    pub fn recording(inner: Arc<dyn BlockDevice>, cache_dir: &Path, block_size: u32) -> Self {
+        Self::new(inner, cache_dir, block_size, None)
+    }
+
+    /// Prefetch `blocks` (of `block_size`) of `inner` once it is first read.
+    pub fn prefetching(
+        inner: Arc<dyn BlockDevice>,
+        cache_dir: &Path,
+        blocks: Vec<u64>,
+        block_size: u32,
+    ) -> Self {
+        Self::new(inner, cache_dir, block_size, Some(blocks))
+    }
+
+    fn new(
+        inner: Arc<dyn BlockDevice>,
+        cache_dir: &Path,
+        block_size: u32,
+        blocks: Option<Vec<u64>>,
+    ) -> Self {
+        let stats = Arc::new(PrefetchStats::default());
+        let planned = blocks.as_ref().map_or(0, Vec::len) as u64;
+        stats.planned.store(planned, Ordering::Relaxed);
+        Prefetch {
             inner,
             path: record_path(cache_dir),
             block_size: block_size as u64,
-            record: Mutex::new(Record {
-                order: Vec::new(),
-                seen: HashSet::new(),
-                saved: 0,
+            record: blocks.is_none().then(|| {
+                Mutex::new(Record {
+                    order: Vec::new(),
+                    seen: HashSet::new(),
+                    saved: 0,
+                })
             }),
+            pending: Mutex::new(blocks),
+            stats,
+        }
+    }
+
+    /// The progress counters of the prefetch.
+    pub fn stats(&self) -> Arc<PrefetchStats> {
+        self.stats.clone()
+    }
+
+    /// Start the prefetch now, unless it has started (or this open records).
+    pub fn begin(&self) {
+        let blocks = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(blocks) = blocks {
+            let bs = self.block_size as u32;
+            let _ = start(self.inner.clone(), blocks, bs, self.stats.clone());
         }
     }
 
     fn note(&self, offset: u64, len: usize) {
+        let Some(record) = &self.record else {
+            return;
+        };
         if len == 0 {
             return;
         }
-        let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
+        let mut r = record.lock().unwrap_or_else(|e| e.into_inner());
         if r.order.len() >= MAX_RECORDED {
             return;
         }
@@ -97,18 +151,20 @@ impl Recorder {
 
     /// Write the record now.
     pub fn flush_record(&self) {
-        let mut r = self.record.lock().unwrap_or_else(|e| e.into_inner());
-        self.save(&mut r);
+        if let Some(record) = &self.record {
+            let mut r = record.lock().unwrap_or_else(|e| e.into_inner());
+            self.save(&mut r);
+        }
     }
 }
 
-impl Drop for Recorder {
+impl Drop for Prefetch {
     fn drop(&mut self) {
         self.flush_record();
     }
 }
 
-impl BlockDevice for Recorder {
+impl BlockDevice for Prefetch {
     fn name(&self) -> &str {
         self.inner.name()
     }
@@ -122,6 +178,7 @@ impl BlockDevice for Recorder {
         true
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
+        self.begin();
         self.inner.read_at(buf, offset)?;
         self.note(offset, buf.len());
         Ok(())
@@ -185,78 +242,4 @@ fn start(
             }
         })
         .expect("spawn the prefetch thread")
-}
-
-/// A device that starts the background prefetch of `blocks` at its first read: in the process
-/// that serves it (an export opens the device, then forks its server, which must be
-/// single-threaded until then).
-pub struct Prefetcher {
-    inner: Arc<dyn BlockDevice>,
-    pending: Mutex<Option<Vec<u64>>>,
-    block_size: u32,
-    stats: Arc<PrefetchStats>,
-}
-
-impl Prefetcher {
-    /// Prefetch `blocks` (of `block_size`) of `inner` once it is first read.
-    pub fn new(inner: Arc<dyn BlockDevice>, blocks: Vec<u64>, block_size: u32) -> Self {
-        let stats = Arc::new(PrefetchStats::default());
-        stats.planned.store(blocks.len() as u64, Ordering::Relaxed);
-        Prefetcher {
-            inner,
-            pending: Mutex::new(Some(blocks)),
-            block_size,
-            stats,
-        }
-    }
-
-    /// The progress counters.
-    pub fn stats(&self) -> Arc<PrefetchStats> {
-        self.stats.clone()
-    }
-
-    /// Start the prefetch now, unless it has started.
-    pub fn begin(&self) {
-        let blocks = self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(blocks) = blocks {
-            let _ = start(
-                self.inner.clone(),
-                blocks,
-                self.block_size,
-                self.stats.clone(),
-            );
-        }
-    }
-}
-
-impl BlockDevice for Prefetcher {
-    fn name(&self) -> &str {
-        self.inner.name()
-    }
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn logical_block_size(&self) -> u32 {
-        self.inner.logical_block_size()
-    }
-    fn read_only(&self) -> bool {
-        true
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<()> {
-        self.begin();
-        self.inner.read_at(buf, offset)
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
-        self.inner.write_at(buf, offset)
-    }
-    fn flush(&self) -> Result<()> {
-        self.inner.flush()
-    }
-    fn hand_over(&self) {
-        self.inner.hand_over()
-    }
 }

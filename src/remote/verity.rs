@@ -115,21 +115,16 @@ impl Opened {
             if let Some(c) = &cache {
                 let recorded = prefetch::load(c.dir());
                 activated.details["prefetch_blocks"] = (recorded.len() as u64).into();
-                if recorded.is_empty() {
-                    activated.device = Arc::new(prefetch::Recorder::new(
-                        verified.clone(),
-                        c.dir(),
-                        params.data_block_size,
-                    ));
+                let bs = params.data_block_size;
+                let p = if recorded.is_empty() {
+                    prefetch::Prefetch::recording(verified.clone(), c.dir(), bs)
                 } else {
-                    let p = prefetch::Prefetcher::new(
-                        verified.clone(),
-                        recorded,
-                        params.data_block_size,
-                    );
+                    let p =
+                        prefetch::Prefetch::prefetching(verified.clone(), c.dir(), recorded, bs);
                     prefetch_stats = Some(p.stats());
-                    activated.device = Arc::new(p);
-                }
+                    p
+                };
+                activated.device = Arc::new(p);
             }
         }
         let verity_stats = activated.stats.take();

@@ -340,19 +340,7 @@ impl VerityVolume {
         }
         let data_dev = windowed(data_file, &data)?;
         let hash_dev = windowed(hash_file, &hash)?;
-        let params = match source {
-            ParamsSource::Superblock { hash_offset } => {
-                let sb = super::read_superblock(&*hash_dev, hash_offset)?;
-                let p = VerityParams::from_superblock(&sb, hash_offset);
-                p.validate()
-                    .map_err(|e| VolumeError::Invalid(e.to_string()))?;
-                p
-            }
-            ParamsSource::Spec(spec) => spec
-                .params(&*data_dev, Vec::new())
-                .map_err(VolumeError::Invalid)?,
-            ParamsSource::Given(p) => p,
-        };
+        let params = resolve_params(source, &*data_dev, &*hash_dev)?;
         // Regions of one image never overlap; whole files that are one file share it.
         let same =
             data.region.is_none() && hash.region.is_none() && same_file(data.path, hash.path);
@@ -378,19 +366,7 @@ impl VerityVolume {
         hash_name: &str,
         source: ParamsSource,
     ) -> Result<Self> {
-        let params = match source {
-            ParamsSource::Superblock { hash_offset } => {
-                let sb = super::read_superblock(&*hash, hash_offset)?;
-                let p = VerityParams::from_superblock(&sb, hash_offset);
-                p.validate()
-                    .map_err(|e| VolumeError::Invalid(e.to_string()))?;
-                p
-            }
-            ParamsSource::Spec(spec) => spec
-                .params(&*data, Vec::new())
-                .map_err(VolumeError::Invalid)?,
-            ParamsSource::Given(p) => p,
-        };
+        let params = resolve_params(source, &*data, &*hash)?;
         Ok(VerityVolume {
             data,
             hash,
@@ -522,6 +498,28 @@ impl VerityVolume {
             online: None,
         })
     }
+}
+
+/// The parameters `source` names: the superblock in `hash`, options resolved against `data`,
+/// or given.
+fn resolve_params(
+    source: ParamsSource,
+    data: &dyn BlockDevice,
+    hash: &dyn BlockDevice,
+) -> Result<VerityParams> {
+    Ok(match source {
+        ParamsSource::Superblock { hash_offset } => {
+            let sb = super::read_superblock(hash, hash_offset)?;
+            let p = VerityParams::from_superblock(&sb, hash_offset);
+            p.validate()
+                .map_err(|e| VolumeError::Invalid(e.to_string()))?;
+            p
+        }
+        ParamsSource::Spec(spec) => spec
+            .params(data, Vec::new())
+            .map_err(VolumeError::Invalid)?,
+        ParamsSource::Given(p) => p,
+    })
 }
 
 /// The device over `b`: the file itself, or a window on its region.
