@@ -181,7 +181,7 @@ pub fn nginx(root: &Path, work: &Path) -> Option<Nginx> {
         .into_iter()
         .find(|b| Path::new(b).exists() || super::env::on_path(b));
     let Some(bin) = bin else {
-        super::env::missing("nginx is not installed (apt-get install nginx-light)");
+        super::env::missing("nginx is not installed (apt-get install nginx)");
         return None;
     };
     std::fs::create_dir_all(work.join("tmp")).unwrap();
