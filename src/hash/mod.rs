@@ -6,6 +6,7 @@ mod hmac512;
 mod md;
 mod sha256_lanes;
 mod sha256_mb;
+mod sha256_shani;
 
 pub use hmac512::HmacSha512State;
 pub use sha256_lanes::HmacState as HmacSha256State;
