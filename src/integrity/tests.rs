@@ -690,11 +690,15 @@ fn cached_tags_follow_writes_and_replay_and_still_catch_corruption() {
         d.read_at(&mut b, x * 512).unwrap();
         assert_eq!(b, [0xa1u8; 512], "{mode:?}");
         // A new write of x reaches the disk and the cached tag alike (a stale cached tag
-        // would fail this read).
-        d.write_at(&[0xb2u8; 512], x * 512).unwrap();
-        settle(&d);
-        d.read_at(&mut b, x * 512).unwrap();
-        assert_eq!(b, [0xb2u8; 512], "{mode:?}");
+        // would fail the read after it).
+        let rewrite = |d: &IntegrityDevice, v: u8| {
+            d.write_at(&[v; 512], x * 512).unwrap();
+            settle(d);
+            let mut b = [0u8; 512];
+            d.read_at(&mut b, x * 512).unwrap();
+            assert_eq!(b, [v; 512], "{mode:?}");
+        };
+        rewrite(&d, 0xb2);
         // Data changed behind the device's back is caught against the cached tag, and again
         // on the next read (the cached tag is not replaced by the bad data's).
         flip(&mem, l.data_sector(x) * 512 + 9);
@@ -703,10 +707,7 @@ fn cached_tags_follow_writes_and_replay_and_still_catch_corruption() {
         d.read_at(&mut b, y * 512).unwrap();
         assert_eq!(b, [0xa1u8; 512], "{mode:?}");
         // Rewriting the block heals it.
-        d.write_at(&[0xc3u8; 512], x * 512).unwrap();
-        settle(&d);
-        d.read_at(&mut b, x * 512).unwrap();
-        assert_eq!(b, [0xc3u8; 512], "{mode:?}");
+        rewrite(&d, 0xc3);
         if mode == Mode::Journal {
             assert!(
                 d.stats()

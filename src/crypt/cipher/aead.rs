@@ -320,6 +320,22 @@ impl SectorAead {
         crate::hash::hmac_sha256_prefixed_blocks(key, prefixes, AAD_LEN, data, ss, macs);
     }
 
+    /// The fast path's groups of [`FAST_GROUP`] sectors of `data`, each with its item of
+    /// `metas` (its metadata) and its first 512-byte sector (`first` for the first group).
+    fn groups<'d, M>(
+        &self,
+        first: u64,
+        data: &'d mut [u8],
+        metas: impl Iterator<Item = M>,
+    ) -> impl Iterator<Item = (u64, &'d mut [u8], M)> {
+        let ss = self.sector_size;
+        let step = (ss / 512) as u64;
+        data.chunks_mut(FAST_GROUP * ss)
+            .zip(metas)
+            .enumerate()
+            .map(move |(g, (d, m))| (first + (g * FAST_GROUP) as u64 * step, d, m))
+    }
+
     /// XTS over whole sectors with plain64 IVs of 512-byte sectors (`first`, then
     /// `first + sector_size / 512`, ...).
     fn fast_xts(f: &FastAuthenc, ss: usize, first: u64, data: &mut [u8], decrypt: bool) {
@@ -355,14 +371,8 @@ impl SectorAead {
         let n = self.check_batch(data, meta, stride)?;
         if let Some(f) = &self.fast {
             // A group at a time, its MACs taken while its ciphertext is still in the cache.
-            let step = (ss / 512) as u64;
             let mut macs = [0u8; FAST_GROUP * 32];
-            for (g, (d, m)) in data
-                .chunks_mut(FAST_GROUP * ss)
-                .zip(meta.chunks_mut(FAST_GROUP * stride))
-                .enumerate()
-            {
-                let at = first + (g * FAST_GROUP) as u64 * step;
+            for (at, d, m) in self.groups(first, data, meta.chunks_mut(FAST_GROUP * stride)) {
                 let macs = &mut macs[..d.len() / ss * 32];
                 Self::fast_xts(f, ss, at, d, false);
                 self.fast_macs(at, d, macs);
@@ -479,12 +489,7 @@ impl SectorAead {
             // ciphertext is still in the cache. A group with a bad sector stays encrypted, and
             // the whole batch is zeroed below: nothing unauthenticated is returned.
             let mut macs = [0u8; FAST_GROUP * 32];
-            for (g, (d, m)) in data
-                .chunks_mut(FAST_GROUP * ss)
-                .zip(meta.chunks(FAST_GROUP * stride))
-                .enumerate()
-            {
-                let at = first + (g * FAST_GROUP) as u64 * step;
+            for (at, d, m) in self.groups(first, data, meta.chunks(FAST_GROUP * stride)) {
                 let macs = &mut macs[..d.len() / ss * 32];
                 self.fast_macs(at, d, macs);
                 for (i, (m, mac)) in m
