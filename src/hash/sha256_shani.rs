@@ -57,9 +57,9 @@ pub(crate) unsafe fn compress<const N: usize>(
         let (abef0, cdgh0) = (abef, cdgh);
         // w[m][k]: message words 4k..4k+4 of message m, then the schedule in a ring of 4.
         let mut w = [[_mm_setzero_si128(); 4]; N];
-        for m in 0..N {
+        for (m, wm) in w.iter_mut().enumerate() {
             let p = block(m, j).cast::<__m128i>();
-            for (k, wk) in w[m].iter_mut().enumerate() {
+            for (k, wk) in wm.iter_mut().enumerate() {
                 // SAFETY: the caller's pointer has 64 readable bytes.
                 *wk = _mm_shuffle_epi8(unsafe { _mm_loadu_si128(p.add(k)) }, mask);
             }
