@@ -101,7 +101,7 @@ fn default_bound() -> u64 {
 
 impl TagCache {
     /// An empty cache over a lower device of `device_size` bytes, bounded by a share of the
-    /// machine's memory (see [`default_bound`]).
+    /// machine's memory as dm-bufio's cache (2%, within 16 MiB..256 MiB).
     pub fn new(device_size: u64) -> TagCache {
         TagCache::with_bound(device_size, default_bound())
     }
