@@ -149,9 +149,18 @@ impl IntegrityStats {
 /// Ranges of logical sectors in use by a request (the kernel's `in_progress` tree).
 #[derive(Default)]
 pub struct RangeLock {
-    held: Mutex<Vec<(u64, u64, u64)>>,
+    held: Mutex<Held>,
     cv: Condvar,
     next: AtomicU64,
+}
+
+/// The held ranges (start, end, id), and how many requests wait for one of them to go.
+#[derive(Default)]
+struct Held {
+    ranges: Vec<(u64, u64, u64)>,
+    /// Waiters: a release wakes them only when there are some, since a condition variable's
+    /// wake is a system call even with nobody waiting (one per request otherwise).
+    waiters: usize,
 }
 
 /// A held range; released on drop.
@@ -166,10 +175,12 @@ impl RangeLock {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let end = start + n;
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
-        while held.iter().any(|&(s, e, _)| s < end && start < e) {
+        while held.ranges.iter().any(|&(s, e, _)| s < end && start < e) {
+            held.waiters += 1;
             held = self.cv.wait(held).unwrap_or_else(|e| e.into_inner());
+            held.waiters -= 1;
         }
-        held.push((start, end, id));
+        held.ranges.push((start, end, id));
         RangeGuard { lock: self, id }
     }
 }
@@ -177,9 +188,12 @@ impl RangeLock {
 impl Drop for RangeGuard<'_> {
     fn drop(&mut self) {
         let mut held = self.lock.held.lock().unwrap_or_else(|e| e.into_inner());
-        held.retain(|&(_, _, id)| id != self.id);
+        held.ranges.retain(|&(_, _, id)| id != self.id);
+        let wake = held.waiters > 0;
         drop(held);
-        self.lock.cv.notify_all();
+        if wake {
+            self.lock.cv.notify_all();
+        }
     }
 }
 
@@ -334,11 +348,21 @@ impl Inner {
         if !check {
             return Ok(());
         }
-        let mut stored = vec![0u8; blocks * ts];
+        // The stored and the computed tags: on the stack for requests of up to 32 blocks of
+        // 32-byte tags (no allocation on the common path), else on the heap.
+        let need = blocks * ts;
+        let mut small = [0u8; 2 * 32 * 32];
+        let mut big = Vec::new();
+        let both = if 2 * need <= small.len() {
+            &mut small[..2 * need]
+        } else {
+            big.resize(2 * need, 0);
+            &mut big[..]
+        };
+        let (stored, computed) = both.split_at_mut(need);
         self.tag_cache
-            .read(&*self.lower, l.tag_offset(sector), &mut stored)?;
-        let mut computed = vec![0u8; blocks * ts];
-        tagger.tag_blocks(sector, buf, &mut computed);
+            .read(&*self.lower, l.tag_offset(sector), stored)?;
+        tagger.tag_blocks(sector, buf, computed);
         if computed != stored {
             let k = computed
                 .chunks_exact(ts)
