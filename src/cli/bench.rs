@@ -68,6 +68,52 @@ enum BenchCommand {
     /// dm-verity FEC: reads of an image with scattered corrupted blocks against the clean
     /// image through `dmkit verity open --fec-device`, and the time of `verity repair`.
     Fec(FecBenchArgs),
+    /// Images without root: cold read of the whole tree through `dmkit image open` as nobody
+    /// (dmkit's FUSE server, each overlay mode) against the kernel mount as root, and
+    /// `image mtree` against hashing the kernel mount (dmkit's walk and sha256sum), per file
+    /// system. Needs root, loop devices, FUSE and the user nobody.
+    Rootless(RootlessArgs),
+    /// Read (or hash) every file of a tree and print the counts and seconds as JSON: what
+    /// `bench rootless` runs as root or as nobody.
+    #[command(hide = true)]
+    ReadTree(ReadTreeArgs),
+}
+
+/// Arguments of `dmkit bench rootless`.
+#[derive(clap::Args)]
+struct RootlessArgs {
+    /// The tree to build [default: bench image's: a minimal Debian root made once with
+    /// debootstrap and cached under --cache, else /usr].
+    #[arg(long)]
+    tree: Option<PathBuf>,
+    /// File systems, each built with `image build`'s default compression.
+    #[arg(long, value_delimiter = ',', default_value = "squashfs,erofs,ext4")]
+    fs: Vec<String>,
+    /// Cold-cache runs per measurement [default: 3, --quick: 1].
+    #[arg(long)]
+    runs: Option<u32>,
+    /// Directory for the images and the mount points (a temporary directory is made inside).
+    #[arg(long, default_value = "/var/tmp")]
+    dir: PathBuf,
+    /// Where the default tree is cached.
+    #[arg(long, default_value = "/var/tmp")]
+    cache: PathBuf,
+    /// Small and fast: the tree's usr/bin only (without --tree), one run.
+    #[arg(long)]
+    quick: bool,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `dmkit bench read-tree`.
+#[derive(clap::Args)]
+struct ReadTreeArgs {
+    /// The directory to read.
+    root: PathBuf,
+    /// Hash every regular file with SHA-256 (and list the digests).
+    #[arg(long)]
+    sha256: bool,
 }
 
 /// Arguments of `dmkit bench seeds`.
@@ -364,6 +410,8 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Reencrypt(a)) => run_reencrypt(a),
         Some(BenchCommand::Seeds(a)) => run_seeds(a),
         Some(BenchCommand::Fec(a)) => run_fec(a),
+        Some(BenchCommand::Rootless(a)) => run_rootless(a),
+        Some(BenchCommand::ReadTree(a)) => run_read_tree(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -504,6 +552,34 @@ fn run_image(a: ImageArgs) -> CliResult {
     let interrupt = Interrupt::install();
     let r = image::run(&o, &interrupt).map_err(cli_error)?;
     print_report(a.json, &r)
+}
+
+fn run_rootless(a: RootlessArgs) -> CliResult {
+    use crate::bench::scenarios::rootless::{self, RootlessBenchOptions};
+    use std::io::IsTerminal;
+    let mut o = RootlessBenchOptions::defaults(a.quick);
+    o.progress = std::io::stderr().is_terminal();
+    if a.tree.is_some() {
+        // A given tree is read whole, --quick or not.
+        o.subdir = None;
+    }
+    o.tree = a.tree;
+    o.fs = a.fs;
+    if let Some(r) = a.runs {
+        o.runs = r;
+    }
+    o.dir = a.dir;
+    o.cache = a.cache;
+    let interrupt = Interrupt::install();
+    let r = rootless::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(a.json, &r)
+}
+
+fn run_read_tree(a: ReadTreeArgs) -> CliResult {
+    let r = bench::scenarios::rootless::read_tree_timed(&a.root, a.sha256).map_err(cli_error)?;
+    let s = serde_json::to_string(&r).map_err(|e| CliError::invalid(format!("bench: {e}")))?;
+    println!("{s}");
+    Ok(())
 }
 
 fn run_seeds(a: SeedsArgs) -> CliResult {

@@ -185,7 +185,7 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> BenchError {
 }
 
 /// Write back dirty pages and drop the page, dentry and inode caches.
-fn drop_caches() -> Result<(), BenchError> {
+pub fn drop_caches() -> Result<(), BenchError> {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3").map_err(io(
@@ -196,8 +196,25 @@ fn drop_caches() -> Result<(), BenchError> {
 /// Read everything under `root` as a booting system would meet it: every inode's attributes,
 /// every link's target, every regular file's bytes. Returns (files, bytes).
 pub fn read_tree(root: &Path, interrupt: &Interrupt) -> Result<(u64, u64), BenchError> {
-    use std::io::Read;
     let mut buf = vec![0u8; 1 << 20];
+    read_tree_with(root, interrupt, &mut |_, f| {
+        let mut n = 0;
+        loop {
+            match std::io::Read::read(f, &mut buf)? {
+                0 => return Ok(n),
+                k => n += k as u64,
+            }
+        }
+    })
+}
+
+/// [`read_tree`], handing each regular file (path, open file) to `per_file`, which reads it
+/// and returns the bytes it read (`bench rootless` hashes them).
+pub fn read_tree_with(
+    root: &Path,
+    interrupt: &Interrupt,
+    per_file: &mut dyn FnMut(&Path, &mut std::fs::File) -> std::io::Result<u64>,
+) -> Result<(u64, u64), BenchError> {
     let (mut files, mut bytes) = (0u64, 0u64);
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -212,15 +229,7 @@ pub fn read_tree(root: &Path, interrupt: &Interrupt) -> Result<(u64, u64), Bench
                 std::fs::read_link(&p).map_err(io(format!("readlink {}", p.display())))?;
             } else if m.is_file() {
                 let mut f = std::fs::File::open(&p).map_err(io(format!("open {}", p.display())))?;
-                loop {
-                    let n = f
-                        .read(&mut buf)
-                        .map_err(io(format!("read {}", p.display())))?;
-                    if n == 0 {
-                        break;
-                    }
-                    bytes += n as u64;
-                }
+                bytes += per_file(&p, &mut f).map_err(io(format!("read {}", p.display())))?;
                 files += 1;
             }
         }
@@ -375,7 +384,8 @@ fn used_from_superblock(sb: &[u8; 1024]) -> Option<u64> {
     Some(blocks.checked_sub(free)? << (10 + le32(24)))
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
