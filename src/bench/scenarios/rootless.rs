@@ -528,10 +528,7 @@ type Hashed = (&'static str, f64, u64, u64, Vec<String>);
 /// Hash every file three ways, caches dropped before each: `image mtree` as the user on the
 /// image file, then dmkit's walk and sha256sum over the kernel mount (`image open` as root,
 /// fresh for each). Each gives (seconds, files, bytes, sorted digests).
-fn measure_hashes(
-    c: &Ctx,
-    img: &Image,
-) -> Result<Vec<Hashed>, BenchError> {
+fn measure_hashes(c: &Ctx, img: &Image) -> Result<Vec<Hashed>, BenchError> {
     let mut out = Vec::new();
     drop_caches()?;
     let mut args: Vec<OsString> = vec!["image".into(), "mtree".into()];
