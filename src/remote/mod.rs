@@ -7,5 +7,7 @@
 //! before it is used or cached.
 
 pub mod source;
+pub mod target;
 
 pub use source::{LocalRange, ObjectIdentity, RangeSource, RemoteError, RemoteStats};
+pub use target::{FixedUrl, Method, PreparedRequest, RequestTarget};
