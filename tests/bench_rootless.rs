@@ -34,9 +34,10 @@ fn quick_run_has_every_file_system_and_sane_figures() {
         return;
     }
     let ws = Workspace::new();
+    // --quick reads the tree's usr/bin only: everything is there.
     let tree = ws.path("tree");
     let w = |rel: &str, data: Vec<u8>| {
-        let p = tree.join(rel);
+        let p = tree.join("usr/bin").join(rel);
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, data).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
@@ -49,7 +50,8 @@ fn quick_run_has_every_file_system_and_sane_figures() {
         );
     }
     w("etc/empty", Vec::new());
-    std::os::unix::fs::symlink("big.bin", tree.join("link")).unwrap();
+    w("../../outside", b"not read with --quick".to_vec());
+    std::os::unix::fs::symlink("big.bin", tree.join("usr/bin/link")).unwrap();
     let files = 32u64;
     let bytes = (2 << 20) + (1..=30u64).map(|i| i * 700).sum::<u64>();
     let dir = world_dir(&ws, "pub");

@@ -82,28 +82,11 @@ enum BenchCommand {
 /// Arguments of `dmkit bench rootless`.
 #[derive(clap::Args)]
 struct RootlessArgs {
-    /// The tree to build [default: bench image's: a minimal Debian root made once with
-    /// debootstrap and cached under --cache, else /usr].
-    #[arg(long)]
-    tree: Option<PathBuf>,
     /// File systems, each built with `image build`'s default compression.
     #[arg(long, value_delimiter = ',', default_value = "squashfs,erofs,ext4")]
     fs: Vec<String>,
-    /// Cold-cache runs per measurement [default: 3, --quick: 1].
-    #[arg(long)]
-    runs: Option<u32>,
-    /// Directory for the images and the mount points (a temporary directory is made inside).
-    #[arg(long, default_value = "/var/tmp")]
-    dir: PathBuf,
-    /// Where the default tree is cached.
-    #[arg(long, default_value = "/var/tmp")]
-    cache: PathBuf,
-    /// Small and fast: the tree's usr/bin only (without --tree), one run.
-    #[arg(long)]
-    quick: bool,
-    /// Print the result as JSON.
-    #[arg(long)]
-    json: bool,
+    #[command(flatten)]
+    common: TreeBenchArgs,
 }
 
 /// Arguments of `dmkit bench read-tree`.
@@ -217,20 +200,17 @@ struct FsvDigestArgs {
     json: bool,
 }
 
-/// Arguments of `dmkit bench image`.
+/// The arguments `bench image` and `bench rootless` share: the tree, the runs, where.
 #[derive(clap::Args)]
-struct ImageArgs {
+struct TreeBenchArgs {
     /// The tree to build [default: a minimal Debian root made once with debootstrap and cached
     /// under --cache, else /usr].
     #[arg(long)]
     tree: Option<PathBuf>,
-    /// Cold-cache runs per row [default: 3, --quick: 1].
+    /// Cold-cache runs per measurement [default: 3, --quick: 1].
     #[arg(long)]
     runs: Option<u32>,
-    /// The document's rows to run, e.g. 2,4,10 [default: all 14; row 2 is always run].
-    #[arg(long, value_delimiter = ',')]
-    rows: Vec<u32>,
-    /// Directory for the images and the mount point (a temporary directory is made inside).
+    /// Directory for the images and the mount points (a temporary directory is made inside).
     #[arg(long, default_value = "/var/tmp")]
     dir: PathBuf,
     /// Where the default tree is cached.
@@ -242,6 +222,16 @@ struct ImageArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Arguments of `dmkit bench image`.
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// The document's rows to run, e.g. 2,4,10 [default: all 14; row 2 is always run].
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<u32>,
+    #[command(flatten)]
+    common: TreeBenchArgs,
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -538,41 +528,39 @@ fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
 fn run_image(a: ImageArgs) -> CliResult {
     use crate::bench::scenarios::image::{self, ImageBenchOptions};
     use std::io::IsTerminal;
-    let mut o = ImageBenchOptions::defaults(a.quick);
+    let c = a.common;
+    let mut o = ImageBenchOptions::defaults(c.quick);
     o.progress = std::io::stderr().is_terminal();
-    o.tree = a.tree;
-    if let Some(r) = a.runs {
+    o.tree = c.tree;
+    if let Some(r) = c.runs {
         o.runs = r;
     }
     if !a.rows.is_empty() {
         o.rows = a.rows;
     }
-    o.dir = a.dir;
-    o.cache = a.cache;
+    o.dir = c.dir;
+    o.cache = c.cache;
     let interrupt = Interrupt::install();
     let r = image::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r)
+    print_report(c.json, &r)
 }
 
 fn run_rootless(a: RootlessArgs) -> CliResult {
     use crate::bench::scenarios::rootless::{self, RootlessBenchOptions};
     use std::io::IsTerminal;
-    let mut o = RootlessBenchOptions::defaults(a.quick);
+    let c = a.common;
+    let mut o = RootlessBenchOptions::defaults(c.quick);
     o.progress = std::io::stderr().is_terminal();
-    if a.tree.is_some() {
-        // A given tree is read whole, --quick or not.
-        o.subdir = None;
-    }
-    o.tree = a.tree;
+    o.tree = c.tree;
     o.fs = a.fs;
-    if let Some(r) = a.runs {
+    if let Some(r) = c.runs {
         o.runs = r;
     }
-    o.dir = a.dir;
-    o.cache = a.cache;
+    o.dir = c.dir;
+    o.cache = c.cache;
     let interrupt = Interrupt::install();
     let r = rootless::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r)
+    print_report(c.json, &r)
 }
 
 fn run_read_tree(a: ReadTreeArgs) -> CliResult {

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::image_tree::{self, Tree};
+use super::image_tree;
 use crate::bench::harness::process::say;
 use crate::bench::harness::process::{run_ok, Dmkit, Interrupt, Workspace};
 use crate::bench::BenchError;
@@ -361,6 +361,16 @@ fn measure(
     Ok((open_s, read_s, files, bytes))
 }
 
+/// What a failed dmkit command said last (its own "dmkit: " line), for a row not built.
+pub fn last_message(e: &BenchError) -> String {
+    let why = e.to_string();
+    why.rsplit("dmkit: ")
+        .next()
+        .unwrap_or(&why)
+        .trim()
+        .to_string()
+}
+
 /// The bytes of the blocks in use in the ext4 file system at `offset` of `image`, from its
 /// superblock (`None` if it is not one).
 pub fn ext4_used_bytes(image: &Path, offset: u64) -> Result<Option<u64>, BenchError> {
@@ -409,31 +419,14 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
     }
     let dmkit = Dmkit::from_env()?;
     let ws = Workspace::create(&o.dir)?;
-    let base: Tree = match &o.tree {
-        Some(t) => Tree {
-            path: t.clone(),
-            source: format!("{} (--tree)", t.display()),
-        },
-        None => image_tree::default_tree(&o.cache, ws.dir(), o.progress, interrupt)?,
-    };
-    let tree = match &o.subdir {
-        Some(s) => Tree {
-            path: base.path.join(s),
-            source: format!("{} of {}", s.display(), base.source),
-        },
-        None => base,
-    };
-    let tree_stats = TreeStats::scan(&tree.path).map_err(|e| BenchError::Invalid(e.to_string()))?;
-    say(
+    let (tree, tree_stats) = image_tree::pick(
+        o.tree.as_deref(),
+        o.subdir.as_deref(),
+        &o.cache,
+        ws.dir(),
         o.progress,
-        format!(
-            "tree: {} ({}): {} files, {}",
-            tree.path.display(),
-            tree.source,
-            tree_stats.files,
-            human(tree_stats.bytes)
-        ),
-    );
+        interrupt,
+    )?;
     let mut wanted: Vec<u32> = o.rows.clone();
     if !wanted.contains(&BASELINE) {
         wanted.push(BASELINE);
@@ -494,13 +487,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
             }
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
             Err(e) => {
-                let why = e.to_string();
-                let why = why
-                    .rsplit("dmkit: ")
-                    .next()
-                    .unwrap_or(&why)
-                    .trim()
-                    .to_string();
+                let why = last_message(&e);
                 say(
                     o.progress,
                     format!("#{} {}: not built: {why}", r.n, res.label),

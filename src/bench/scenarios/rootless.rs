@@ -19,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::image::{drop_caches, is_root, read_tree, read_tree_with};
-use super::image_tree::{self, Tree};
+use super::image::{drop_caches, is_root, last_message, read_tree, read_tree_with};
+use super::image_tree;
 use crate::bench::harness::model::Stats;
 use crate::bench::harness::process::{run_ok, say, Captured, Dmkit, Interrupt, Workspace};
 use crate::bench::harness::table::{Align, TextTable};
@@ -43,7 +43,7 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(1800);
 pub struct RootlessBenchOptions {
     /// The tree (`None`: `bench image`'s default tree).
     pub tree: Option<PathBuf>,
-    /// Under the tree: only this subdirectory (`--quick` uses `usr/bin`).
+    /// Under the tree: only this subdirectory (`--quick` uses `usr/bin`, as `bench image`).
     pub subdir: Option<PathBuf>,
     /// Where the scratch directory (images, mount points) is made.
     pub dir: PathBuf,
@@ -697,28 +697,6 @@ fn chosen(fs: &[String]) -> Result<Vec<&'static str>, BenchError> {
     Ok(v)
 }
 
-/// The tree to build, as `bench image` picks it.
-fn pick_tree(
-    o: &RootlessBenchOptions,
-    ws: &Workspace,
-    interrupt: &Interrupt,
-) -> Result<Tree, BenchError> {
-    let base = match &o.tree {
-        Some(t) => Tree {
-            path: t.clone(),
-            source: format!("{} (--tree)", t.display()),
-        },
-        None => image_tree::default_tree(&o.cache, ws.dir(), o.progress, interrupt)?,
-    };
-    Ok(match &o.subdir {
-        Some(s) => Tree {
-            path: base.path.join(s),
-            source: format!("{} of {}", s.display(), base.source),
-        },
-        None => base,
-    })
-}
-
 /// Run the benchmark.
 pub fn run(
     o: &RootlessBenchOptions,
@@ -732,18 +710,14 @@ pub fn run(
     let dmkit = Dmkit::from_env()?;
     let ws = Workspace::create(&o.dir)?;
     set_mode(ws.dir(), 0o755)?;
-    let tree = pick_tree(o, &ws, interrupt)?;
-    let tree_stats = TreeStats::scan(&tree.path).map_err(|e| BenchError::Invalid(e.to_string()))?;
-    say(
+    let (tree, tree_stats) = image_tree::pick(
+        o.tree.as_deref(),
+        o.subdir.as_deref(),
+        &o.cache,
+        ws.dir(),
         o.progress,
-        format!(
-            "tree: {} ({}): {} files, {}",
-            tree.path.display(),
-            tree.source,
-            tree_stats.files,
-            human(tree_stats.bytes)
-        ),
-    );
+        interrupt,
+    )?;
     let home = ws.path("user");
     user_dir(&home, user)?;
     let su = Su {
@@ -825,13 +799,7 @@ pub fn run(
             }
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
             Err(e) => {
-                let why = e.to_string();
-                let why = why
-                    .rsplit("dmkit: ")
-                    .next()
-                    .unwrap_or(&why)
-                    .trim()
-                    .to_string();
+                let why = last_message(&e);
                 say(o.progress, format!("{fs}: not built: {why}"));
                 r.skipped = Some(why);
                 images.push(None);
