@@ -6,8 +6,15 @@
 //! Nothing at this level is trusted: every block is checked by the layer above (the verity tree)
 //! before it is used or cached.
 
+pub mod http;
+pub mod location;
 pub mod source;
 pub mod target;
+pub mod tls;
 
 pub use source::{LocalRange, ObjectIdentity, RangeSource, RemoteError, RemoteStats};
 pub use target::{FixedUrl, Method, PreparedRequest, RequestTarget};
+
+pub use http::{HttpClient, HttpObject, HttpOptions, RetryPolicy};
+pub use location::{Location, LocationError};
+pub use tls::TlsOptions;
