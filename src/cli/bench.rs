@@ -68,6 +68,35 @@ enum BenchCommand {
     /// dm-verity FEC: reads of an image with scattered corrupted blocks against the clean
     /// image through `dmkit verity open --fec-device`, and the time of `verity repair`.
     Fec(FecBenchArgs),
+    /// Images without root: cold read of the whole tree through `dmkit image open` as nobody
+    /// (dmkit's FUSE server, each overlay mode) against the kernel mount as root, and
+    /// `image mtree` against hashing the kernel mount (dmkit's walk and sha256sum), per file
+    /// system. Needs root, loop devices, FUSE and the user nobody.
+    Rootless(RootlessArgs),
+    /// Read (or hash) every file of a tree and print the counts and seconds as JSON: what
+    /// `bench rootless` runs as root or as nobody.
+    #[command(hide = true)]
+    ReadTree(ReadTreeArgs),
+}
+
+/// Arguments of `dmkit bench rootless`.
+#[derive(clap::Args)]
+struct RootlessArgs {
+    /// File systems, each built with `image build`'s default compression.
+    #[arg(long, value_delimiter = ',', default_value = "squashfs,erofs,ext4")]
+    fs: Vec<String>,
+    #[command(flatten)]
+    common: TreeBenchArgs,
+}
+
+/// Arguments of `dmkit bench read-tree`.
+#[derive(clap::Args)]
+struct ReadTreeArgs {
+    /// The directory to read.
+    root: PathBuf,
+    /// Hash every regular file with SHA-256 (and list the digests).
+    #[arg(long)]
+    sha256: bool,
 }
 
 /// Arguments of `dmkit bench seeds`.
@@ -171,20 +200,17 @@ struct FsvDigestArgs {
     json: bool,
 }
 
-/// Arguments of `dmkit bench image`.
+/// The arguments `bench image` and `bench rootless` share: the tree, the runs, where.
 #[derive(clap::Args)]
-struct ImageArgs {
+struct TreeBenchArgs {
     /// The tree to build [default: a minimal Debian root made once with debootstrap and cached
     /// under --cache, else /usr].
     #[arg(long)]
     tree: Option<PathBuf>,
-    /// Cold-cache runs per row [default: 3, --quick: 1].
+    /// Cold-cache runs per measurement [default: 3, --quick: 1].
     #[arg(long)]
     runs: Option<u32>,
-    /// The document's rows to run, e.g. 2,4,10 [default: all 14; row 2 is always run].
-    #[arg(long, value_delimiter = ',')]
-    rows: Vec<u32>,
-    /// Directory for the images and the mount point (a temporary directory is made inside).
+    /// Directory for the images and the mount points (a temporary directory is made inside).
     #[arg(long, default_value = "/var/tmp")]
     dir: PathBuf,
     /// Where the default tree is cached.
@@ -196,6 +222,16 @@ struct ImageArgs {
     /// Print the result as JSON.
     #[arg(long)]
     json: bool,
+}
+
+/// Arguments of `dmkit bench image`.
+#[derive(clap::Args)]
+struct ImageArgs {
+    /// The document's rows to run, e.g. 2,4,10 [default: all 14; row 2 is always run].
+    #[arg(long, value_delimiter = ',')]
+    rows: Vec<u32>,
+    #[command(flatten)]
+    common: TreeBenchArgs,
 }
 
 /// Arguments of `dmkit bench cipher`.
@@ -364,6 +400,8 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Reencrypt(a)) => run_reencrypt(a),
         Some(BenchCommand::Seeds(a)) => run_seeds(a),
         Some(BenchCommand::Fec(a)) => run_fec(a),
+        Some(BenchCommand::Rootless(a)) => run_rootless(a),
+        Some(BenchCommand::ReadTree(a)) => run_read_tree(a),
         None => run_overhead(a.overhead),
     }
 }
@@ -490,20 +528,46 @@ fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
 fn run_image(a: ImageArgs) -> CliResult {
     use crate::bench::scenarios::image::{self, ImageBenchOptions};
     use std::io::IsTerminal;
-    let mut o = ImageBenchOptions::defaults(a.quick);
+    let c = a.common;
+    let mut o = ImageBenchOptions::defaults(c.quick);
     o.progress = std::io::stderr().is_terminal();
-    o.tree = a.tree;
-    if let Some(r) = a.runs {
+    o.tree = c.tree;
+    if let Some(r) = c.runs {
         o.runs = r;
     }
     if !a.rows.is_empty() {
         o.rows = a.rows;
     }
-    o.dir = a.dir;
-    o.cache = a.cache;
+    o.dir = c.dir;
+    o.cache = c.cache;
     let interrupt = Interrupt::install();
     let r = image::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(a.json, &r)
+    print_report(c.json, &r)
+}
+
+fn run_rootless(a: RootlessArgs) -> CliResult {
+    use crate::bench::scenarios::rootless::{self, RootlessBenchOptions};
+    use std::io::IsTerminal;
+    let c = a.common;
+    let mut o = RootlessBenchOptions::defaults(c.quick);
+    o.progress = std::io::stderr().is_terminal();
+    o.tree = c.tree;
+    o.fs = a.fs;
+    if let Some(r) = c.runs {
+        o.runs = r;
+    }
+    o.dir = c.dir;
+    o.cache = c.cache;
+    let interrupt = Interrupt::install();
+    let r = rootless::run(&o, &interrupt).map_err(cli_error)?;
+    print_report(c.json, &r)
+}
+
+fn run_read_tree(a: ReadTreeArgs) -> CliResult {
+    let r = bench::scenarios::rootless::read_tree_timed(&a.root, a.sha256).map_err(cli_error)?;
+    let s = serde_json::to_string(&r).map_err(|e| CliError::invalid(format!("bench: {e}")))?;
+    println!("{s}");
+    Ok(())
 }
 
 fn run_seeds(a: SeedsArgs) -> CliResult {

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::image_tree::{self, Tree};
+use super::image_tree;
 use crate::bench::harness::process::say;
 use crate::bench::harness::process::{run_ok, Dmkit, Interrupt, Workspace};
 use crate::bench::BenchError;
@@ -185,7 +185,7 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> BenchError {
 }
 
 /// Write back dirty pages and drop the page, dentry and inode caches.
-fn drop_caches() -> Result<(), BenchError> {
+pub fn drop_caches() -> Result<(), BenchError> {
     // SAFETY: sync(2) takes no arguments and cannot fail.
     unsafe { libc::sync() };
     std::fs::write("/proc/sys/vm/drop_caches", "3").map_err(io(
@@ -196,8 +196,25 @@ fn drop_caches() -> Result<(), BenchError> {
 /// Read everything under `root` as a booting system would meet it: every inode's attributes,
 /// every link's target, every regular file's bytes. Returns (files, bytes).
 pub fn read_tree(root: &Path, interrupt: &Interrupt) -> Result<(u64, u64), BenchError> {
-    use std::io::Read;
     let mut buf = vec![0u8; 1 << 20];
+    read_tree_with(root, interrupt, &mut |_, f| {
+        let mut n = 0;
+        loop {
+            match std::io::Read::read(f, &mut buf)? {
+                0 => return Ok(n),
+                k => n += k as u64,
+            }
+        }
+    })
+}
+
+/// [`read_tree`], handing each regular file (path, open file) to `per_file`, which reads it
+/// and returns the bytes it read (`bench rootless` hashes them).
+pub fn read_tree_with(
+    root: &Path,
+    interrupt: &Interrupt,
+    per_file: &mut dyn FnMut(&Path, &mut std::fs::File) -> std::io::Result<u64>,
+) -> Result<(u64, u64), BenchError> {
     let (mut files, mut bytes) = (0u64, 0u64);
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -212,15 +229,7 @@ pub fn read_tree(root: &Path, interrupt: &Interrupt) -> Result<(u64, u64), Bench
                 std::fs::read_link(&p).map_err(io(format!("readlink {}", p.display())))?;
             } else if m.is_file() {
                 let mut f = std::fs::File::open(&p).map_err(io(format!("open {}", p.display())))?;
-                loop {
-                    let n = f
-                        .read(&mut buf)
-                        .map_err(io(format!("read {}", p.display())))?;
-                    if n == 0 {
-                        break;
-                    }
-                    bytes += n as u64;
-                }
+                bytes += per_file(&p, &mut f).map_err(io(format!("read {}", p.display())))?;
                 files += 1;
             }
         }
@@ -352,6 +361,16 @@ fn measure(
     Ok((open_s, read_s, files, bytes))
 }
 
+/// What a failed dmkit command said last (its own "dmkit: " line), for a row not built.
+pub fn last_message(e: &BenchError) -> String {
+    let why = e.to_string();
+    why.rsplit("dmkit: ")
+        .next()
+        .unwrap_or(&why)
+        .trim()
+        .to_string()
+}
+
 /// The bytes of the blocks in use in the ext4 file system at `offset` of `image`, from its
 /// superblock (`None` if it is not one).
 pub fn ext4_used_bytes(image: &Path, offset: u64) -> Result<Option<u64>, BenchError> {
@@ -375,7 +394,8 @@ fn used_from_superblock(sb: &[u8; 1024]) -> Option<u64> {
     Some(blocks.checked_sub(free)? << (10 + le32(24)))
 }
 
-fn is_root() -> bool {
+/// Whether this process runs as root (effective uid 0).
+pub fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions and cannot fail.
     unsafe { libc::geteuid() == 0 }
 }
@@ -399,31 +419,14 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
     }
     let dmkit = Dmkit::from_env()?;
     let ws = Workspace::create(&o.dir)?;
-    let base: Tree = match &o.tree {
-        Some(t) => Tree {
-            path: t.clone(),
-            source: format!("{} (--tree)", t.display()),
-        },
-        None => image_tree::default_tree(&o.cache, ws.dir(), o.progress, interrupt)?,
-    };
-    let tree = match &o.subdir {
-        Some(s) => Tree {
-            path: base.path.join(s),
-            source: format!("{} of {}", s.display(), base.source),
-        },
-        None => base,
-    };
-    let tree_stats = TreeStats::scan(&tree.path).map_err(|e| BenchError::Invalid(e.to_string()))?;
-    say(
+    let (tree, tree_stats) = image_tree::pick(
+        o.tree.as_deref(),
+        o.subdir.as_deref(),
+        &o.cache,
+        ws.dir(),
         o.progress,
-        format!(
-            "tree: {} ({}): {} files, {}",
-            tree.path.display(),
-            tree.source,
-            tree_stats.files,
-            human(tree_stats.bytes)
-        ),
-    );
+        interrupt,
+    )?;
     let mut wanted: Vec<u32> = o.rows.clone();
     if !wanted.contains(&BASELINE) {
         wanted.push(BASELINE);
@@ -484,13 +487,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
             }
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
             Err(e) => {
-                let why = e.to_string();
-                let why = why
-                    .rsplit("dmkit: ")
-                    .next()
-                    .unwrap_or(&why)
-                    .trim()
-                    .to_string();
+                let why = last_message(&e);
                 say(
                     o.progress,
                     format!("#{} {}: not built: {why}", r.n, res.label),

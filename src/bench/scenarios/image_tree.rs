@@ -5,9 +5,11 @@
 //! debootstrap writes into `NAME.partial-PID` and the directory is renamed to `NAME` only
 //! when it finished, so an interrupted or failed run is never taken for a tree.
 
-use crate::bench::harness::process::{run_ok, Interrupt};
+use crate::bench::harness::process::{run_ok, say, Interrupt};
 use crate::bench::BenchError;
+use crate::image::build::human;
 use crate::image::mkfs::find_program;
+use crate::image::tree::TreeStats;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -102,6 +104,45 @@ pub fn default_tree(
             Ok(usr(format!("debootstrap failed: {last}")))
         }
     }
+}
+
+/// The tree a benchmark builds its images from: `tree` (`--tree`), else the default tree
+/// ([`default_tree`]), narrowed to `subdir` when given; with its counts, said on stderr with
+/// `progress`.
+pub fn pick(
+    tree: Option<&Path>,
+    subdir: Option<&Path>,
+    cache: &Path,
+    scratch: &Path,
+    progress: bool,
+    interrupt: &Interrupt,
+) -> Result<(Tree, TreeStats), BenchError> {
+    let base = match tree {
+        Some(t) => Tree {
+            path: t.to_path_buf(),
+            source: format!("{} (--tree)", t.display()),
+        },
+        None => default_tree(cache, scratch, progress, interrupt)?,
+    };
+    let tree = match subdir {
+        Some(s) => Tree {
+            path: base.path.join(s),
+            source: format!("{} of {}", s.display(), base.source),
+        },
+        None => base,
+    };
+    let stats = TreeStats::scan(&tree.path).map_err(|e| BenchError::Invalid(e.to_string()))?;
+    say(
+        progress,
+        format!(
+            "tree: {} ({}): {} files, {}",
+            tree.path.display(),
+            tree.source,
+            stats.files,
+            human(stats.bytes)
+        ),
+    );
+    Ok((tree, stats))
 }
 
 #[cfg(test)]

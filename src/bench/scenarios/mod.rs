@@ -15,7 +15,9 @@
 //! - [`fsverity_digest`], [`fsverity_read`]: `fsverity digest` against `dmkit fsverity digest`,
 //!   and reads through `fsverity mount`;
 //! - [`image`] (`dmkit bench image`, seed 001) with its default tree from [`image_tree`];
-//! - [`reencrypt`]: `cryptsetup reencrypt` against `dmkit luks reencrypt` offline.
+//! - [`reencrypt`]: `cryptsetup reencrypt` against `dmkit luks reencrypt` offline;
+//! - [`rootless`] (`dmkit bench rootless`): `image open` as an ordinary user against the
+//!   kernel mount as root, and `image mtree` against hashing the kernel mount.
 
 pub mod bound;
 pub mod cipher;
@@ -32,5 +34,6 @@ pub mod integrity;
 pub mod nbd;
 pub mod overhead;
 pub mod reencrypt;
+pub mod rootless;
 pub mod verity;
 pub mod verity_integrity;

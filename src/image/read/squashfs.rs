@@ -167,15 +167,17 @@ impl FsReader for SquashfsReader {
     }
 
     fn read(&self, node: NodeId, offset: u64, buf: &mut [u8]) -> Result<usize> {
-        // backhand's files are streams: skip to `offset` (random access only serves FUSE
-        // reads; whole-file copies use copy_to).
+        // Seek, which steps over the blocks before `offset` by their stored sizes without
+        // reading or decompressing them: FUSE reads a file in 128 KiB requests, and reading
+        // from the start for each made a whole-file read quadratic (a 5 MB/s cold read of
+        // a Debian root, against 137 MB/s for `image mtree`'s streaming copy).
         let InnerNode::File(f) = &self.node(node)?.inner else {
             return Err(ReadError::Unsupported("not a regular file".into()));
         };
         guarded(&self.last_error, "reading a file", || {
-            use std::io::Read;
+            use std::io::{Read, Seek};
             let mut r = self.fs.file(f).reader();
-            std::io::copy(&mut (&mut r).take(offset), &mut std::io::sink())
+            r.seek(std::io::SeekFrom::Start(offset))
                 .map_err(backhand_err)?;
             let mut done = 0;
             while done < buf.len() {
@@ -212,5 +214,75 @@ impl FsReader for SquashfsReader {
 
     fn xattrs(&self, _node: NodeId) -> Result<Vec<(Vec<u8>, Vec<u8>)>> {
         Ok(Vec::new())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::mkfs::find_program;
+
+    /// Ranged reads of files made by the real mksquashfs (blocks of 4 KiB so that a file has
+    /// many, a tail in a fragment, a sparse block) give the bytes of the file, at every offset
+    /// and length, the end included.
+    #[test]
+    fn ranged_reads_match_the_file() {
+        let Some(mksquashfs) = find_program("mksquashfs") else {
+            eprintln!("skipped: mksquashfs is not installed (apt-get install squashfs-tools)");
+            return;
+        };
+        let d = tempfile::tempdir().unwrap();
+        let tree = d.path().join("tree");
+        std::fs::create_dir(&tree).unwrap();
+        let noise = crate::verity::tests::random_bytes(40_000, 3);
+        let mut sparse = vec![0u8; 20_000];
+        sparse[12_000..12_100].copy_from_slice(&noise[..100]);
+        let files = [
+            ("noise", noise.clone()),
+            ("text", b"some text, ".repeat(3000)),
+            ("sparse", sparse),
+            ("tiny", b"abc".to_vec()),
+        ];
+        for (n, data) in &files {
+            std::fs::write(tree.join(n), data).unwrap();
+        }
+        let img = d.path().join("sq.img");
+        let st = std::process::Command::new(mksquashfs)
+            .arg(&tree)
+            .arg(&img)
+            .args(["-b", "4096", "-quiet", "-noappend", "-no-progress"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let fs = SquashfsReader::open(Source::from_vec(std::fs::read(&img).unwrap())).unwrap();
+        let entries = fs.read_dir(fs.root()).unwrap();
+        for (name, data) in &files {
+            let node = entries
+                .iter()
+                .find(|e| e.name == name.as_bytes())
+                .unwrap()
+                .node;
+            let len = data.len() as u64;
+            for off in [
+                0,
+                1,
+                4095,
+                4096,
+                4097,
+                12_000,
+                len / 2,
+                len - 1,
+                len,
+                len + 10,
+            ] {
+                for want in [1usize, 100, 4096, 9000, 70_000] {
+                    let mut buf = vec![0u8; want];
+                    let n = fs.read(node, off, &mut buf).unwrap();
+                    let start = off.min(len) as usize;
+                    let end = (off + want as u64).min(len) as usize;
+                    assert_eq!(&buf[..n], &data[start..end], "{name} at {off}+{want}");
+                }
+            }
+        }
     }
 }
