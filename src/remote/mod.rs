@@ -6,6 +6,8 @@
 //! Nothing at this level is trusted: every block is checked by the layer above (the verity tree)
 //! before it is used or cached.
 
+pub mod credentials;
+pub mod s3;
 pub mod source;
 pub mod target;
 
