@@ -41,6 +41,9 @@ packages=(
   systemd systemd-container
   # `dmkit bench image` builds its default tree, a minimal Debian root, with debootstrap.
   debootstrap
+  # The remote transport's tests (issue 28) serve images over HTTP and HTTPS with nginx (Debian
+  # 12's `nginx` is the server itself, with the SSL module; nginx-light only adds a module).
+  nginx
   # `dmkit bench seeds` draws its plots' text with a TrueType font (DejaVu Sans).
   fonts-dejavu-core
   # `man dmkit-luks` after scripts/install-docs.sh (man-db, groff-base render the pages the CLI

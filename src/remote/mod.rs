@@ -7,9 +7,16 @@
 //! before it is used or cached.
 
 pub mod credentials;
+pub mod http;
+pub mod location;
 pub mod s3;
 pub mod source;
 pub mod target;
+pub mod tls;
 
 pub use source::{LocalRange, ObjectIdentity, RangeSource, RemoteError, RemoteStats};
 pub use target::{FixedUrl, Method, PreparedRequest, RequestTarget};
+
+pub use http::{HttpClient, HttpObject, HttpOptions, RetryPolicy};
+pub use location::{Location, LocationError};
+pub use tls::TlsOptions;

@@ -14,6 +14,8 @@
 //! - [`tty`]: typing answers at a command on a pseudo-terminal (`script(1)`).
 //! - [`cryptsetup_material`]: cryptsetup 2.6.1's `tests/` material, fetched and checked once.
 //! - [`pki`]: keys and self-signed certificates made with the openssl CLI.
+//! - [`nginx`]: nginx serving a directory over HTTP, HTTPS and HTTPS with client certificates.
+//! - [`http_faults`]: a scripted HTTP server that misbehaves on request.
 //! - [`image_tree`]: a small root tree for the image tests, and what a tree holds.
 //! - [`xor_byte`]: corrupting one byte of an image in place.
 //! - [`status_field`]: one value of `dmkit status` text.
@@ -28,8 +30,10 @@
 pub mod cryptsetup_material;
 pub mod env;
 pub mod gcrypt;
+pub mod http_faults;
 pub mod image_tree;
 pub mod nbd;
+pub mod nginx;
 pub mod pki;
 pub mod reencrypt;
 pub mod rng;
