@@ -32,5 +32,6 @@ pub mod integrity;
 pub mod nbd;
 pub mod overhead;
 pub mod reencrypt;
+pub mod remote;
 pub mod verity;
 pub mod verity_integrity;
