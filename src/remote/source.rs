@@ -87,6 +87,22 @@ pub enum RemoteError {
     },
 }
 
+impl RemoteError {
+    /// [`RemoteError::OutOfRange`] unless `len` bytes at `offset` lie within an object of
+    /// `size` bytes (named `url`): the check every [`RangeSource::read_range`] starts with.
+    pub fn check_within(url: &str, offset: u64, len: usize, size: u64) -> Result<(), RemoteError> {
+        if offset.checked_add(len as u64).is_none_or(|end| end > size) {
+            return Err(RemoteError::OutOfRange {
+                url: url.to_string(),
+                offset,
+                len: len as u64,
+                size,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// A read-only object read by byte ranges. Implemented by the transports (HTTP, S3) and by
 /// [`LocalRange`], a file standing in for one in tests.
 pub trait RangeSource: Send + Sync {
@@ -136,18 +152,7 @@ impl RangeSource for LocalRange {
     }
 
     fn read_range(&self, offset: u64, buf: &mut [u8]) -> Result<(), RemoteError> {
-        let size = self.identity.len;
-        if offset
-            .checked_add(buf.len() as u64)
-            .is_none_or(|end| end > size)
-        {
-            return Err(RemoteError::OutOfRange {
-                url: self.name.clone(),
-                offset,
-                len: buf.len() as u64,
-                size,
-            });
-        }
+        RemoteError::check_within(&self.name, offset, buf.len(), self.identity.len)?;
         self.file
             .read_exact_at(buf, offset)
             .map_err(|source| RemoteError::Io {

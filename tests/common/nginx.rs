@@ -8,7 +8,7 @@
 //! `master_process off`), killed when the [`Nginx`] is dropped.
 
 use super::env;
-use super::pki::openssl_ok;
+use super::pki::{openssl_ok, EC_P256};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -45,6 +45,17 @@ fn free_port() -> u16 {
     l.local_addr().unwrap().port()
 }
 
+/// `openssl req MODE... -nodes` with a new EC P-256 key for `subject` into `key`, the request
+/// or certificate into `out`.
+fn new_key(mode: &[&str], subject: &str, key: &Path, out: &Path) {
+    let mut args = vec!["req"];
+    args.extend_from_slice(mode);
+    args.push("-nodes");
+    args.extend_from_slice(EC_P256);
+    args.extend_from_slice(&["-subj", subject, "-keyout", s(key), "-out", s(out)]);
+    openssl_ok(&args);
+}
+
 /// A key and a certificate for `cn` signed by the CA in `dir`, for `usage` (serverAuth or
 /// clientAuth).
 fn issue(dir: &Path, name: &str, cn: &str, usage: &str) {
@@ -60,21 +71,7 @@ fn issue(dir: &Path, name: &str, cn: &str, usage: &str) {
         ),
     )
     .unwrap();
-    openssl_ok(&[
-        "req",
-        "-new",
-        "-nodes",
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:P-256",
-        "-subj",
-        &format!("/CN={cn}"),
-        "-keyout",
-        s(&key),
-        "-out",
-        s(&csr),
-    ]);
+    new_key(&["-new"], &format!("/CN={cn}"), &key, &csr);
     openssl_ok(&[
         "x509",
         "-req",
@@ -106,24 +103,12 @@ impl Nginx {
             .tempdir()
             .unwrap();
         let d = dir.path().to_path_buf();
-        openssl_ok(&[
-            "req",
-            "-x509",
-            "-new",
-            "-nodes",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:P-256",
-            "-subj",
+        new_key(
+            &["-x509", "-days", "2"],
             "/CN=dmkit test CA",
-            "-days",
-            "2",
-            "-keyout",
-            s(&d.join("ca.key")),
-            "-out",
-            s(&d.join("ca.crt")),
-        ]);
+            &d.join("ca.key"),
+            &d.join("ca.crt"),
+        );
         issue(&d, "server", "127.0.0.1", "serverAuth");
         issue(&d, "client", "dmkit test client", "clientAuth");
         let www = d.join("www");

@@ -351,27 +351,8 @@ impl HttpObject {
 }
 
 impl RangeSource for HttpObject {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn identity(&self) -> &ObjectIdentity {
-        &self.identity
-    }
-
     fn read_range(&self, offset: u64, buf: &mut [u8]) -> Result<(), RemoteError> {
-        let size = self.identity.len;
-        if offset
-            .checked_add(buf.len() as u64)
-            .is_none_or(|end| end > size)
-        {
-            return Err(RemoteError::OutOfRange {
-                url: self.name.clone(),
-                offset,
-                len: buf.len() as u64,
-                size,
-            });
-        }
+        RemoteError::check_within(&self.name, offset, buf.len(), self.identity.len)?;
         if buf.is_empty() {
             return Ok(());
         }
@@ -385,6 +366,14 @@ impl RangeSource for HttpObject {
             bytes_fetched: self.bytes.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
         }
+    }
+
+    fn identity(&self) -> &ObjectIdentity {
+        &self.identity
+    }
+
+    fn name(&self) -> &str {
+        &self.name
     }
 }
 
