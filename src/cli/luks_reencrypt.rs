@@ -86,7 +86,7 @@ pub struct ReencryptArgs {
 }
 
 /// A byte count with an optional binary suffix (k, M, G, T; cryptsetup's sizes).
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(super) fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mul) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {

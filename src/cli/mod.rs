@@ -30,6 +30,7 @@ mod open;
 mod passphrase;
 mod plain;
 mod ranges;
+mod remote;
 mod verity;
 mod verity_fec;
 

@@ -1,9 +1,12 @@
 //! `dmkit verity format|verify|dump|open|sign`, with veritysetup's options and argument order.
 
 use super::ranges::ranges;
+use super::remote::{location, remote_error};
 use super::verity_fec::{self, FecArgs};
 use super::{CliError, CliResult};
 use crate::block::FileDevice;
+use crate::remote::verity::RemoteVerity;
+use crate::remote::Location;
 use crate::verity::fec::repair::FecOutcome;
 use crate::verity::fec::FecGeometry;
 use crate::verity::superblock::{format_uuid, parse_uuid};
@@ -164,11 +167,12 @@ pub struct DumpArgs {
 /// Arguments of `verity open`.
 #[derive(clap::Args)]
 pub struct OpenArgs {
-    /// Data device or image.
+    /// Data device or image, or its URL (http://, https://, s3://): read lazily, every block
+    /// verified before it is served or cached.
     data: PathBuf,
     /// Name of the device: served at /run/dmkit/NAME.
     name: String,
-    /// Hash device or image.
+    /// Hash device or image, or its URL (fetched whole at open).
     hash_device: PathBuf,
     /// Root hash (hex); omit with --root-hash-file.
     root_hash: Option<String>,
@@ -193,6 +197,8 @@ pub struct OpenArgs {
     /// cache above the kernel's dm-verity (0 hashes every read).
     #[arg(long, default_value_t = crate::verity::device::DEFAULT_DATA_CACHE_BYTES)]
     data_cache: u64,
+    #[command(flatten)]
+    remote: super::remote::RemoteArgs,
 }
 
 /// Arguments of `verity sign`.
@@ -628,6 +634,10 @@ fn dump(a: DumpArgs) -> CliResult {
 
 fn open(a: OpenArgs) -> CliResult {
     let how = a.serve.prepare(&a.name)?;
+    let (data, hash) = (location(&a.data)?, location(&a.hash_device)?);
+    if data.is_remote() || hash.is_remote() {
+        return open_remote(a, data, hash, how);
+    }
     let volume = open_volume(&a.data, &a.hash_device, &a.tree, true)?;
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
     let root = verity::parse_root_hash(&root_hex, volume.params()).map_err(verity_err)?;
@@ -644,6 +654,63 @@ fn open(a: OpenArgs) -> CliResult {
         VolumeError::RootMismatch { .. } => CliError::verification(format!(
             "{}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash device made for other data",
             a.hash_device.display()
+        )),
+        e => e.into(),
+    })?;
+    activated.details["root_hash"] = root_hex.to_lowercase().into();
+    activated.details["signed"] = a.root.root_hash_signature.is_some().into();
+    a.serve.serve(activated, how)
+}
+
+/// `verity open` of a volume whose data or hash is remote: fetched through the remote layer
+/// (hash tree pinned at open, data blocks verified before they are served or cached).
+fn open_remote(
+    a: OpenArgs,
+    data: Location,
+    hash: Location,
+    how: crate::export::ServeOptions,
+) -> CliResult {
+    if a.fec.fec_device.is_some() {
+        return Err(invalid(
+            "--fec-device: forward error correction is not available for remote volumes (a block that fails is fetched again, then fails with EIO)",
+        ));
+    }
+    let mut objects = a.remote.objects();
+    let data_obj = objects.open(&data).map_err(remote_error)?;
+    let hash_obj = if hash == data {
+        data_obj.clone()
+    } else {
+        objects.open(&hash).map_err(remote_error)?
+    };
+    let opened = crate::remote::verity::open(RemoteVerity {
+        data: data_obj,
+        hash: hash_obj,
+        params: a.tree.source(),
+        remote: a.remote.device(),
+        cache: a.remote.cache(),
+        prefetch: a.remote.prefetch(),
+    })?;
+    let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
+    let root = verity::parse_root_hash(&root_hex, opened.params()).map_err(verity_err)?;
+    if let Some(sig) = &a.root.root_hash_signature {
+        let der = objects.read_all(&location(sig)?).map_err(remote_error)?;
+        volume::check_signature(
+            &root_hex,
+            SignatureSource::Der(&der),
+            &a.root.root_hash_cert,
+        )?;
+    }
+    let opts = VerityOptions {
+        name: a.name.clone(),
+        check_at_most_once: a.check_at_most_once,
+        ignore_corruption: a.ignore_corruption,
+        cache_blocks: a.cache_blocks,
+        data_cache_bytes: a.data_cache,
+        fec: None,
+    };
+    let mut activated = opened.activate(&root, opts).map_err(|e| match e {
+        VolumeError::RootMismatch { .. } => CliError::verification(format!(
+            "{hash}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash object made for other data"
         )),
         e => e.into(),
     })?;

@@ -6,13 +6,18 @@
 //! Nothing at this level is trusted: every block is checked by the layer above (the verity tree)
 //! before it is used or cached.
 
+pub mod cache;
 pub mod credentials;
+pub mod device;
 pub mod http;
 pub mod location;
+pub mod objects;
+pub mod prefetch;
 pub mod s3;
 pub mod source;
 pub mod target;
 pub mod tls;
+pub mod verity;
 
 pub use source::{LocalRange, ObjectIdentity, RangeSource, RemoteError, RemoteStats};
 pub use target::{FixedUrl, Method, PreparedRequest, RequestTarget};

@@ -15,6 +15,7 @@ use super::cache::BlockCache;
 use super::data_cache::DataCache;
 use super::fec::source::FecSource;
 use super::params::{TreeLayout, VerityParams};
+use super::store::BlockStore;
 use crate::block::{check_range, BlockDevice, BlockError, Result};
 use crate::hash::hash_blocks;
 use crate::logcap::LogCap;
@@ -74,6 +75,18 @@ pub struct VerityStats {
     pub fec_uncorrectable: AtomicU64,
     /// Whether the device has a FEC area (the FEC counters are shown only then).
     pub fec: std::sync::atomic::AtomicBool,
+    /// Data blocks served from the block store (the remote layer's persistent cache), each
+    /// verified again.
+    pub store_hits: AtomicU64,
+    /// Stored copies that failed their digest (a tampered or torn cache entry): dropped and
+    /// fetched again from the origin.
+    pub store_rejects: AtomicU64,
+    /// Data blocks fetched again from the origin after failing their digest.
+    pub refetches: AtomicU64,
+    /// Of those, the blocks that verified the second time.
+    pub refetch_recovered: AtomicU64,
+    /// Whether the device has a block store (its counters are shown only then).
+    pub store: std::sync::atomic::AtomicBool,
 }
 
 /// How many FEC corrections may be in progress on one thread. The kernel allowed four nested
@@ -144,6 +157,8 @@ pub struct VerityDevice {
     ignored_log: LogCap,
     /// The FEC area corrupt blocks are rebuilt from, if any.
     fec: Option<FecSource>,
+    /// Where data blocks are also kept and fetched again from (remote images).
+    store: Option<Arc<dyn BlockStore>>,
     /// Corrections and failed corrections are logged here.
     fec_log: LogCap,
 }
@@ -184,6 +199,7 @@ impl VerityDevice {
             stats: Arc::new(VerityStats::default()),
             ignored_log: LogCap::new("ignored corruptions", crate::logcap::DEFAULT_LIMIT),
             fec: None,
+            store: None,
             fec_log: LogCap::new("FEC corrections", crate::logcap::DEFAULT_LIMIT),
         })
     }
@@ -192,6 +208,14 @@ impl VerityDevice {
     pub fn with_fec(mut self, fec: FecSource) -> Self {
         self.fec = Some(fec);
         self.stats.fec.store(true, Ordering::Relaxed);
+        self
+    }
+
+    /// The device with `store` to serve data blocks from (each verified again) and to keep
+    /// verified data blocks in; a block failing its digest is fetched again through it.
+    pub fn with_store(mut self, store: Arc<dyn BlockStore>) -> Self {
+        self.store = Some(store);
+        self.stats.store.store(true, Ordering::Relaxed);
         self
     }
 
@@ -385,9 +409,7 @@ impl VerityDevice {
     /// each run of missing blocks is read with one request, verified as a batch and cached.
     fn read_blocks(&self, buf: &mut [u8], first: u64) -> Result<()> {
         let Some(cache) = &self.data_cache else {
-            self.data
-                .read_at(buf, first * self.params.data_block_size as u64)?;
-            return self.verify_blocks(buf, first);
+            return self.read_run(buf, first);
         };
         let dbs = self.params.data_block_size as usize;
         let n = buf.len() / dbs;
@@ -408,8 +430,7 @@ impl VerityDevice {
             }
             let run = &mut buf[run_start * dbs..i * dbs];
             let run_first = first + run_start as u64;
-            self.data.read_at(run, run_first * dbs as u64)?;
-            self.verify_blocks(run, run_first)?;
+            self.read_run(run, run_first)?;
             for (k, block) in run.chunks_exact(dbs).enumerate() {
                 cache.insert(run_first + k as u64, block);
             }
@@ -422,26 +443,109 @@ impl VerityDevice {
         Ok(())
     }
 
-    /// Verify `buf`, which holds whole data blocks starting at data block `first`.
-    fn verify_blocks(&self, buf: &mut [u8], first: u64) -> Result<()> {
+    /// Fill `run` (whole data blocks from `first`) from the block store where it holds them
+    /// and from the data device otherwise, verify it, and hand the store the blocks that
+    /// verified and it did not hold.
+    fn read_run(&self, run: &mut [u8], first: u64) -> Result<()> {
+        let dbs = self.params.data_block_size as usize;
+        let Some(store) = &self.store else {
+            self.data.read_at(run, first * dbs as u64)?;
+            return self.verify_blocks(run, first, &[]).map(drop);
+        };
+        let n = run.len() / dbs;
+        let from_store: Vec<bool> = run
+            .chunks_exact_mut(dbs)
+            .enumerate()
+            .map(|(k, b)| store.lookup(first + k as u64, b))
+            .collect();
+        let mut k = 0;
+        while k < n {
+            if from_store[k] {
+                k += 1;
+                continue;
+            }
+            let start = k;
+            while k < n && !from_store[k] {
+                k += 1;
+            }
+            self.data.read_at(
+                &mut run[start * dbs..k * dbs],
+                (first + start as u64) * dbs as u64,
+            )?;
+        }
+        let hits = from_store.iter().filter(|&&s| s).count() as u64;
+        if hits > 0 {
+            self.stats.store_hits.fetch_add(hits, Ordering::Relaxed);
+        }
+        let states = self.verify_blocks(run, first, &from_store)?;
+        for (k, state) in states.iter().enumerate() {
+            let fresh = match state {
+                Checked::Verified => !from_store[k],
+                Checked::Recovered => true,
+                Checked::Skipped | Checked::Bad => false,
+            };
+            if fresh {
+                store.insert(first + k as u64, &run[k * dbs..(k + 1) * dbs]);
+            }
+        }
+        Ok(())
+    }
+
+    /// Data block `block` failed its digest `want`: a stored copy is dropped, the block is
+    /// fetched again from the origin bypassing every cache, then rebuilt from the FEC area;
+    /// the bytes that verify, if any.
+    fn recover(&self, block: u64, from_store: bool, want: &[u8]) -> Option<Vec<u8>> {
+        if let Some(store) = &self.store {
+            if from_store {
+                self.stats.store_rejects.fetch_add(1, Ordering::Relaxed);
+                store.reject(block);
+            }
+            self.stats.refetches.fetch_add(1, Ordering::Relaxed);
+            let mut fresh = vec![0u8; self.params.data_block_size as usize];
+            if store.refetch(block, &mut fresh).is_ok() && self.hash_one(&fresh) == want {
+                self.stats.refetch_recovered.fetch_add(1, Ordering::Relaxed);
+                return Some(fresh);
+            }
+        }
+        self.rebuild("data", block, Some(block), want)
+    }
+
+    /// Verify `buf`, which holds whole data blocks starting at data block `first`;
+    /// `from_store[i]` says block `i` came from the block store (empty: none did), which is
+    /// then checked even when `check_at_most_once` saw it verified. Returns what happened to
+    /// each block.
+    fn verify_blocks(
+        &self,
+        buf: &mut [u8],
+        first: u64,
+        from_store: &[bool],
+    ) -> Result<Vec<Checked>> {
         let dbs = self.params.data_block_size as usize;
         let n = buf.len() / dbs;
         let ds = self.layout.digest_size;
         let (prefix, suffix) = self.params.salt_parts();
+        let stored = |i: usize| from_store.get(i).copied().unwrap_or(false);
+        let mut states = vec![Checked::Skipped; n];
         if self.layout.levels() == 0 {
             let digest = self.hash_one(&buf[..dbs]);
-            if digest != self.root {
+            states[0] = if digest == self.root {
+                Checked::Verified
+            } else if let Some(fixed) = self.recover(0, stored(0), &self.root.clone()) {
+                buf[..dbs].copy_from_slice(&fixed);
+                Checked::Recovered
+            } else {
                 self.corrupt("data", 0)?;
-            }
-            return Ok(());
+                Checked::Bad
+            };
+            return Ok(states);
         }
         // Hash every block that needs it in one batch (multi-buffer lanes), then compare
         // block by block against the level-0 hash blocks.
         let todo: Vec<usize> = (0..n)
-            .filter(|&i| !self.is_verified(first + i as u64))
+            .filter(|&i| stored(i) || !self.is_verified(first + i as u64))
             .collect();
         if todo.is_empty() {
-            return Ok(());
+            return Ok(states);
         }
         let mut digests = vec![0u8; todo.len() * ds];
         if todo.len() == n {
@@ -469,20 +573,36 @@ impl VerityDevice {
             };
             let pos = (block & ((1 << bits) - 1)) as usize * self.layout.entry_size;
             let want = &hb[pos..pos + ds];
-            if want == &digests[k * ds..(k + 1) * ds] {
+            states[i] = if want == &digests[k * ds..(k + 1) * ds] {
                 self.mark_verified(block);
-            } else if let Some(fixed) = self.rebuild("data", block, Some(block), want) {
+                Checked::Verified
+            } else if let Some(fixed) = self.recover(block, stored(i), want) {
                 buf[i * dbs..(i + 1) * dbs].copy_from_slice(&fixed);
                 self.mark_verified(block);
+                Checked::Recovered
             } else {
                 self.corrupt("data", block)?;
-            }
+                Checked::Bad
+            };
         }
         self.stats
             .verified_blocks
             .fetch_add(todo.len() as u64, Ordering::Relaxed);
-        Ok(())
+        Ok(states)
     }
+}
+
+/// What verifying one data block found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checked {
+    /// Not checked: verified before (`check_at_most_once`).
+    Skipped,
+    /// Its bytes matched the tree.
+    Verified,
+    /// Its bytes did not match; a copy fetched again (or rebuilt from FEC) did.
+    Recovered,
+    /// Nothing matched (served anyway only with `ignore_corruption`).
+    Bad,
 }
 
 impl BlockDevice for VerityDevice {
@@ -542,6 +662,12 @@ impl VerityStats {
             "hash_block_reads": self.hash_block_reads.load(Ordering::Relaxed),
             "data_cache_hits": self.data_cache_hits.load(Ordering::Relaxed),
         });
+        if self.store.load(Ordering::Relaxed) {
+            j["store_hits"] = self.store_hits.load(Ordering::Relaxed).into();
+            j["store_rejects"] = self.store_rejects.load(Ordering::Relaxed).into();
+            j["refetches"] = self.refetches.load(Ordering::Relaxed).into();
+            j["refetch_recovered"] = self.refetch_recovered.load(Ordering::Relaxed).into();
+        }
         if self.fec.load(Ordering::Relaxed) {
             j["fec_corrected"] = self.fec_corrected.load(Ordering::Relaxed).into();
             j["fec_uncorrectable"] = self.fec_uncorrectable.load(Ordering::Relaxed).into();

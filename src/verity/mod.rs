@@ -15,6 +15,7 @@ pub mod fec;
 pub mod params;
 pub mod sig;
 pub mod spec;
+pub mod store;
 pub mod superblock;
 pub mod tree;
 pub mod volume;

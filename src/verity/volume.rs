@@ -228,6 +228,8 @@ pub struct VerityVolume {
     /// The hash area's region of its file, when it is one (a partition of an image).
     hash_region: Option<(u64, u64)>,
     claims: Vec<Claim>,
+    /// Where data blocks are also kept (a remote image's cache); see [`Self::with_store`].
+    store: Option<Arc<dyn super::store::BlockStore>>,
 }
 
 impl VerityVolume {
@@ -363,7 +365,50 @@ impl VerityVolume {
             same_file: same,
             hash_region: hash.region,
             claims,
+            store: None,
         })
+    }
+
+    /// A volume over data and hash devices already open (remote objects, named by `data_name`
+    /// and `hash_name` in `status`), parameters resolved from `source`; nothing is claimed.
+    pub fn from_devices(
+        data: Arc<dyn BlockDevice>,
+        hash: Arc<dyn BlockDevice>,
+        data_name: &str,
+        hash_name: &str,
+        source: ParamsSource,
+    ) -> Result<Self> {
+        let params = match source {
+            ParamsSource::Superblock { hash_offset } => {
+                let sb = super::read_superblock(&*hash, hash_offset)?;
+                let p = VerityParams::from_superblock(&sb, hash_offset);
+                p.validate()
+                    .map_err(|e| VolumeError::Invalid(e.to_string()))?;
+                p
+            }
+            ParamsSource::Spec(spec) => spec
+                .params(&*data, Vec::new())
+                .map_err(VolumeError::Invalid)?,
+            ParamsSource::Given(p) => p,
+        };
+        Ok(VerityVolume {
+            data,
+            hash,
+            data_path: PathBuf::from(data_name),
+            hash_path: PathBuf::from(hash_name),
+            params,
+            same_file: false,
+            hash_region: None,
+            claims: Vec::new(),
+            store: None,
+        })
+    }
+
+    /// Serve data blocks from `store` too (each verified again), hand it the blocks that
+    /// verify, and fetch a failing block again through it before reporting it corrupt.
+    pub fn with_store(mut self, store: Arc<dyn super::store::BlockStore>) -> Self {
+        self.store = Some(store);
+        self
     }
 
     /// The tree's parameters.
@@ -457,6 +502,9 @@ impl VerityVolume {
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;
         if let Some(f) = fec {
             dev = dev.with_fec(f);
+        }
+        if let Some(store) = self.store {
+            dev = dev.with_store(store);
         }
         let matches = dev.check_root().map_err(VolumeError::ReadRoot)?;
         if !matches && !ignore {

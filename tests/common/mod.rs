@@ -36,6 +36,7 @@ pub mod nbd;
 pub mod nginx;
 pub mod pki;
 pub mod reencrypt;
+pub mod remote_case;
 pub mod rng;
 pub mod run;
 pub mod s3;
