@@ -1,5 +1,5 @@
-//! `dmkit bench remote`: a smoke run (8 MiB image, one 300 ms run per cell, delays 0 and
-//! 20 ms) prints the table with every reader and job, and `--json` carries every run with
+//! `dmkit bench remote`: a smoke run (8 MiB image, one 300 ms run per cell, 20 ms per
+//! request) prints the table with every reader and job, and `--json` carries every run with
 //! figures the table's ratios are recomputed from.
 
 mod common;
@@ -39,6 +39,10 @@ fn smoke_run_prints_every_reader_and_json_matches() {
             "8M",
             "--runtime",
             "0.3",
+            // Not 0 ms: QEMU 7.2's curl driver hangs under fio's queue depth 8 against a
+            // server answering at once (nginx too), which costs fio's whole timeout.
+            "--delays",
+            "20",
             "--json",
             "--dir",
             scratch.path().to_str().unwrap(),
@@ -49,9 +53,9 @@ fn smoke_run_prints_every_reader_and_json_matches() {
     r.assert_ok();
     eprintln!("smoke run: {:.1} s", t.elapsed().as_secs_f64());
     let report: RemoteReport = serde_json::from_str(&r.stdout).unwrap();
-    assert_eq!(report.delays_ms, [0, 20]);
+    assert_eq!(report.delays_ms, [20]);
     assert_eq!(report.readers, Reader::ALL);
-    assert_eq!(report.cells.len(), 2 * report.jobs.len() * 3);
+    assert_eq!(report.cells.len(), report.jobs.len() * 3);
     for c in &report.cells {
         assert_eq!(c.runs.len(), 1, "{c:?}");
         let run = c.runs[0];

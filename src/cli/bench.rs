@@ -80,7 +80,7 @@ struct RemoteBenchArgs {
     /// Bytes of data in the image [default: 256M, --quick: 32M].
     #[arg(long)]
     size: Option<String>,
-    /// Runs per job, delay and reader [default: 3, --quick: 1].
+    /// Runs per job, delay and reader [default: 2, --quick: 1].
     #[arg(long)]
     runs: Option<u32>,
     /// Seconds per fio run [default: 5, --quick: 1.5].

@@ -230,7 +230,10 @@ pub fn load(env: &dyn Env) -> Result<S3Credentials, CredentialsError> {
 fn shared_file_path(env: &dyn Env) -> Option<PathBuf> {
     env.var("AWS_SHARED_CREDENTIALS_FILE")
         .map(PathBuf::from)
-        .or_else(|| env.var("HOME").map(|h| Path::new(&h).join(".aws/credentials")))
+        .or_else(|| {
+            env.var("HOME")
+                .map(|h| Path::new(&h).join(".aws/credentials"))
+        })
 }
 
 /// A string taken into secret memory; the string is wiped.
@@ -400,7 +403,9 @@ pub fn from_shared_file(path: &Path, profile: &str) -> Result<S3Credentials, Cre
             .ok_or_else(|| malformed(format!("line {}: expected key = value", no + 1)))?;
         match key.trim().to_ascii_lowercase().as_str() {
             "aws_access_key_id" => id = Some(value.trim().to_string()),
-            "aws_secret_access_key" => secret = Some(SecretBytes::from_slice(value.trim().as_bytes())),
+            "aws_secret_access_key" => {
+                secret = Some(SecretBytes::from_slice(value.trim().as_bytes()))
+            }
             "aws_session_token" => token = Some(SecretBytes::from_slice(value.trim().as_bytes())),
             _ => {}
         }
@@ -539,7 +544,10 @@ mod tests {
     fn nothing_anywhere_says_where_to_put_them() {
         let env: &[(&str, &str)] = &[("HOME", "/nonexistent")];
         let e = load(&env).unwrap_err().to_string();
-        assert!(e.starts_with("no S3 credentials: set AWS_ACCESS_KEY_ID"), "{e}");
+        assert!(
+            e.starts_with("no S3 credentials: set AWS_ACCESS_KEY_ID"),
+            "{e}"
+        );
         assert!(e.contains("/nonexistent/.aws/credentials"), "{e}");
     }
 }

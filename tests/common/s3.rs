@@ -39,7 +39,9 @@ pub fn s3s_fs() -> Option<PathBuf> {
     if super::env::on_path("s3s-fs") {
         return Some("s3s-fs".into());
     }
-    super::env::missing("s3s-fs is not installed (scripts/s3s-fs.sh installs it into target/tools)");
+    super::env::missing(
+        "s3s-fs is not installed (scripts/s3s-fs.sh installs it into target/tools)",
+    );
     None
 }
 
@@ -72,7 +74,10 @@ impl S3Server {
             if let Ok(Some(st)) = server.child.try_wait() {
                 panic!("s3s-fs exited at start: {st}");
             }
-            assert!(Instant::now() < deadline, "s3s-fs did not listen on {addr} in 20 s");
+            assert!(
+                Instant::now() < deadline,
+                "s3s-fs did not listen on {addr} in 20 s"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         Some(server)

@@ -295,16 +295,15 @@ mod tests {
         let o = S3Options::default();
         for (b, k) in [("B", "k"), ("ab", "k"), ("bkt", ""), ("bkt", "a/../b")] {
             let e = S3Target::new(b, k, &o, creds(None), &env).unwrap_err();
-            assert!(
-                e.to_string().starts_with(&format!("s3://{b}/{k}: ")),
-                "{e}"
-            );
+            assert!(e.to_string().starts_with(&format!("s3://{b}/{k}: ")), "{e}");
         }
         let o = S3Options {
             endpoint: Some("http://user:pw@h:1".into()),
             region: None,
         };
-        let e = S3Target::new("bkt", "k", &o, creds(None), &env).unwrap_err().to_string();
+        let e = S3Target::new("bkt", "k", &o, creds(None), &env)
+            .unwrap_err()
+            .to_string();
         assert!(!e.contains("pw"), "{e}");
     }
 }

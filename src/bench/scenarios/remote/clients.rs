@@ -2,8 +2,8 @@
 //! Unix socket, so one client (fio's nbd engine, libnbd) reads all three the same way and only
 //! the remote reading differs:
 //!
-//! - dmkit: `dmkit verity open URL NAME HASH-URL ROOT --no-fuse --nbd unix:SOCK`, every block
-//!   checked against the tree;
+//! - dmkit: `dmkit verity open URL NAME HASH-URL ROOT --no-cache --no-fuse --nbd unix:SOCK`,
+//!   every block checked against the tree;
 //! - nbdkit's curl plugin (`nbdkit -r -U SOCK curl url=URL`), no verification;
 //! - QEMU's curl block driver (`qemu-storage-daemon --blockdev driver=http,...` with an NBD
 //!   export), no verification.
@@ -151,6 +151,8 @@ fn dmkit_open_args(remote: &Remote<'_>, name: &str, sock: &Path) -> Vec<String> 
         name.into(),
         remote.hash_url.clone(),
         remote.root_hash.clone(),
+        // Verified blocks in memory only: every run starts cold, like the other readers.
+        "--no-cache".into(),
         "--no-fuse".into(),
         "--nbd".into(),
         format!("unix:{}", sock.display()),

@@ -61,7 +61,7 @@ impl RemoteBenchOptions {
     pub fn defaults(quick: bool) -> RemoteBenchOptions {
         RemoteBenchOptions {
             size: if quick { 32 << 20 } else { 256 << 20 },
-            runs: if quick { 1 } else { 3 },
+            runs: if quick { 1 } else { 2 },
             runtime_ms: if quick { 1500 } else { 5000 },
             delays_ms: vec![0, 20],
             quick,
