@@ -146,6 +146,27 @@ fn client_certificates_where_required() {
         .open_url(&url)
         .unwrap_or_else(|e| panic!("{e}"));
     check_ranges(&obj, &data, 3, 20);
+    // The key as SEC1 (`BEGIN EC PRIVATE KEY`) works too.
+    let sec1 = nginx.dir.path().join("client-sec1.key");
+    common::pki::openssl_ok(&[
+        "ec",
+        "-in",
+        nginx.client_key.to_str().unwrap(),
+        "-out",
+        sec1.to_str().unwrap(),
+    ]);
+    assert!(std::fs::read_to_string(&sec1)
+        .unwrap()
+        .contains("BEGIN EC PRIVATE KEY"));
+    let obj = HttpClient::new(&options(TlsOptions {
+        ca_file: Some(nginx.ca.clone()),
+        client_cert: Some(nginx.client_cert.clone()),
+        client_key: Some(sec1),
+    }))
+    .unwrap()
+    .open_url(&url)
+    .unwrap_or_else(|e| panic!("{e}"));
+    check_ranges(&obj, &data, 4, 5);
 
     let e = HttpClient::new(&options(trusting(&nginx)))
         .unwrap()

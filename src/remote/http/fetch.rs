@@ -5,7 +5,7 @@
 use std::io;
 
 use ureq::http::Response;
-use ureq::{Agent, Body};
+use ureq::{Agent, Body, ResponseExt};
 
 use super::reply::one_line;
 use super::retry::Attempt;
@@ -37,7 +37,18 @@ pub(super) fn send(
     if let Some(etag) = if_match {
         builder = builder.header("If-Match", etag);
     }
-    builder.call().map_err(|e| sort(name, e))
+    let resp = builder.call().map_err(|e| sort(name, e))?;
+    // A redirect may not take an https object to plain http.
+    let was_tls = url
+        .get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"));
+    if was_tls && resp.get_uri().scheme_str() != Some("https") {
+        return Err(Attempt::Fail(RemoteError::Protocol {
+            url: name.to_string(),
+            what: "redirected from https to plain http".into(),
+        }));
+    }
+    Ok(resp)
 }
 
 fn io_error(name: &str, kind: io::ErrorKind, what: String) -> RemoteError {
