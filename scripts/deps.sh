@@ -49,6 +49,9 @@ packages=(
   # `man dmkit-luks` after scripts/install-docs.sh (man-db, groff-base render the pages the CLI
   # generates); bash-completion loads the installed completion in interactive shells.
   man-db groff-base bash-completion
+  # issue 28 (r30): `dmkit bench remote` reads the same image through nbdkit's curl plugin (in
+  # the nbdkit package itself) and QEMU's curl block driver (qemu-block-extra).
+  nbdkit qemu-block-extra
 )
 
 # busybox and busybox-static conflict; either serves the test guest, so keep the one installed.
@@ -80,3 +83,5 @@ fi
 [ "$(( $(stat -c '0%a' /) & 01 ))" = 1 ] || chmod o+rx / 2>/dev/null || true
 [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
 command -v cargo >/dev/null 2>&1 || { echo "deps: cargo is missing (install Rust with rustup)" >&2; exit 1; }
+# issue 28 (r30): the S3 tests' server, s3s-fs, built once from crates.io into target/tools.
+"$(dirname "$0")/s3s-fs.sh"

@@ -91,6 +91,9 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per run: the size of the largest variant (open, with its remote options) does
+// not matter, and boxing would spread through every match.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// dm-verity: format, verify, dump, open, sign.
     #[command(subcommand)]

@@ -41,6 +41,15 @@ pub struct RemoteArgs {
     /// Trust only the CA certificates in this PEM file (instead of the system store).
     #[arg(long, value_name = "FILE")]
     ca_file: Option<PathBuf>,
+    /// S3-compatible store for s3://BUCKET/KEY (e.g. http://127.0.0.1:9000), addressed
+    /// path-style; default: $AWS_ENDPOINT_URL_S3, $AWS_ENDPOINT_URL, else AWS. Credentials come
+    /// from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, $CREDENTIALS_DIRECTORY or ~/.aws/credentials,
+    /// never from the command line.
+    #[arg(long, value_name = "URL")]
+    s3_endpoint: Option<String>,
+    /// Region s3:// requests are signed for (default: $AWS_REGION, $AWS_DEFAULT_REGION, us-east-1).
+    #[arg(long, value_name = "REGION")]
+    s3_region: Option<String>,
     /// Client certificate (PEM) for servers that require one.
     #[arg(long, value_name = "FILE", requires = "client_key")]
     client_cert: Option<PathBuf>,
@@ -92,7 +101,10 @@ impl RemoteArgs {
 
     /// An opener of this command's objects.
     pub fn objects(&self) -> Objects {
-        Objects::new(self.http())
+        Objects::new(self.http()).with_s3(crate::remote::s3::S3Options {
+            endpoint: self.s3_endpoint.clone(),
+            region: self.s3_region.clone(),
+        })
     }
 
     /// How the remote device fetches.

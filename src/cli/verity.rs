@@ -19,6 +19,9 @@ use std::path::{Path, PathBuf};
 
 /// `dmkit verity` subcommands.
 #[derive(clap::Subcommand)]
+// Parsed once per run: the size of the largest variant (open, with its remote options) does
+// not matter, and boxing would spread through every match.
+#[allow(clippy::large_enum_variant)]
 pub enum VerityCommand {
     /// Build the hash tree of DATA into HASH and print the root hash (like `veritysetup format`).
     Format(FormatArgs),

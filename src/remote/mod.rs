@@ -7,11 +7,13 @@
 //! before it is used or cached.
 
 pub mod cache;
+pub mod credentials;
 pub mod device;
 pub mod http;
 pub mod location;
 pub mod objects;
 pub mod prefetch;
+pub mod s3;
 pub mod source;
 pub mod target;
 pub mod tls;

@@ -3,6 +3,7 @@
 //! path among them is read as a [`LocalRange`], so a stack may mix a local hash file with
 //! remote data.
 
+use super::s3::{S3Error, S3Options, S3Target};
 use super::{HttpClient, HttpOptions, LocalRange, Location, RangeSource, RemoteError};
 use std::sync::Arc;
 
@@ -13,6 +14,7 @@ pub const MAX_SMALL_OBJECT: u64 = 1 << 20;
 pub struct Objects {
     options: HttpOptions,
     client: Option<HttpClient>,
+    s3: S3Options,
 }
 
 impl Objects {
@@ -21,7 +23,15 @@ impl Objects {
         Objects {
             options,
             client: None,
+            s3: S3Options::default(),
         }
+    }
+
+    /// Where `s3://` objects are (`--s3-endpoint`, `--s3-region`); their credentials come from
+    /// the environment or files ([`crate::remote::credentials`]).
+    pub fn with_s3(mut self, s3: S3Options) -> Self {
+        self.s3 = s3;
+        self
     }
 
     fn client(&mut self) -> Result<&HttpClient, RemoteError> {
@@ -45,11 +55,18 @@ impl Objects {
                     source,
                 }),
             Location::Http(url) => Ok(Arc::new(self.client()?.open_url(url)?)),
-            Location::S3 { .. } => Err(RemoteError::Protocol {
-                url: loc.display_name(),
-                what: "s3:// objects need the S3 request signer, which this build does not have"
-                    .into(),
-            }),
+            Location::S3 { bucket, key } => {
+                // Signed afresh for every request: the target keeps the credentials.
+                let url = loc.display_name();
+                let target = S3Target::from_env(bucket, key, &self.s3).map_err(|e| match e {
+                    S3Error::Credentials { source, .. } => RemoteError::Denied {
+                        url,
+                        what: source.to_string(),
+                    },
+                    S3Error::Invalid { what, .. } => RemoteError::Protocol { url, what },
+                })?;
+                Ok(Arc::new(self.client()?.open(Box::new(target))?))
+            }
         }
     }
 

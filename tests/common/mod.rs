@@ -22,6 +22,7 @@
 //! - [`xts`]: AES-XTS over dm-crypt sectors with OpenSSL.
 //! - [`volume_key`]: a LUKS volume key from `luksDump --dump-volume-key`.
 //! - [`reencrypt`]: reencryption command lines, and a run killed once under way.
+//! - [`s3`]: an S3-compatible server checking signatures (s3s-fs) on 127.0.0.1.
 
 // Not every test file uses every helper.
 #![allow(dead_code)]
@@ -38,6 +39,7 @@ pub mod reencrypt;
 pub mod remote_case;
 pub mod rng;
 pub mod run;
+pub mod s3;
 pub mod sys;
 pub mod tty;
 pub mod verity_case;

@@ -34,6 +34,7 @@ pub mod integrity;
 pub mod nbd;
 pub mod overhead;
 pub mod reencrypt;
+pub mod remote;
 pub mod rootless;
 pub mod verity;
 pub mod verity_integrity;

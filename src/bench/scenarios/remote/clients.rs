@@ -1,0 +1,190 @@
+//! The three remote readers compared, each exporting the remote image as an NBD export on a
+//! Unix socket, so one client (fio's nbd engine, libnbd) reads all three the same way and only
+//! the remote reading differs:
+//!
+//! - dmkit: `dmkit verity open URL NAME HASH-URL ROOT --no-cache --no-fuse --nbd unix:SOCK`,
+//!   every block checked against the tree;
+//! - nbdkit's curl plugin (`nbdkit -r -U SOCK curl url=URL`), no verification;
+//! - QEMU's curl block driver (`qemu-storage-daemon --blockdev driver=http,...` with an NBD
+//!   export), no verification.
+//!
+//! Each runs with its defaults: nbdkit 1.32's curl plugin serializes requests
+//! (`thread_model=serialize_requests`), QEMU's driver reads ahead 256 KiB and keeps up to 8
+//! requests in flight; what a user gets from Debian 12.
+
+use std::fs;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use crate::bench::harness::process::{command_line, Dmkit, Export, Interrupt};
+use crate::bench::harness::tools::{wait_for_socket, Daemon};
+use crate::bench::BenchError;
+
+/// Who reads the remote image.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Reader {
+    /// dmkit's remote verity export (verifies every block).
+    Dmkit,
+    /// nbdkit's curl plugin.
+    NbdkitCurl,
+    /// QEMU's curl (http) block driver in qemu-storage-daemon.
+    QemuCurl,
+}
+
+impl Reader {
+    /// All three, dmkit first.
+    pub const ALL: [Reader; 3] = [Reader::Dmkit, Reader::NbdkitCurl, Reader::QemuCurl];
+
+    /// The column title.
+    pub fn title(self) -> &'static str {
+        match self {
+            Reader::Dmkit => "dmkit verity (verified)",
+            Reader::NbdkitCurl => "nbdkit curl",
+            Reader::QemuCurl => "qemu curl",
+        }
+    }
+}
+
+/// The remote image as the readers see it.
+pub struct Remote<'a> {
+    /// The data object's URL.
+    pub data_url: String,
+    /// The hash tree's URL.
+    pub hash_url: String,
+    /// The root hash.
+    pub root_hash: String,
+    /// The dmkit under test.
+    pub dmkit: &'a Dmkit,
+    /// Scratch directory (sockets, logs, dmkit's cache).
+    pub scratch: &'a Path,
+}
+
+/// A started reader: its NBD URI, its serving process, and what stops it when dropped.
+pub struct Started {
+    /// `nbd+unix:///...?socket=...`.
+    pub uri: String,
+    /// The serving process (for its CPU time).
+    pub pid: u32,
+    /// The command line, for the report.
+    pub command: String,
+    _guard: Guard,
+}
+
+enum Guard {
+    Daemon(#[allow(dead_code)] Daemon),
+    Export(#[allow(dead_code)] Export),
+}
+
+/// The export name the NBD servers give.
+const EXPORT: &str = "bench";
+
+/// Starts `reader` on the remote image; `tag` makes socket and export names unique.
+pub fn start(
+    reader: Reader,
+    remote: &Remote<'_>,
+    tag: &str,
+    interrupt: &Interrupt,
+) -> Result<Started, BenchError> {
+    let sock = remote.scratch.join(format!("{tag}.sock"));
+    let _ = fs::remove_file(&sock);
+    match reader {
+        Reader::Dmkit => {
+            let name = format!("bench{}-{tag}", std::process::id());
+            let args = dmkit_open_args(remote, &name, &sock);
+            let command = format!("dmkit {}", args.join(" "));
+            let (export, uri) = remote
+                .dmkit
+                .open_nbd(&name, &args, remote.scratch, interrupt)?;
+            let pid = remote.dmkit.server_pid(&name, remote.scratch, interrupt)?;
+            Ok(Started {
+                uri,
+                pid,
+                command,
+                _guard: Guard::Export(export),
+            })
+        }
+        Reader::NbdkitCurl => {
+            let mut cmd = Command::new("nbdkit");
+            cmd.args(["-f", "-r", "--exit-with-parent", "-e", EXPORT, "-U"])
+                .arg(&sock)
+                .arg("curl")
+                .arg(format!("url={}", remote.data_url));
+            daemon(
+                cmd,
+                "nbdkit",
+                &sock,
+                &remote.scratch.join(format!("{tag}.log")),
+            )
+        }
+        Reader::QemuCurl => {
+            let mut cmd = Command::new("qemu-storage-daemon");
+            cmd.args([
+                "--blockdev".to_string(),
+                format!(
+                    "driver=http,node-name=remote0,url={},read-only=on",
+                    remote.data_url
+                ),
+                "--nbd-server".into(),
+                format!("addr.type=unix,addr.path={}", sock.display()),
+                "--export".into(),
+                format!("type=nbd,id=exp0,node-name=remote0,name={EXPORT}"),
+            ]);
+            daemon(
+                cmd,
+                "qemu-storage-daemon",
+                &sock,
+                &remote.scratch.join(format!("{tag}.log")),
+            )
+        }
+    }
+}
+
+/// `dmkit verity open` of the remote data and hash tree, served over NBD.
+fn dmkit_open_args(remote: &Remote<'_>, name: &str, sock: &Path) -> Vec<String> {
+    vec![
+        "verity".into(),
+        "open".into(),
+        remote.data_url.clone(),
+        name.into(),
+        remote.hash_url.clone(),
+        remote.root_hash.clone(),
+        // Verified blocks in memory only: every run starts cold, like the other readers.
+        "--no-cache".into(),
+        "--no-fuse".into(),
+        "--nbd".into(),
+        format!("unix:{}", sock.display()),
+    ]
+}
+
+fn daemon(mut cmd: Command, what: &str, sock: &Path, log: &Path) -> Result<Started, BenchError> {
+    let command = command_line(&cmd);
+    let io = |source| BenchError::Io {
+        what: format!("create {}", log.display()),
+        source,
+    };
+    let out = fs::File::create(log).map_err(io)?;
+    let err = out.try_clone().map_err(io)?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    let child = cmd.spawn().map_err(|source| BenchError::Io {
+        what: format!("run {what}"),
+        source,
+    })?;
+    let pid = child.id();
+    let mut d = Daemon {
+        child,
+        what: what.into(),
+    };
+    if let Err(e) = wait_for_socket(sock, &mut d) {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        return Err(BenchError::Tool(format!("{e}: {}", text.trim())));
+    }
+    Ok(Started {
+        uri: format!("nbd+unix:///{EXPORT}?socket={}", sock.display()),
+        pid,
+        command,
+        _guard: Guard::Daemon(d),
+    })
+}
