@@ -83,5 +83,5 @@ fi
 [ "$(( $(stat -c '0%a' /) & 01 ))" = 1 ] || chmod o+rx / 2>/dev/null || true
 [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || true
 command -v cargo >/dev/null 2>&1 || { echo "deps: cargo is missing (install Rust with rustup)" >&2; exit 1; }
-# issue 28 (r30): the S3 tests' server, s3s-fs, built once from crates.io into target/tools.
-"$(dirname "$0")/s3s-fs.sh"
+# The S3 tests' server, s3s-fs, is built from crates.io by scripts/s3s-fs.sh (minutes of CPU):
+# scripts/test.sh builds it in the background and runs tests/remote_s3.rs once it is there.

@@ -34,6 +34,14 @@ if [ "$fuzz_seconds" != 0 ]; then
     trap 'kill "$prepare_pid" 2>/dev/null || true' EXIT
 fi
 
+# The S3-compatible server of tests/remote_s3.rs (s3s-fs, built from crates.io once into
+# target/tools) builds the same way; that test runs after the lanes, once it is there.
+s3s_log=$(mktemp)
+step "in the background: scripts/s3s-fs.sh (the S3 tests' server, built once into target/tools)"
+nice -n 19 scripts/s3s-fs.sh >"$s3s_log" 2>&1 &
+s3s_pid=$!
+trap 'kill "${prepare_pid:-}" "$s3s_pid" 2>/dev/null || true' EXIT
+
 step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --all-targets -- -D warnings
 
@@ -57,7 +65,9 @@ cargo test --release --no-run
 # CI's time. cargo takes its build lock only while it builds, so both lanes run their binaries
 # concurrently. The guests' lane logs to a file, shown whole when both lanes have ended.
 mapfile -t slow < <(cd tests && ls kernel*.rs cryptsetup_suite.rs | sed 's/\.rs$//')
-mapfile -t rest < <(cd tests && ls *.rs | sed 's/\.rs$//' | grep -vxF -f <(printf '%s\n' "${slow[@]}"))
+# tests/remote_s3.rs waits for its server's build (above) and runs after the lanes.
+late=(remote_s3)
+mapfile -t rest < <(cd tests && ls *.rs | sed 's/\.rs$//' | grep -vxF -f <(printf '%s\n' "${slow[@]}" "${late[@]}"))
 lane_args() { for t in "$@"; do printf -- '--test\n%s\n' "$t"; done; }
 mapfile -t slow_args < <(lane_args "${slow[@]}")
 mapfile -t rest_args < <(lane_args "${rest[@]}")
@@ -78,6 +88,17 @@ if [ "$rest_rc" != 0 ] || [ "$slow_rc" != 0 ]; then
     echo "cargo test failed (lanes above: exit $rest_rc and $slow_rc)" >&2
     exit 1
 fi
+
+step "the S3 tests: ${late[*]} (waiting for scripts/s3s-fs.sh)"
+s3s_rc=0
+wait "$s3s_pid" || s3s_rc=$?
+cat "$s3s_log"
+if [ "$s3s_rc" != 0 ]; then
+    echo "scripts/s3s-fs.sh failed (exit $s3s_rc): the S3 tests' server could not be built (log above)" >&2
+    exit 1
+fi
+mapfile -t late_args < <(lane_args "${late[@]}")
+cargo test --release --no-fail-fast "${late_args[@]}"
 
 step "the FUSE tests through FUSE over io_uring: scripts/test-fuse-uring.sh"
 scripts/test-fuse-uring.sh
