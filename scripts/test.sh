@@ -17,6 +17,17 @@ step() {
     echo "==== $* ($(date +%T))"
 }
 
+# Waits for a build started in the background, shows its log, and stops the run if it failed.
+await_background() {
+    local pid=$1 log=$2 failure=$3 rc=0
+    wait "$pid" || rc=$?
+    cat "$log"
+    if [ "$rc" != 0 ]; then
+        echo "$failure (exit $rc, log above)" >&2
+        exit 1
+    fi
+}
+
 step "dependencies: scripts/deps.sh"
 scripts/deps.sh
 
@@ -90,13 +101,7 @@ if [ "$rest_rc" != 0 ] || [ "$slow_rc" != 0 ]; then
 fi
 
 step "the S3 tests: ${late[*]} (waiting for scripts/s3s-fs.sh)"
-s3s_rc=0
-wait "$s3s_pid" || s3s_rc=$?
-cat "$s3s_log"
-if [ "$s3s_rc" != 0 ]; then
-    echo "scripts/s3s-fs.sh failed (exit $s3s_rc): the S3 tests' server could not be built (log above)" >&2
-    exit 1
-fi
+await_background "$s3s_pid" "$s3s_log" "scripts/s3s-fs.sh failed: the S3 tests' server could not be built"
 mapfile -t late_args < <(lane_args "${late[@]}")
 cargo test --release --no-fail-fast "${late_args[@]}"
 
@@ -109,13 +114,7 @@ if [ "$fuzz_seconds" = 0 ]; then
 fi
 
 step "fuzz smoke: ${fuzz_seconds}s per target (waiting for scripts/fuzz-prepare.sh)"
-prepare_rc=0
-wait "$prepare_pid" || prepare_rc=$?
-cat "$prepare_log"
-if [ "$prepare_rc" != 0 ]; then
-    echo "fuzz smoke: scripts/fuzz-prepare.sh failed (exit $prepare_rc): nightly, cargo-fuzz or a target build (log above)" >&2
-    exit 1
-fi
+await_background "$prepare_pid" "$prepare_log" "fuzz smoke: scripts/fuzz-prepare.sh failed: nightly, cargo-fuzz or a target build"
 scripts/fuzz-smoke.sh "$fuzz_seconds"
 
 step "all tests passed"

@@ -169,7 +169,13 @@ impl Dev {
                 return;
             }
         }
-        self.run(program, &["--resume-only"]);
+        // The metadata in the message: which state a tool could not resume.
+        let segments = self.meta()["segments"].to_string();
+        let out = self.command(program, &["--resume-only"]).output().unwrap();
+        must(
+            &format!("{program} --resume-only (segments {segments})"),
+            out,
+        );
     }
 
     /// Encrypted to the end: cryptsetup opens it, the data past the header decrypts to the

@@ -65,15 +65,7 @@ fn header(head: &str, name: &str) -> Option<String> {
 }
 
 fn data(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::rng::bytes(0x53, len)
 }
 
 #[test]

@@ -125,6 +125,36 @@ pub fn first_mib(dev: &Path) -> Result<Vec<u8>, BenchError> {
     Ok(buf)
 }
 
+/// Starts `cmd` as a [`Daemon`] named `what`, its stdout and stderr in `log`, and waits until it
+/// listens on the Unix socket `sock`; when it does not, the error carries the log's text.
+pub fn start_daemon(
+    mut cmd: Command,
+    what: &str,
+    sock: &Path,
+    log: &Path,
+) -> Result<Daemon, BenchError> {
+    let io = |source| BenchError::Io {
+        what: format!("create {}", log.display()),
+        source,
+    };
+    let out = fs::File::create(log).map_err(io)?;
+    let err = out.try_clone().map_err(io)?;
+    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
+    let child = cmd.spawn().map_err(|source| BenchError::Io {
+        what: format!("run {what}"),
+        source,
+    })?;
+    let mut d = Daemon {
+        child,
+        what: what.into(),
+    };
+    if let Err(e) = wait_for_socket(sock, &mut d) {
+        let text = fs::read_to_string(log).unwrap_or_default();
+        return Err(BenchError::Tool(format!("{e}: {}", text.trim())));
+    }
+    Ok(d)
+}
+
 /// Wait until the Unix socket at `path` accepts connections.
 pub fn wait_for_socket(path: &Path, d: &mut Daemon) -> Result<(), BenchError> {
     let deadline = Instant::now() + Duration::from_secs(30);

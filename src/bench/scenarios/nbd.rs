@@ -9,9 +9,8 @@
 //! qemu-storage-daemon at 4 KiB random read qd32 and at 1 MiB read; the write rows are
 //! informative.
 
-use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -25,7 +24,7 @@ use crate::bench::harness::process::{
 };
 use crate::bench::harness::rw::RwBenchOptions;
 use crate::bench::harness::table::{format_size, Align, TextTable};
-use crate::bench::harness::tools::{fio_has_nbd, need, tool_version, wait_for_socket, Daemon};
+use crate::bench::harness::tools::{fio_has_nbd, need, start_daemon, tool_version, Daemon};
 use crate::bench::BenchError;
 
 /// dmkit / qemu-storage-daemon on the rows that have a target.
@@ -157,25 +156,7 @@ fn start_qsd(file: &Path, sock: &Path, log: &Path) -> Result<(Daemon, String), B
     let mut cmd = Command::new("qemu-storage-daemon");
     cmd.args(&args);
     let line = command_line(&cmd);
-    let io = |source| BenchError::Io {
-        what: format!("create {}", log.display()),
-        source,
-    };
-    let out = fs::File::create(log).map_err(io)?;
-    let err = out.try_clone().map_err(io)?;
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-    let child = cmd.spawn().map_err(|source| BenchError::Io {
-        what: "run qemu-storage-daemon".into(),
-        source,
-    })?;
-    let mut d = Daemon {
-        child,
-        what: "qemu-storage-daemon".into(),
-    };
-    if let Err(e) = wait_for_socket(sock, &mut d) {
-        let text = fs::read_to_string(log).unwrap_or_default();
-        return Err(BenchError::Tool(format!("{e}: {}", text.trim())));
-    }
+    let d = start_daemon(cmd, "qemu-storage-daemon", sock, log)?;
     Ok((d, line))
 }
 

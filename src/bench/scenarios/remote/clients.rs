@@ -14,12 +14,12 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
 use crate::bench::harness::process::{command_line, Dmkit, Export, Interrupt};
-use crate::bench::harness::tools::{wait_for_socket, Daemon};
+use crate::bench::harness::tools::{start_daemon, Daemon};
 use crate::bench::BenchError;
 
 /// Who reads the remote image.
@@ -159,28 +159,10 @@ fn dmkit_open_args(remote: &Remote<'_>, name: &str, sock: &Path) -> Vec<String> 
     ]
 }
 
-fn daemon(mut cmd: Command, what: &str, sock: &Path, log: &Path) -> Result<Started, BenchError> {
+fn daemon(cmd: Command, what: &str, sock: &Path, log: &Path) -> Result<Started, BenchError> {
     let command = command_line(&cmd);
-    let io = |source| BenchError::Io {
-        what: format!("create {}", log.display()),
-        source,
-    };
-    let out = fs::File::create(log).map_err(io)?;
-    let err = out.try_clone().map_err(io)?;
-    cmd.stdin(Stdio::null()).stdout(out).stderr(err);
-    let child = cmd.spawn().map_err(|source| BenchError::Io {
-        what: format!("run {what}"),
-        source,
-    })?;
-    let pid = child.id();
-    let mut d = Daemon {
-        child,
-        what: what.into(),
-    };
-    if let Err(e) = wait_for_socket(sock, &mut d) {
-        let text = fs::read_to_string(log).unwrap_or_default();
-        return Err(BenchError::Tool(format!("{e}: {}", text.trim())));
-    }
+    let d = start_daemon(cmd, what, sock, log)?;
+    let pid = d.child.id();
     Ok(Started {
         uri: format!("nbd+unix:///{EXPORT}?socket={}", sock.display()),
         pid,
