@@ -902,9 +902,13 @@ sig() { # NAME ALG TOOL(fsverity|dm)
     script.push_str("cd /\numount /mnt\n");
 
     let img = dir.path().join("fs.img");
+    // Room for the files, the Merkle trees the guest appends to them (under a tenth of their
+    // size), ext4's metadata and slack: sized from the tree, because the dmkit binary copied in
+    // grows with every release (a fixed 128 MiB ran out in CI).
+    let image_size = (files_size(&src) * 3 / 2 + (64 << 20)).next_multiple_of(1 << 20);
     std::fs::File::create(&img)
         .unwrap()
-        .set_len(128 << 20)
+        .set_len(image_size)
         .unwrap();
     ok(
         "mkfs.ext4",
@@ -1091,4 +1095,20 @@ fn guest_formats_integrity_and_luks2_images() {
     assert!(dump("integ_sha256_4k").guest_dump.contains("sha256"));
     assert!(dump("luks2_hmac").guest_dump.contains("hmac(sha256)"));
     assert!(dump("luks2_xts").guest_dump.contains("aes-xts-plain64"));
+}
+
+/// The bytes of every regular file under `dir`, recursively.
+fn files_size(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let entry = entry.unwrap();
+            let meta = entry.metadata().unwrap();
+            if meta.is_dir() {
+                files_size(&entry.path())
+            } else {
+                meta.len()
+            }
+        })
+        .sum()
 }
