@@ -1,7 +1,10 @@
 //! `dmkit bench verity-integrity`: SEEDS.md seed 004, the Mitsubishi Electric comparison of
 //! dm-verity and dm-integrity as read paths, on our layers: the same random data behind
 //! dm-verity (SHA-256, 4 KiB blocks, every read verified), dm-integrity with an SHA-256 internal hash and
-//! dm-integrity with HMAC-SHA-256 (both journal mode, 512-byte sectors), read with fio.
+//! dm-integrity with HMAC-SHA-256 (both journal mode), read with fio. The paper does not give
+//! its sector size: integrity runs with 512-byte sectors (integritysetup's default) and with
+//! 4096-byte sectors, since the sector size decides how much integrity hashes (see
+//! [`hash_blocks_per_4k`]).
 //!
 //! Reported per side and read job: throughput (median of the runs), and the CPU time the
 //! serving process spent per GB read (its user + system time from `/proc/PID/stat`, which
@@ -28,7 +31,48 @@ use crate::bench::harness::table::format_size;
 use crate::bench::BenchError;
 
 /// The sides, in table order.
-pub const SIDES: [&str; 3] = ["verity sha256", "integrity sha256", "integrity hmac-sha256"];
+pub const SIDES: [&str; 5] = [
+    "verity sha256",
+    "integrity sha256",
+    "integrity hmac-sha256",
+    "integrity sha256, 4 KiB sectors",
+    "integrity hmac-sha256, 4 KiB sectors",
+];
+
+/// An integrity side: its tag algorithm and sector size, in [`SIDES`] order after verity.
+const INTEGRITY_SIDES: [(bool, u32); 4] = [(false, 512), (true, 512), (false, 4096), (true, 4096)];
+
+/// The paper's configuration a side is compared with: the paper does not give its sector
+/// size, so both sector sizes stand beside its figure for the same tag.
+pub fn paper_config(side: &str) -> &str {
+    side.split(',').next().unwrap_or(side)
+}
+
+/// SHA-256 compressions of a message of `len` bytes (64-byte blocks, with the padding's 0x80
+/// byte and 8-byte length).
+const fn sha256_blocks(len: u64) -> u64 {
+    (len + 9).div_ceil(64)
+}
+
+/// SHA-256 compressions a side spends to check 4 KiB of data: the floor of its CPU where
+/// hashing is most of the work (1 MiB reads). verity hashes its 32-byte salt and the 4 KiB
+/// block (its hash blocks are verified once and stay cached); integrity hashes each sector
+/// with its 8-byte sector number, and HMAC adds the outer block (both pads are precomputed).
+pub fn hash_blocks_per_4k(side: usize) -> u64 {
+    if side == 0 {
+        return sha256_blocks(32 + 4096);
+    }
+    let (hmac, sector) = INTEGRITY_SIDES[side - 1];
+    let sector = u64::from(sector);
+    let inner = sha256_blocks(64 + 8 + sector) - 1;
+    let outer = if hmac { sha256_blocks(64 + 32) - 1 } else { 0 };
+    let per_sector = if hmac {
+        inner + outer
+    } else {
+        sha256_blocks(8 + sector)
+    };
+    per_sector * (4096 / sector)
+}
 
 /// The read jobs: iozone's reader at its 4 KiB record (buffered, the page cache dropped
 /// first, with readahead), the same with O_DIRECT, a random read, and 1 MiB direct reads;
@@ -89,13 +133,14 @@ fn strings(v: &[&str]) -> Vec<String> {
 /// Format and open one integrity side over a copy of the data (written through it).
 fn open_integrity(
     dmkit: &Dmkit,
-    hmac: bool,
+    (hmac, sector): (bool, u32),
     o: &RwBenchOptions,
     ws: &Workspace,
     interrupt: &Interrupt,
     commands: &mut Vec<String>,
 ) -> Result<Export, BenchError> {
-    let tag = if hmac { "hmac-sha256" } else { "sha256" };
+    let alg_name = if hmac { "hmac-sha256" } else { "sha256" };
+    let tag = format!("{alg_name}-{sector}");
     let img = ws.path(&format!("integrity-{tag}.img"));
     let key = ws.path("integrity.key");
     let io = |what: String| move |source| BenchError::Io { what, source };
@@ -107,11 +152,12 @@ fn open_integrity(
         img.to_string_lossy().into_owned(),
         key.to_string_lossy().into_owned(),
     );
-    let mut alg = strings(&["--integrity", tag]);
+    let mut alg = strings(&["--integrity", alg_name]);
     if hmac {
         alg.extend(strings(&["--integrity-key-file", &key_s]));
     }
-    let mut format = strings(&["integrity", "format", "-q"]);
+    let mut format = strings(&["integrity", "format", "-q", "--sector-size"]);
+    format.push(sector.to_string());
     format.extend(alg.iter().cloned());
     format.push(img_s.clone());
     commands.push(format!("dmkit {}", format.join(" ")));
@@ -153,8 +199,8 @@ pub fn run(o: &RwBenchOptions, interrupt: &Interrupt) -> Result<VerityIntegrityR
     open.extend(["--data-cache".to_string(), "0".to_string()]);
     commands.push(format!("dmkit {}", open.join(" ")));
     let mut exports = vec![dmkit.open(&name, &open, ws.dir(), interrupt)?];
-    for hmac in [false, true] {
-        let e = open_integrity(&dmkit, hmac, o, &ws, interrupt, &mut commands)?;
+    for side in INTEGRITY_SIDES {
+        let e = open_integrity(&dmkit, side, o, &ws, interrupt, &mut commands)?;
         say(o.progress, format!("writing the data through {}", e.name()));
         harness::fill_from(&data, e.path(), o.size, interrupt)?;
         exports.push(e);
@@ -240,6 +286,16 @@ mod tests {
         let a = jobs[0].args(std::path::Path::new("/x"), 1 << 20, 1000);
         assert!(a.contains(&"--invalidate=1".to_string()));
         assert!(a.contains(&"--direct=0".to_string()));
+    }
+
+    #[test]
+    fn hash_blocks_per_4k_of_every_side() {
+        // verity: 32-byte salt + 4096 bytes; integrity: 8 sectors of 8 + 512 bytes (9 blocks
+        // each, HMAC one more for its outer hash), or one of 8 + 4096 bytes.
+        let blocks: Vec<u64> = (0..SIDES.len()).map(hash_blocks_per_4k).collect();
+        assert_eq!(blocks, [65, 72, 80, 65, 66]);
+        assert_eq!(paper_config(SIDES[4]), "integrity hmac-sha256");
+        assert_eq!(paper_config(SIDES[1]), "integrity sha256");
     }
 
     #[test]
