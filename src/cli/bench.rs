@@ -255,6 +255,22 @@ struct TreeBenchArgs {
     json: bool,
 }
 
+impl TreeBenchArgs {
+    /// The options these arguments give: `--quick`'s defaults, then what was given.
+    fn options(self) -> crate::bench::scenarios::image_tree::TreeBenchOptions {
+        use std::io::IsTerminal;
+        let mut o = crate::bench::scenarios::image_tree::TreeBenchOptions::defaults(self.quick);
+        o.progress = std::io::stderr().is_terminal();
+        o.tree = self.tree;
+        if let Some(r) = self.runs {
+            o.runs = r;
+        }
+        o.dir = self.dir;
+        o.cache = self.cache;
+        o
+    }
+}
+
 /// Arguments of `dmkit bench image`.
 #[derive(clap::Args)]
 struct ImageArgs {
@@ -559,40 +575,29 @@ fn run_fsverity_digest(a: FsvDigestArgs) -> CliResult {
 
 fn run_image(a: ImageArgs) -> CliResult {
     use crate::bench::scenarios::image::{self, ImageBenchOptions};
-    use std::io::IsTerminal;
-    let c = a.common;
-    let mut o = ImageBenchOptions::defaults(c.quick);
-    o.progress = std::io::stderr().is_terminal();
-    o.tree = c.tree;
-    if let Some(r) = c.runs {
-        o.runs = r;
-    }
+    let json = a.common.json;
+    let mut o = ImageBenchOptions {
+        common: a.common.options(),
+        ..ImageBenchOptions::defaults(false)
+    };
     if !a.rows.is_empty() {
         o.rows = a.rows;
     }
-    o.dir = c.dir;
-    o.cache = c.cache;
     let interrupt = Interrupt::install();
     let r = image::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(c.json, &r)
+    print_report(json, &r)
 }
 
 fn run_rootless(a: RootlessArgs) -> CliResult {
     use crate::bench::scenarios::rootless::{self, RootlessBenchOptions};
-    use std::io::IsTerminal;
-    let c = a.common;
-    let mut o = RootlessBenchOptions::defaults(c.quick);
-    o.progress = std::io::stderr().is_terminal();
-    o.tree = c.tree;
-    o.fs = a.fs;
-    if let Some(r) = c.runs {
-        o.runs = r;
-    }
-    o.dir = c.dir;
-    o.cache = c.cache;
+    let json = a.common.json;
+    let o = RootlessBenchOptions {
+        common: a.common.options(),
+        fs: a.fs,
+    };
     let interrupt = Interrupt::install();
     let r = rootless::run(&o, &interrupt).map_err(cli_error)?;
-    print_report(c.json, &r)
+    print_report(json, &r)
 }
 
 fn run_read_tree(a: ReadTreeArgs) -> CliResult {

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
 
-use super::image_tree;
+use super::image_tree::TreeBenchOptions;
 use crate::bench::harness::process::say;
 use crate::bench::harness::process::{run_ok, Dmkit, Interrupt, Workspace};
 use crate::bench::BenchError;
@@ -95,33 +95,18 @@ pub const BASELINE: u32 = 2;
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct ImageBenchOptions {
-    /// The tree (`None`: [`image_tree::default_tree`]).
-    pub tree: Option<PathBuf>,
-    /// Under `tree` (or the default tree): only this subdirectory (`--quick` uses `usr/bin`).
-    pub subdir: Option<PathBuf>,
-    /// Where the scratch directory (images, mount point) is made.
-    pub dir: PathBuf,
-    /// Where the default tree is cached.
-    pub cache: PathBuf,
-    /// Cold-cache runs per row.
-    pub runs: u32,
+    /// The tree, scratch and cache directories, runs, progress.
+    pub common: TreeBenchOptions,
     /// The rows, by the document's numbers (the baseline is always measured).
     pub rows: Vec<u32>,
-    /// Progress lines on stderr.
-    pub progress: bool,
 }
 
 impl ImageBenchOptions {
     /// Defaults: the full table, 3 runs; `quick`: the default tree's `usr/bin` and one run.
     pub fn defaults(quick: bool) -> ImageBenchOptions {
         ImageBenchOptions {
-            tree: None,
-            subdir: quick.then(|| PathBuf::from("usr/bin")),
-            dir: PathBuf::from("/var/tmp"),
-            cache: PathBuf::from("/var/tmp"),
-            runs: if quick { 1 } else { 3 },
+            common: TreeBenchOptions::defaults(quick),
             rows: SEED_001.iter().map(|r| r.n).collect(),
-            progress: false,
         }
     }
 }
@@ -402,7 +387,7 @@ pub fn is_root() -> bool {
 
 /// Run the table.
 pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchReport, BenchError> {
-    if o.runs == 0 {
+    if o.common.runs == 0 {
         return Err(BenchError::Invalid("--runs must be at least 1".into()));
     }
     for n in &o.rows {
@@ -418,15 +403,8 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
         ));
     }
     let dmkit = Dmkit::from_env()?;
-    let ws = Workspace::create(&o.dir)?;
-    let (tree, tree_stats) = image_tree::pick(
-        o.tree.as_deref(),
-        o.subdir.as_deref(),
-        &o.cache,
-        ws.dir(),
-        o.progress,
-        interrupt,
-    )?;
+    let ws = Workspace::create(&o.common.dir)?;
+    let (tree, tree_stats) = o.common.pick(ws.dir(), interrupt)?;
     let mut wanted: Vec<u32> = o.rows.clone();
     if !wanted.contains(&BASELINE) {
         wanted.push(BASELINE);
@@ -474,7 +452,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
                     })
                     .unwrap_or_default();
                 say(
-                    o.progress,
+                    o.common.progress,
                     format!(
                         "built #{} {}: {} in {:.1} s",
                         r.n,
@@ -489,7 +467,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
             Err(e) => {
                 let why = last_message(&e);
                 say(
-                    o.progress,
+                    o.common.progress,
                     format!("#{} {}: not built: {why}", r.n, res.label),
                 );
                 res.skipped = Some(why);
@@ -499,7 +477,7 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
         results.push(res);
     }
 
-    for run in 0..o.runs {
+    for run in 0..o.common.runs {
         for (k, r) in rows.iter().enumerate() {
             let Some(b) = &built[k] else { continue };
             if results[k].skipped.is_some() {
@@ -515,11 +493,11 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
                     res.files_read = files;
                     res.bytes_read = bytes;
                     say(
-                        o.progress,
+                        o.common.progress,
                         format!(
                             "run {}/{} #{:<2} {:<22} open {:.2} s, read {} files {} in {:.2} s",
                             run + 1,
-                            o.runs,
+                            o.common.runs,
                             r.n,
                             res.label,
                             open_s,
@@ -548,8 +526,8 @@ pub fn run(o: &ImageBenchOptions, interrupt: &Interrupt) -> Result<ImageBenchRep
         tree: tree.path,
         tree_source: tree.source,
         tree_stats,
-        runs: o.runs,
-        dir: o.dir.clone(),
+        runs: o.common.runs,
+        dir: o.common.dir.clone(),
         kernel,
         rows: results,
     })

@@ -13,6 +13,54 @@ use crate::image::tree::TreeStats;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// What the benchmarks that build images from a tree share (`bench image`, `bench rootless`):
+/// the tree, where the scratch and the cached default tree go, runs, progress.
+#[derive(Debug, Clone)]
+pub struct TreeBenchOptions {
+    /// The tree (`None`: [`default_tree`]).
+    pub tree: Option<PathBuf>,
+    /// Under `tree` (or the default tree): only this subdirectory (`--quick` uses `usr/bin`).
+    pub subdir: Option<PathBuf>,
+    /// Where the scratch directory (images, mount points) is made.
+    pub dir: PathBuf,
+    /// Where the default tree is cached.
+    pub cache: PathBuf,
+    /// Cold-cache runs per measurement.
+    pub runs: u32,
+    /// Progress lines on stderr.
+    pub progress: bool,
+}
+
+impl TreeBenchOptions {
+    /// Defaults: the default tree in /var/tmp, 3 runs; `quick`: its `usr/bin`, one run.
+    pub fn defaults(quick: bool) -> TreeBenchOptions {
+        TreeBenchOptions {
+            tree: None,
+            subdir: quick.then(|| PathBuf::from("usr/bin")),
+            dir: PathBuf::from("/var/tmp"),
+            cache: PathBuf::from("/var/tmp"),
+            runs: if quick { 1 } else { 3 },
+            progress: false,
+        }
+    }
+
+    /// The tree these options name, made or found ([`pick`]), with scratch space in `scratch`.
+    pub fn pick(
+        &self,
+        scratch: &Path,
+        interrupt: &Interrupt,
+    ) -> Result<(Tree, TreeStats), BenchError> {
+        pick(
+            self.tree.as_deref(),
+            self.subdir.as_deref(),
+            &self.cache,
+            scratch,
+            self.progress,
+            interrupt,
+        )
+    }
+}
+
 /// Where the Debian packages come from.
 pub const MIRROR: &str = "http://deb.debian.org/debian";
 

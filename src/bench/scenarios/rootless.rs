@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 use super::image::{drop_caches, is_root, last_message, read_tree, read_tree_with};
-use super::image_tree;
+use super::image_tree::TreeBenchOptions;
 use crate::bench::harness::model::Stats;
 use crate::bench::harness::process::{run_ok, say, Captured, Dmkit, Interrupt, Workspace};
 use crate::bench::harness::table::{Align, TextTable};
@@ -41,20 +41,10 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(1800);
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct RootlessBenchOptions {
-    /// The tree (`None`: `bench image`'s default tree).
-    pub tree: Option<PathBuf>,
-    /// Under the tree: only this subdirectory (`--quick` uses `usr/bin`, as `bench image`).
-    pub subdir: Option<PathBuf>,
-    /// Where the scratch directory (images, mount points) is made.
-    pub dir: PathBuf,
-    /// Where the default tree is cached.
-    pub cache: PathBuf,
-    /// Cold-cache runs per measurement.
-    pub runs: u32,
+    /// The tree (`bench image`'s), scratch and cache directories, runs, progress.
+    pub common: TreeBenchOptions,
     /// The file systems, of [`FILE_SYSTEMS`].
     pub fs: Vec<String>,
-    /// Progress lines on stderr.
-    pub progress: bool,
 }
 
 impl RootlessBenchOptions {
@@ -62,13 +52,8 @@ impl RootlessBenchOptions {
     /// run.
     pub fn defaults(quick: bool) -> RootlessBenchOptions {
         RootlessBenchOptions {
-            tree: None,
-            subdir: quick.then(|| PathBuf::from("usr/bin")),
-            dir: PathBuf::from("/var/tmp"),
-            cache: PathBuf::from("/var/tmp"),
-            runs: if quick { 1 } else { 3 },
+            common: TreeBenchOptions::defaults(quick),
             fs: FILE_SYSTEMS.iter().map(|s| s.to_string()).collect(),
-            progress: false,
         }
     }
 }
@@ -702,22 +687,15 @@ pub fn run(
     o: &RootlessBenchOptions,
     interrupt: &Interrupt,
 ) -> Result<RootlessBenchReport, BenchError> {
-    if o.runs == 0 {
+    if o.common.runs == 0 {
         return Err(BenchError::Invalid("--runs must be at least 1".into()));
     }
     let fss = chosen(&o.fs)?;
     let (user, setpriv) = check_machine()?;
     let dmkit = Dmkit::from_env()?;
-    let ws = Workspace::create(&o.dir)?;
+    let ws = Workspace::create(&o.common.dir)?;
     set_mode(ws.dir(), 0o755)?;
-    let (tree, tree_stats) = image_tree::pick(
-        o.tree.as_deref(),
-        o.subdir.as_deref(),
-        &o.cache,
-        ws.dir(),
-        o.progress,
-        interrupt,
-    )?;
+    let (tree, tree_stats) = o.common.pick(ws.dir(), interrupt)?;
     let home = ws.path("user");
     user_dir(&home, user)?;
     let su = Su {
@@ -734,7 +712,7 @@ pub fn run(
     if !reach {
         return Err(BenchError::Invalid(format!(
             "--dir {}: nobody cannot reach {} (a parent directory is not searchable by others)",
-            o.dir.display(),
+            o.common.dir.display(),
             home.display()
         )));
     }
@@ -787,7 +765,7 @@ pub fn run(
                 r.image_size = rep["image_size"].as_u64();
                 r.compress = rep["compress"].as_str().unwrap_or("").to_string();
                 say(
-                    o.progress,
+                    o.common.progress,
                     format!(
                         "built {fs} ({}): {} in {:.1} s",
                         r.compress,
@@ -800,7 +778,7 @@ pub fn run(
             Err(BenchError::Interrupted) => return Err(BenchError::Interrupted),
             Err(e) => {
                 let why = last_message(&e);
-                say(o.progress, format!("{fs}: not built: {why}"));
+                say(o.common.progress, format!("{fs}: not built: {why}"));
                 r.skipped = Some(why);
                 images.push(None);
             }
@@ -819,7 +797,7 @@ pub fn run(
     }
 
     let load_before = crate::bench::seeds::machine::load_average();
-    for run in 0..o.runs {
+    for run in 0..o.common.runs {
         for (k, img) in images.iter().enumerate() {
             let Some(img) = img else { continue };
             let res = &mut results[k];
@@ -836,7 +814,7 @@ pub fn run(
                         return Err(e)
                     }
                     Err(e) => {
-                        say(o.progress, format!("{} {}: {e}", img.fs, s.key));
+                        say(o.common.progress, format!("{} {}: {e}", img.fs, s.key));
                         s.skipped = Some(e.to_string());
                         continue;
                     }
@@ -845,11 +823,11 @@ pub fn run(
                     crate::bench::harness::process::Event::RunDone,
                 );
                 say(
-                    o.progress,
+                    o.common.progress,
                     format!(
                         "run {}/{} {:<8} {:<14} open {:.2} s, read {} files {} in {:.2} s",
                         run + 1,
-                        o.runs,
+                        o.common.runs,
                         img.fs,
                         s.key,
                         open_s,
@@ -883,11 +861,11 @@ pub fn run(
                 s.files = *files;
                 s.bytes = *bytes;
                 say(
-                    o.progress,
+                    o.common.progress,
                     format!(
                         "run {}/{} {:<8} hash {:<10} {} files {} in {:.2} s",
                         run + 1,
-                        o.runs,
+                        o.common.runs,
                         img.fs,
                         key,
                         files,
@@ -914,8 +892,8 @@ pub fn run(
         tree: tree.path,
         tree_source: tree.source,
         tree_stats,
-        runs: o.runs,
-        dir: o.dir.clone(),
+        runs: o.common.runs,
+        dir: o.common.dir.clone(),
         kernel,
         build,
         signed: key.is_some(),

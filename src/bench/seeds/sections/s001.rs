@@ -61,22 +61,22 @@ pub fn run(ctx: &Ctx) -> Result<Output, BenchError> {
     // Kept until the end: the tiny tree lives in it.
     let ws = Workspace::create(&ctx.rw.dir)?;
     let mut o = ImageBenchOptions::defaults(ctx.quick || ctx.tiny);
-    o.dir = PathBuf::from("/var/tmp");
-    o.runs = ctx.rw.runs;
-    o.progress = ctx.rw.progress;
+    o.common.dir = PathBuf::from("/var/tmp");
+    o.common.runs = ctx.rw.runs;
+    o.common.progress = ctx.rw.progress;
     if ctx.tiny && ctx.image_tree.is_none() {
-        o.tree = Some(tiny_tree(&ws, ctx)?);
-        o.subdir = None;
+        o.common.tree = Some(tiny_tree(&ws, ctx)?);
+        o.common.subdir = None;
     }
     match (&ctx.image_tree, ctx.quick && !ctx.tiny) {
         (Some(t), _) => {
-            o.tree = Some(t.clone());
-            o.subdir = None;
+            o.common.tree = Some(t.clone());
+            o.common.subdir = None;
         }
         (None, true) => {
             if let Some((t, s)) = quick_tree() {
-                o.tree = Some(t);
-                o.subdir = Some(s);
+                o.common.tree = Some(t);
+                o.common.subdir = Some(s);
             }
         }
         (None, false) => {}
