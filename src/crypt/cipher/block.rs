@@ -8,6 +8,13 @@ pub(crate) trait BlockCipher: Send + Sync {
     fn encrypt_blocks(&self, blocks: &mut [[u8; 16]]);
     /// Decrypt each block in place.
     fn decrypt_blocks(&self, blocks: &mut [[u8; 16]]);
+    /// XTS over the first blocks of one sector in a fused wide path (tweak XORs in
+    /// registers, tweaks made sixteen at a time), `t` the first block's tweak (E_K2(IV) as a
+    /// little-endian integer). Returns how many leading blocks it handled; the caller runs
+    /// the rest through [`BlockCipher::encrypt_blocks`]. The default handles none.
+    fn xts_prefix(&self, _blocks: &mut [[u8; 16]], _t: u128, _decrypt: bool) -> usize {
+        0
+    }
     /// What runs the blocks (`status`, benchmarks).
     fn implementation(&self) -> &'static str {
         "portable"

@@ -4,10 +4,18 @@
 //! implementation's fastest option. (RustCrypto's `twofish` recomputes the S-boxes for every
 //! byte and runs at a few MB/s: too slow for a disk.)
 //!
+//! Sixteen or thirty-two blocks run side by side on AVX-512: with VBMI and GFNI ([`vbmi32`],
+//! [`vbmi`]: the keyed S-boxes as byte permutations, the MDS matrix as GF(2) bit matrices), or
+//! with gathers from the tables ([`avx512`]). Gathers are fast on Intel and slow on AMD Zen, so where both run the
+//! faster is timed once per process ([`Backend::best`]). In XTS the wide paths also keep the
+//! tweaks in registers (`xts_prefix`).
+//!
 //! Like every table-driven Twofish, lookups depend on secret data. The tables live in secret
 //! memory with the rest of the key schedule.
 
 mod avx512;
+mod vbmi;
+mod vbmi32;
 
 use super::block::BlockCipher;
 use crate::crypt::secret::SecretBox;
@@ -49,12 +57,14 @@ const Q_ORDER: [[usize; 5]; 4] = [
     [1, 0, 1, 1, 0],
 ];
 
-fn gf_mul(mut a: u8, mut b: u8, poly: u8) -> u8 {
+const fn gf_mul(mut a: u8, mut b: u8, poly: u8) -> u8 {
     let mut r = 0;
-    for _ in 0..8 {
+    let mut i = 0;
+    while i < 8 {
         r ^= b & 0u8.wrapping_sub(a & 1);
         a >>= 1;
         b = (b << 1) ^ (poly & 0u8.wrapping_sub(b >> 7));
+        i += 1;
     }
     r
 }
@@ -99,26 +109,110 @@ fn h(x: u32, l: &[[u8; 4]]) -> u32 {
     (0..4).fold(0, |acc, b| acc ^ mds_column(keyed_q(b, y[b], l), b))
 }
 
-/// A Twofish key schedule: 40 round subkeys and the four keyed S-box/MDS tables.
+/// A Twofish key schedule: 40 round subkeys, the four keyed S-box/MDS tables, and the four
+/// keyed S-boxes alone (the MDS matrix left to the caller: the VBMI path).
 struct Schedule {
     k: [u32; 40],
     t: [[u32; 256]; 4],
+    s: [[u8; 256]; 4],
 }
 
 // SAFETY: integers only.
 unsafe impl crate::crypt::secret::Zeroable for Schedule {}
 
+/// Which code runs the blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Backend {
+    /// Sixteen blocks per pass, the S-boxes by `vpermi2b` and the MDS matrix by GFNI
+    /// (AVX-512 VBMI and GFNI): no gathers.
+    Vbmi,
+    /// Sixteen blocks per pass, the keyed tables by `vpgatherdd` (AVX-512F).
+    Gather,
+    /// One block at a time, scalar table lookups.
+    Portable,
+}
+
+impl Backend {
+    /// Whether this CPU runs `self`.
+    pub(crate) fn available(self) -> bool {
+        match self {
+            Backend::Vbmi => {
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx512bw")
+                    && std::arch::is_x86_feature_detected!("avx512vbmi")
+                    && std::arch::is_x86_feature_detected!("gfni")
+            }
+            Backend::Gather => std::arch::is_x86_feature_detected!("avx512f"),
+            Backend::Portable => true,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Vbmi => "twofish-avx512-vbmi",
+            Backend::Gather => "twofish-avx512",
+            Backend::Portable => "portable",
+        }
+    }
+
+    /// The fastest backend on this CPU. Where both wide paths run, which one wins depends
+    /// on the core (gathers are cheap on Intel and slow on AMD Zen), so both are timed once
+    /// per process on a throwaway key and the faster kept.
+    pub(crate) fn best() -> Backend {
+        static BEST: std::sync::OnceLock<Backend> = std::sync::OnceLock::new();
+        *BEST.get_or_init(|| {
+            let wide: Vec<Backend> = [Backend::Vbmi, Backend::Gather]
+                .into_iter()
+                .filter(|b| b.available())
+                .collect();
+            match wide.as_slice() {
+                [] => Backend::Portable,
+                [only] => *only,
+                _ => fastest(&wide),
+            }
+        })
+    }
+}
+
+/// The backend of `candidates` that encrypts 16 KiB fastest (best of five interleaved runs
+/// each, so a burst of load elsewhere does not decide).
+fn fastest(candidates: &[Backend]) -> Backend {
+    let ciphers: Vec<Twofish> = candidates
+        .iter()
+        .filter_map(|&b| Twofish::with_backend(&[0x5a; 32], b))
+        .collect();
+    let mut best = vec![std::time::Duration::MAX; ciphers.len()];
+    let mut blocks = vec![[0xa5u8; 16]; 1024];
+    for _ in 0..5 {
+        for (c, best) in ciphers.iter().zip(best.iter_mut()) {
+            let start = std::time::Instant::now();
+            c.encrypt_blocks(std::hint::black_box(&mut blocks));
+            *best = (*best).min(start.elapsed());
+        }
+    }
+    let winner = (0..ciphers.len()).min_by_key(|&i| best[i]);
+    winner.map_or(Backend::Portable, |i| ciphers[i].backend)
+}
+
 /// Twofish keyed with a 128-, 192- or 256-bit key.
 pub(crate) struct Twofish {
     schedule: SecretBox<Schedule>,
-    /// Sixteen blocks at a time with AVX-512 gathers (when the CPU has AVX-512F).
-    wide: bool,
+    backend: Backend,
+    /// Whether XTS runs fused over sixteen blocks (a wide backend on a CPU with AVX-512BW
+    /// and VPCLMULQDQ for the tweaks).
+    xts_wide: bool,
 }
 
 impl Twofish {
     /// `None` unless the key has 16, 24 or 32 bytes.
     pub(crate) fn new(key: &[u8]) -> Option<Twofish> {
-        if !matches!(key.len(), 16 | 24 | 32) {
+        Twofish::with_backend(key, Backend::best())
+    }
+
+    /// Twofish on `backend` (tests, calibration); `None` when the CPU lacks it or the key
+    /// length is wrong.
+    pub(crate) fn with_backend(key: &[u8], backend: Backend) -> Option<Twofish> {
+        if !matches!(key.len(), 16 | 24 | 32) || !backend.available() {
             return None;
         }
         let k = key.len() / 8;
@@ -145,7 +239,8 @@ impl Twofish {
         let rev: Vec<[u8; 4]> = s.iter().rev().copied().collect();
         for b in 0..4 {
             for x in 0..256 {
-                sched.t[b][x] = mds_column(keyed_q(b, x as u8, &rev), b);
+                sched.s[b][x] = keyed_q(b, x as u8, &rev);
+                sched.t[b][x] = mds_column(sched.s[b][x], b);
             }
         }
         let mut rev = rev;
@@ -153,32 +248,43 @@ impl Twofish {
         zeroize::Zeroize::zeroize(&mut s);
         Some(Twofish {
             schedule: sched,
-            wide: std::arch::is_x86_feature_detected!("avx512f"),
+            backend,
+            xts_wide: backend != Backend::Portable && super::lanes512::xts_available(),
         })
     }
 
-    /// The same cipher one block at a time (tests: the reference for the wide path).
-    #[cfg(test)]
-    fn narrow(mut self) -> Twofish {
-        self.wide = false;
-        self
-    }
-
     fn run(&self, blocks: &mut [[u8; 16]], decrypt: bool) {
-        let mut rest = blocks;
-        if self.wide {
-            let (sixteens, tail) = rest.as_chunks_mut::<16>();
-            for b in sixteens {
-                // SAFETY: `wide` only when the CPU has AVX-512F (checked at keying).
-                unsafe {
-                    if decrypt {
-                        avx512::decrypt(&self.schedule, b)
-                    } else {
-                        avx512::encrypt(&self.schedule, b)
-                    }
+        let s = &*self.schedule;
+        let (thirty_twos, rest) = match self.backend {
+            Backend::Vbmi => blocks.as_chunks_mut::<32>(),
+            _ => (&mut [][..], blocks),
+        };
+        for b in thirty_twos {
+            // SAFETY: the VBMI backend is kept only when the CPU has its features (checked
+            // by `with_backend`).
+            unsafe {
+                if decrypt {
+                    vbmi32::decrypt(s, b)
+                } else {
+                    vbmi32::encrypt(s, b)
                 }
             }
-            rest = tail;
+        }
+        let (sixteens, rest) = match self.backend {
+            Backend::Portable => (&mut [][..], rest),
+            _ => rest.as_chunks_mut::<16>(),
+        };
+        for b in sixteens {
+            // SAFETY: a wide backend is kept only when the CPU has its features (checked by
+            // `with_backend`).
+            unsafe {
+                match (self.backend, decrypt) {
+                    (Backend::Vbmi, false) => vbmi::encrypt(s, b),
+                    (Backend::Vbmi, true) => vbmi::decrypt(s, b),
+                    (_, false) => avx512::encrypt(s, b),
+                    (_, true) => avx512::decrypt(s, b),
+                }
+            }
         }
         for b in rest {
             if decrypt {
@@ -248,12 +354,41 @@ impl BlockCipher for Twofish {
     fn decrypt_blocks(&self, blocks: &mut [[u8; 16]]) {
         self.run(blocks, true)
     }
-    fn implementation(&self) -> &'static str {
-        if self.wide {
-            "twofish-avx512"
-        } else {
-            "portable"
+    fn xts_prefix(&self, blocks: &mut [[u8; 16]], t: u128, decrypt: bool) -> usize {
+        if !self.xts_wide {
+            return 0;
         }
+        let s = &*self.schedule;
+        // SAFETY: `xts_wide` only with a wide backend the CPU runs and AVX-512BW and
+        // VPCLMULQDQ (checked by `with_backend`).
+        unsafe {
+            match (self.backend, decrypt) {
+                (Backend::Vbmi, _) => {
+                    let done = if decrypt {
+                        vbmi32::xts::<true>(s, blocks, t)
+                    } else {
+                        vbmi32::xts::<false>(s, blocks, t)
+                    };
+                    // A last group of sixteen (runs of 16..31 blocks more: not in whole
+                    // sectors, whose sizes are multiples of 512 bytes).
+                    let rest = &mut blocks[done..];
+                    if rest.len() < 16 {
+                        return done;
+                    }
+                    let t = (0..done).fold(t, |t, _| super::xts::mul_x(t));
+                    done + if decrypt {
+                        vbmi::xts::<true>(s, rest, t)
+                    } else {
+                        vbmi::xts::<false>(s, rest, t)
+                    }
+                }
+                (_, false) => avx512::xts::<false>(s, blocks, t),
+                (_, true) => avx512::xts::<true>(s, blocks, t),
+            }
+        }
+    }
+    fn implementation(&self) -> &'static str {
+        self.backend.name()
     }
 }
 
@@ -309,10 +444,11 @@ mod tests {
         }
     }
 
-    /// The AVX-512 path (where the CPU has it) gives the one-block code's ciphertext on
-    /// random keys and block counts, and decrypts back.
+    /// Every wide backend this CPU runs gives the one-block code's ciphertext on random keys
+    /// of every length and random block counts, and decrypts back; the chosen backend is one
+    /// of them.
     #[test]
-    fn wide_path_agrees_with_one_block_code() {
+    fn wide_paths_agree_with_one_block_code() {
         let mut x = 0x7f4a_7c15u64;
         let mut next = move || {
             x ^= x << 13;
@@ -320,21 +456,41 @@ mod tests {
             x ^= x << 17;
             x
         };
-        for round in 0..30 {
+        assert!(Backend::best().available());
+        for round in 0..60 {
             let len = [16, 24, 32][round % 3];
             let key: Vec<u8> = (0..len).map(|_| next() as u8).collect();
-            let wide = Twofish::new(&key).unwrap();
-            let narrow = Twofish::new(&key).unwrap().narrow();
+            let narrow = Twofish::with_backend(&key, Backend::Portable).unwrap();
             let n = (next() % 70) as usize + 1;
             let plain: Vec<[u8; 16]> = (0..n)
                 .map(|_| std::array::from_fn(|_| next() as u8))
                 .collect();
-            let (mut a, mut b) = (plain.clone(), plain.clone());
-            wide.encrypt_blocks(&mut a);
-            narrow.encrypt_blocks(&mut b);
-            assert_eq!(a, b, "key {len} bytes, {n} blocks");
-            wide.decrypt_blocks(&mut a);
-            assert_eq!(a, plain);
+            let mut want = plain.clone();
+            narrow.encrypt_blocks(&mut want);
+            for backend in [Backend::Vbmi, Backend::Gather] {
+                let Some(wide) = Twofish::with_backend(&key, backend) else {
+                    continue;
+                };
+                let mut a = plain.clone();
+                wide.encrypt_blocks(&mut a);
+                assert_eq!(a, want, "{backend:?} key {len} bytes, {n} blocks");
+                wide.decrypt_blocks(&mut a);
+                assert_eq!(a, plain, "{backend:?} decrypt");
+            }
+        }
+    }
+
+    /// The VBMI path's MDS multiply matrices agree with the field multiplication.
+    #[test]
+    fn gfni_matrices_multiply_in_the_mds_field() {
+        for (c, m) in [(0x5b, vbmi::MUL_5B), (0xef, vbmi::MUL_EF)] {
+            for y in 0..=255u8 {
+                let rows = (m as u64).to_le_bytes();
+                let got = (0..8).fold(0u8, |acc, i| {
+                    acc | (((rows[7 - i] & y).count_ones() & 1) as u8) << i
+                });
+                assert_eq!(got, gf_mul(c, y, MDS_POLY), "{c:#x} * {y:#x}");
+            }
         }
     }
 }

@@ -1,8 +1,11 @@
 //! Sixteen blocks at a time in AVX-512 registers (one block per 32-bit lane): each S-box
-//! output bit is three `vpternlogd` (two 3-input halves and the select by the fourth input),
-//! rotations are `vprold`, and the linear transformation's three-way XORs one `vpternlogd`.
+//! output bit is two `vpternlogd` where it has a two-step form (`sbox::ENC_TWO`), else three
+//! (two 3-input halves and the select by the fourth input), rotations are `vprold`, and the
+//! linear transformation's three-way XORs one `vpternlogd`. In XTS the tweaks stay in
+//! registers, sixteen made at a time ([`xts`]).
 
 use super::super::lanes512::{load16 as load, store16 as store};
+use super::super::lanes512::{load16_xor, next_tweaks16, store16_xor, tweaks16};
 use super::rounds::*;
 use super::RoundKeys;
 use std::arch::x86_64::*;
@@ -60,4 +63,23 @@ pub(super) fn decrypt(k: &RoundKeys, b: &mut [[u8; 16]; 16]) {
     let mut x = load(b);
     decrypt_rounds!(x, k);
     store(x, b);
+}
+
+/// XTS over the whole sixteen-block groups of `blocks` (one sector's run), the first tweak
+/// `t`: the tweak XORs stay in registers around the rounds. Returns the blocks done.
+#[target_feature(enable = "avx512f,avx512bw,vpclmulqdq")]
+pub(super) fn xts<const DEC: bool>(k: &RoundKeys, blocks: &mut [[u8; 16]], t: u128) -> usize {
+    let (groups, _) = blocks.as_chunks_mut::<16>();
+    let mut tw = tweaks16(t);
+    for b in groups.iter_mut() {
+        let mut x = load16_xor(b, &tw);
+        if DEC {
+            decrypt_rounds!(x, k);
+        } else {
+            encrypt_rounds!(x, k);
+        }
+        store16_xor(x, &tw, b);
+        tw = next_tweaks16(&tw);
+    }
+    groups.len() * 16
 }

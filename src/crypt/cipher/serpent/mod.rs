@@ -1,7 +1,7 @@
 //! Serpent (Anderson, Biham, Knudsen, 1998) as the kernel's `serpent` cipher: the key padded
 //! with a 1 bit to 256 bits, blocks as four little-endian words. Many blocks at once in
 //! bitslice order (each vector lane one block): sixteen per AVX-512 pass with each S-box
-//! bit a `vpternlogd` ([`avx512`]), eight per AVX2 pass in and/or/xor gates ([`avx2`]); both
+//! bit two or three `vpternlogd` ([`avx512`]), eight per AVX2 pass in and/or/xor gates ([`avx2`]); both
 //! run the same rounds (the macros of [`rounds`]). Single blocks (CBC encryption, the tail of
 //! a run, CPUs without AVX2) go to RustCrypto's `serpent`, whose one-block bitsliced gates
 //! are shorter than ours. The backend is chosen once per key from what the CPU has.
@@ -72,6 +72,9 @@ pub(crate) struct Serpent {
     /// The same key for single blocks.
     one: SecretBox<serpent::Serpent>,
     backend: Backend,
+    /// Whether XTS runs fused over sixteen blocks (AVX-512 backend on a CPU with BW and
+    /// VPCLMULQDQ for the tweaks).
+    xts_wide: bool,
 }
 
 impl Serpent {
@@ -89,7 +92,13 @@ impl Serpent {
         }
         let keys = SecretBox::new(Schedule([[0; 4]; 33]));
         let one = SecretBox::new(<serpent::Serpent as cipher::KeyInit>::new_from_slice(key).ok()?);
-        let mut s = Serpent { keys, one, backend };
+        let xts_wide = backend == Backend::Avx512 && super::lanes512::xts_available();
+        let mut s = Serpent {
+            keys,
+            one,
+            backend,
+            xts_wide,
+        };
         schedule(key, &mut s.keys.0);
         Some(s)
     }
@@ -164,6 +173,21 @@ impl BlockCipher for Serpent {
     }
     fn decrypt_blocks(&self, blocks: &mut [[u8; 16]]) {
         self.run(blocks, true)
+    }
+    fn xts_prefix(&self, blocks: &mut [[u8; 16]], t: u128, decrypt: bool) -> usize {
+        if !self.xts_wide {
+            return 0;
+        }
+        let k = &self.keys.0;
+        // SAFETY: `xts_wide` only when the CPU has AVX-512F, BW and VPCLMULQDQ (checked at
+        // keying).
+        unsafe {
+            if decrypt {
+                avx512::xts::<true>(k, blocks, t)
+            } else {
+                avx512::xts::<false>(k, blocks, t)
+            }
+        }
     }
     fn implementation(&self) -> &'static str {
         self.backend.name()

@@ -7,34 +7,54 @@
 //! `rotl::<L, R>` (R = 32 - L) and `shl::<L>`. Writing the rounds once keeps the backends to
 //! their primitives; S-box indices are literals, so every immediate is a constant.
 
-/// `x = S_i(x)` with the tables of `sbox::ENC` (or `sbox::DEC` for the inverse).
+/// `x = S_i(x)` with the tables of `sbox::ENC` (or `sbox::DEC` for the inverse), each output
+/// bit in two steps where `sbox::ENC_TWO` (`DEC_TWO`) has a form for it.
 macro_rules! sbox {
-    ($table:path, $i:literal, $x:ident) => {{
-        use $table as T;
-        let [a, b, c, d] = $x;
+    ($table:path, $two:path, $i:literal, $x:ident) => {{
         $x = [
-            mux(
-                d,
-                tern::<{ T[$i][0][1] }>(a, b, c),
-                tern::<{ T[$i][0][0] }>(a, b, c),
-            ),
-            mux(
-                d,
-                tern::<{ T[$i][1][1] }>(a, b, c),
-                tern::<{ T[$i][1][0] }>(a, b, c),
-            ),
-            mux(
-                d,
-                tern::<{ T[$i][2][1] }>(a, b, c),
-                tern::<{ T[$i][2][0] }>(a, b, c),
-            ),
-            mux(
-                d,
-                tern::<{ T[$i][3][1] }>(a, b, c),
-                tern::<{ T[$i][3][0] }>(a, b, c),
-            ),
+            sbox_bit!($table, $two, $i, 0, $x),
+            sbox_bit!($table, $two, $i, 1, $x),
+            sbox_bit!($table, $two, $i, 2, $x),
+            sbox_bit!($table, $two, $i, 3, $x),
         ];
     }};
+}
+
+/// Output bit `k` of S-box `i` of `x`: two dependent 3-input functions where the bit has
+/// that form, else the two halves by x0..x2 selected by x3. Every choice is a constant, so
+/// only one form's operations remain.
+macro_rules! sbox_bit {
+    ($table:path, $two:path, $i:literal, $k:literal, $x:ident) => {{
+        use $table as T;
+        use $two as F;
+        let [a, b, c, d] = $x;
+        match &F[$i][$k] {
+            Some(f) => tern::<{ two_imm(&F[$i][$k], false) }>(
+                tern::<{ two_imm(&F[$i][$k], true) }>(
+                    $x[f.inner[0]],
+                    $x[f.inner[1]],
+                    $x[f.inner[2]],
+                ),
+                $x[f.outer[0]],
+                $x[f.outer[1]],
+            ),
+            None => mux(
+                d,
+                tern::<{ T[$i][$k][1] }>(a, b, c),
+                tern::<{ T[$i][$k][0] }>(a, b, c),
+            ),
+        }
+    }};
+}
+
+/// The inner (`inner`) or outer immediate of a two-step form (0 where there is none; that
+/// arm is never taken).
+pub(super) const fn two_imm(f: &Option<super::sbox::Two>, inner: bool) -> i32 {
+    match f {
+        Some(t) if inner => t.imm1,
+        Some(t) => t.imm2,
+        None => 0,
+    }
 }
 
 /// `x ^= k` (a round key, the same for every lane).
@@ -91,28 +111,28 @@ macro_rules! encrypt_rounds {
     ($x:ident, $k:ident) => {{
         for r in (0..32).step_by(8) {
             key!($x, &$k[r]);
-            sbox!(super::sbox::ENC, 0, $x);
+            sbox!(super::sbox::ENC, super::sbox::ENC_TWO, 0, $x);
             lt!($x);
             key!($x, &$k[r + 1]);
-            sbox!(super::sbox::ENC, 1, $x);
+            sbox!(super::sbox::ENC, super::sbox::ENC_TWO, 1, $x);
             lt!($x);
             key!($x, &$k[r + 2]);
-            sbox!(super::sbox::ENC, 2, $x);
+            sbox!(super::sbox::ENC, super::sbox::ENC_TWO, 2, $x);
             lt!($x);
             key!($x, &$k[r + 3]);
-            sbox!(super::sbox::ENC, 3, $x);
+            sbox!(super::sbox::ENC, super::sbox::ENC_TWO, 3, $x);
             lt!($x);
             key!($x, &$k[r + 4]);
-            sbox!(super::sbox::ENC, 4, $x);
+            sbox!(super::sbox::ENC, super::sbox::ENC_TWO, 4, $x);
             lt!($x);
             key!($x, &$k[r + 5]);
-            sbox!(super::sbox::ENC, 5, $x);
+            sbox!(super::sbox::ENC, super::sbox::ENC_TWO, 5, $x);
             lt!($x);
             key!($x, &$k[r + 6]);
-            sbox!(super::sbox::ENC, 6, $x);
+            sbox!(super::sbox::ENC, super::sbox::ENC_TWO, 6, $x);
             lt!($x);
             key!($x, &$k[r + 7]);
-            sbox!(super::sbox::ENC, 7, $x);
+            sbox!(super::sbox::ENC, super::sbox::ENC_TWO, 7, $x);
             if r < 24 {
                 lt!($x);
             }
@@ -129,28 +149,28 @@ macro_rules! decrypt_rounds {
             if r < 24 {
                 inverse_lt!($x);
             }
-            sbox!(super::sbox::DEC, 7, $x);
+            sbox!(super::sbox::DEC, super::sbox::DEC_TWO, 7, $x);
             key!($x, &$k[r + 7]);
             inverse_lt!($x);
-            sbox!(super::sbox::DEC, 6, $x);
+            sbox!(super::sbox::DEC, super::sbox::DEC_TWO, 6, $x);
             key!($x, &$k[r + 6]);
             inverse_lt!($x);
-            sbox!(super::sbox::DEC, 5, $x);
+            sbox!(super::sbox::DEC, super::sbox::DEC_TWO, 5, $x);
             key!($x, &$k[r + 5]);
             inverse_lt!($x);
-            sbox!(super::sbox::DEC, 4, $x);
+            sbox!(super::sbox::DEC, super::sbox::DEC_TWO, 4, $x);
             key!($x, &$k[r + 4]);
             inverse_lt!($x);
-            sbox!(super::sbox::DEC, 3, $x);
+            sbox!(super::sbox::DEC, super::sbox::DEC_TWO, 3, $x);
             key!($x, &$k[r + 3]);
             inverse_lt!($x);
-            sbox!(super::sbox::DEC, 2, $x);
+            sbox!(super::sbox::DEC, super::sbox::DEC_TWO, 2, $x);
             key!($x, &$k[r + 2]);
             inverse_lt!($x);
-            sbox!(super::sbox::DEC, 1, $x);
+            sbox!(super::sbox::DEC, super::sbox::DEC_TWO, 1, $x);
             key!($x, &$k[r + 1]);
             inverse_lt!($x);
-            sbox!(super::sbox::DEC, 0, $x);
+            sbox!(super::sbox::DEC, super::sbox::DEC_TWO, 0, $x);
             key!($x, &$k[r]);
         }
     }};
@@ -203,4 +223,4 @@ macro_rules! gates_tern {
     };
 }
 
-pub(super) use {decrypt_rounds, encrypt_rounds, gates_tern, inverse_lt, key, lt, sbox};
+pub(super) use {decrypt_rounds, encrypt_rounds, gates_tern, inverse_lt, key, lt, sbox, sbox_bit};
