@@ -349,21 +349,17 @@ impl Inner {
             return Ok(());
         }
         // The stored and the computed tags: on the stack for requests of up to 32 blocks of
-        // 32-byte tags (no allocation on the common path), else on the heap.
+        // 32-byte tags, else in this thread's scratch (no allocation per request).
         let need = blocks * ts;
         let mut small = [0u8; 2 * 32 * 32];
-        let mut big = Vec::new();
-        let both = if 2 * need <= small.len() {
-            &mut small[..2 * need]
-        } else {
-            big.resize(2 * need, 0);
-            &mut big[..]
-        };
-        let (stored, computed) = both.split_at_mut(need);
-        self.tag_cache
-            .read(&*self.lower, l.tag_offset(sector), stored)?;
-        tagger.tag_blocks(sector, buf, computed);
-        if computed != stored {
+        let check_with = |both: &mut [u8]| -> Result<()> {
+            let (stored, computed) = both.split_at_mut(need);
+            self.tag_cache
+                .read(&*self.lower, l.tag_offset(sector), stored)?;
+            tagger.tag_blocks_pooled(sector, buf, computed);
+            if computed == stored {
+                return Ok(());
+            }
             let k = computed
                 .chunks_exact(ts)
                 .zip(stored.chunks_exact(ts))
@@ -371,13 +367,17 @@ impl Inner {
                 .unwrap_or(0);
             let sec = sector + k as u64 * l.spb();
             self.stats.mismatches.fetch_add(1, Ordering::Relaxed);
-            return Err(BlockError::Corrupt {
+            Err(BlockError::Corrupt {
                 device: self.name.clone(),
                 what: "data",
                 block: sec >> l.log2_spb,
-            });
+            })
+        };
+        if 2 * need <= small.len() {
+            check_with(&mut small[..2 * need])
+        } else {
+            super::scratch::with_scratch(2 * need, check_with)
         }
-        Ok(())
     }
 
     /// Read one area's piece, from the journal where it holds newer data; `tags` (external
@@ -972,11 +972,15 @@ impl BlockDevice for IntegrityDevice {
             return Err(self.no_internal_hash());
         };
         let l = &self.inner.layout;
-        let mut tags = vec![0u8; buf.len() / l.block_size() * l.tag_size as usize];
-        if buf.len().is_multiple_of(l.block_size()) {
-            tagger.tag_blocks(offset / 512, buf, &mut tags);
+        if !buf.len().is_multiple_of(l.block_size()) {
+            // write_blocks refuses it with the error the caller expects.
+            return self.write_blocks(buf, &[], offset);
         }
-        self.write_blocks(buf, &tags, offset)
+        let need = buf.len() / l.block_size() * l.tag_size as usize;
+        super::scratch::with_scratch(need, |tags| {
+            tagger.tag_blocks_pooled(offset / 512, buf, tags);
+            self.write_blocks(buf, tags, offset)
+        })
     }
     fn flush(&self) -> Result<()> {
         self.flush_device()

@@ -26,6 +26,7 @@ pub mod newest_map;
 pub mod replay;
 pub mod rw_meta;
 pub mod samples;
+mod scratch;
 pub mod superblock;
 pub mod tag_cache;
 pub mod tags;

@@ -431,6 +431,39 @@ impl TagHasher {
         }
     }
 
+    /// [`tag_blocks`](TagHasher::tag_blocks) for one request of the serving path: a large
+    /// request of a hash tag (SHA, HMAC) is split in parts of at least 256 KiB hashed at once on rayon's
+    /// pool (its threads started once per process, not per request), so a 1 MiB read is not
+    /// bound by one core; CRC tags and small requests stay on the caller's thread, where the
+    /// hand-off would cost more than it saves.
+    pub fn tag_blocks_pooled(&self, first_sector: u64, data: &[u8], out: &mut [u8]) {
+        let bs = self.block_size;
+        let ts = self.tag_size;
+        let n = data.len() / bs;
+        let cheap = matches!(self.alg, TagAlgorithm::Crc32c | TagAlgorithm::Crc32);
+        // Small requests (as the reads at open, before a daemon forks, where it must have no
+        // threads) never start the pool.
+        let parts = (data.len() / POOLED_MIN).min(cores());
+        if cheap || parts < 2 {
+            return self.tag_blocks(first_sector, data, out);
+        }
+        let per = n.div_ceil(parts);
+        let step = (bs / 512) as u64;
+        let mut parts = data.chunks(per * bs).zip(out.chunks_mut(per * ts));
+        let head = parts.next();
+        // The other parts on the pool, the first on this thread (rayon::join from outside
+        // the pool would park this thread and run both there).
+        rayon::in_place_scope(|s| {
+            for (i, (d, o)) in parts.enumerate() {
+                let first = first_sector + ((i + 1) * per) as u64 * step;
+                s.spawn(move |_| self.tag_blocks(first, d, o));
+            }
+            if let Some((d, o)) = head {
+                self.tag_blocks(first_sector, d, o);
+            }
+        });
+    }
+
     /// [`tag_blocks`](TagHasher::tag_blocks) split into `threads` contiguous parts hashed at
     /// once (scoped threads, no queues).
     pub fn tag_blocks_parallel(
@@ -490,6 +523,17 @@ fn hmac<D: Digest>(block: usize, key: &[u8], prefix: &[u8], data: &[u8]) -> Vec<
     outer.update(&opad[..]);
     outer.update(&inner);
     outer.finalize().to_vec()
+}
+
+/// Smallest part of a request [`TagHasher::tag_blocks_pooled`] hands to another thread:
+/// 256 KiB of SHA-256 take some 100 us, a wake-up of a pool thread some microseconds.
+const POOLED_MIN: usize = 256 << 10;
+
+/// The CPUs this process may run on (the size of rayon's pool), asked once: the answer reads
+/// the cgroup's quota from /sys.
+fn cores() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(hashing_threads)
 }
 
 /// The number of threads to hash on: the CPUs this process may run on.
