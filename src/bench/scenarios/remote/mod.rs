@@ -13,6 +13,7 @@
 //! NBD, the same for all).
 
 pub mod clients;
+pub mod raw;
 pub mod render;
 pub mod server;
 
@@ -259,6 +260,9 @@ pub fn run(o: &RemoteBenchOptions, interrupt: &Interrupt) -> Result<RemoteReport
             for run in 0..o.runs as usize {
                 for k in 0..readers.len() {
                     let side = (k + run) % readers.len();
+                    if readers[side].skip_reason(delay).is_some() {
+                        continue;
+                    }
                     interrupt.check()?;
                     seq += 1;
                     let t = Instant::now();
