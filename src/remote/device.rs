@@ -7,8 +7,9 @@
 //! kept-alive connection per thread), and sequential reads start a read-ahead that doubles at
 //! every sequential read up to a bound, is kept that far ahead of the reader at every read,
 //! and stops at the first random one. A read is sequential when it starts where one of the
-//! last few reads ended, or inside the read-ahead: readers with several reads in flight (an
-//! NBD client's queue depth, served at once) have them arrive slightly out of order. A region may be
+//! last few reads ended, or, while a read-ahead runs, within a few read lengths of the furthest
+//! end: readers with several reads in flight (an NBD client's queue depth, served at once) have
+//! them arrive slightly out of order. A region may be
 //! *pinned*: fetched whole at open and served from memory (the hash tree, the FEC area).
 //!
 //! [`RemoteDevice::read_fresh`] reads bypassing the read-ahead buffers: what the verity layer
@@ -369,9 +370,12 @@ impl RemoteDevice {
     fn note_access(&self, offset: u64, len: u64) -> u64 {
         let mut a = self.shared.ahead.lock().unwrap_or_else(|e| e.into_inner());
         let sequential = a.ends.contains(&offset) || {
-            // A read landing inside a chunk already fetched ahead continues the stream too
-            // (readers above may split and reorder a little).
-            a.window > 0 && a.chunks.contains_key(&(offset / self.opts.chunk))
+            // While a stream runs, a read near its head continues it: reads in flight together
+            // arrive a little out of order, by about their count times their length. A random
+            // read lands there rarely (and a chunk fetched ahead is no sign: on a small object
+            // the read-ahead may hold most of it).
+            let head = a.ends.iter().copied().max().unwrap_or(0);
+            a.window > 0 && offset.abs_diff(head) <= RECENT_ENDS as u64 * len
         };
         a.window = if sequential {
             (a.window * 2).clamp(self.opts.chunk, self.opts.max_readahead)

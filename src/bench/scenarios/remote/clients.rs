@@ -52,7 +52,8 @@ impl Reader {
     /// Why this reader is not run at `delay_ms`, if it is not.
     pub fn skip_reason(self, delay_ms: u64) -> Option<&'static str> {
         (self == Reader::QemuCurl && delay_ms == 0).then_some(
-            "QEMU 7.2's curl driver hangs under fio's queue depth 8 when the server answers at              once (nginx too)",
+            "QEMU 7.2's curl driver hangs under fio's queue depth 8 when the server answers at \
+             once (nginx too)",
         )
     }
 
@@ -182,6 +183,11 @@ fn dmkit_open_args(remote: &Remote<'_>, name: &str, sock: &Path) -> Vec<String> 
         remote.root_hash.clone(),
         // Verified blocks in memory only: every run starts cold, like the other readers.
         "--no-cache".into(),
+        // Nor kept in memory once verified (the verity layer's data cache would hold the whole
+        // image after one pass): every block read is fetched and verified, as the unverified
+        // readers fetch every block they read.
+        "--data-cache".into(),
+        "0".into(),
         "--no-fuse".into(),
         "--nbd".into(),
         format!("unix:{}", sock.display()),
