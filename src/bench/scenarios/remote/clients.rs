@@ -1,9 +1,9 @@
-//! The three remote readers compared, each exporting the remote image as an NBD export on a
-//! Unix socket, so one client (fio's nbd engine, libnbd) reads all three the same way and only
-//! the remote reading differs:
+//! The remote readers compared, each exporting the remote image as an NBD export on a Unix
+//! socket, so one client (fio's nbd engine, libnbd) reads them all the same way and only the
+//! remote reading differs:
 //!
-//! - dmkit: `dmkit verity open URL NAME HASH-URL ROOT --no-cache --no-fuse --nbd unix:SOCK`,
-//!   every block checked against the tree;
+//! - dmkit: `dmkit verity open URL NAME HASH-URL ROOT --no-cache --data-cache 0 --no-fuse --nbd
+//!   unix:SOCK`, every block read fetched and checked against the tree;
 //! - dmkit raw: `dmkit bench serve-remote URL SOCK`, the same remote device (transport,
 //!   fetchers, read-ahead, NBD requests in flight) without the verity layer, no verification:
 //!   the two dmkit columns differ by verification alone;
