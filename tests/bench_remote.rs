@@ -55,7 +55,7 @@ fn smoke_run_prints_every_reader_and_json_matches() {
     let report: RemoteReport = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(report.delays_ms, [20]);
     assert_eq!(report.readers, Reader::ALL);
-    assert_eq!(report.cells.len(), report.jobs.len() * 3);
+    assert_eq!(report.cells.len(), report.jobs.len() * Reader::ALL.len());
     for c in &report.cells {
         assert_eq!(c.runs.len(), 1, "{c:?}");
         let run = c.runs[0];

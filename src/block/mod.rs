@@ -161,6 +161,13 @@ pub trait BlockDevice: Send + Sync {
     /// does nothing: a layer that writes only when asked to has nothing to give up. Layers
     /// forward it to the devices they stack on.
     fn hand_over(&self) {}
+    /// Whether a read may wait on a network (an object fetched over HTTP): an exporter then
+    /// keeps several of a client's requests in flight at once, as their time is spent waiting,
+    /// not computing. `false`, the default, for local storage, which an exporter serves inline
+    /// (a queue there costs more than it gives). Layers forward it from the devices they read.
+    fn blocks_on_network(&self) -> bool {
+        false
+    }
 }
 
 /// A block device that stores a tag beside every block and takes it from the layer above
@@ -231,6 +238,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for $ptr {
     }
     fn hand_over(&self) {
         (**self).hand_over()
+    }
+    fn blocks_on_network(&self) -> bool {
+        (**self).blocks_on_network()
     }
 }
     )*};

@@ -212,6 +212,10 @@ impl BlockDevice for Gate {
             d.hand_over();
         }
     }
+    fn blocks_on_network(&self) -> bool {
+        let cur = self.current.read().unwrap_or_else(|e| e.into_inner());
+        cur.as_ref().is_some_and(|d| d.blocks_on_network())
+    }
 }
 
 #[cfg(test)]

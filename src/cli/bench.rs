@@ -77,10 +77,24 @@ enum BenchCommand {
     /// `bench rootless` runs as root or as nobody.
     #[command(hide = true)]
     ReadTree(ReadTreeArgs),
-    /// A verity image read over HTTP from 127.0.0.1 with 20 ms (or `--delays`) added per request:
-    /// dmkit's remote verity export (verified) against nbdkit's curl plugin and QEMU's curl
-    /// driver (unverified), 4 KiB and 64 KiB random reads, a sequential read, time to a first read.
+    /// A verity image read over HTTP from 127.0.0.1 with 0 and 20 ms (or `--delays`) added per
+    /// request: dmkit's remote verity export (verified) against dmkit's remote device served
+    /// raw, nbdkit's curl plugin and QEMU's curl driver (unverified), 4 KiB and 64 KiB random
+    /// reads, a sequential read, time to a first read.
     Remote(RemoteBenchArgs),
+    /// Serve a remote object raw (unverified) over NBD on a Unix socket, in the foreground
+    /// until killed: `bench remote`'s unverified dmkit reader.
+    #[command(hide = true)]
+    ServeRemote(ServeRemoteArgs),
+}
+
+/// Arguments of `dmkit bench serve-remote`.
+#[derive(clap::Args)]
+struct ServeRemoteArgs {
+    /// The object's URL.
+    url: String,
+    /// The Unix socket to serve it on.
+    socket: PathBuf,
 }
 
 /// Arguments of `dmkit bench rootless`.
@@ -115,9 +129,9 @@ struct RemoteBenchArgs {
     /// Seconds per fio run [default: 5, --quick: 1.5].
     #[arg(long)]
     runtime: Option<f64>,
-    /// Delays added to each HTTP request, ms. 0 is not in the default: QEMU 7.2's curl driver
+    /// Delays added to each HTTP request, ms. QEMU 7.2's curl driver is not run at 0 ms: it
     /// hangs under fio at queue depth 8 when the server answers at once (against nginx too).
-    #[arg(long, value_delimiter = ',', default_value = "20")]
+    #[arg(long, value_delimiter = ',', default_value = "0,20")]
     delays: Vec<u64>,
     /// Directory for the scratch files (RAM by default).
     #[arg(long, default_value = "/dev/shm")]
@@ -450,6 +464,9 @@ pub fn run(a: BenchArgs) -> CliResult {
         Some(BenchCommand::Rootless(a)) => run_rootless(a),
         Some(BenchCommand::ReadTree(a)) => run_read_tree(a),
         Some(BenchCommand::Remote(a)) => run_remote(a),
+        Some(BenchCommand::ServeRemote(a)) => {
+            bench::scenarios::remote::raw::serve(&a.url, &a.socket).map_err(CliError::invalid)
+        }
         None => run_overhead(a.overhead),
     }
 }

@@ -27,7 +27,8 @@ pub struct RemoteArgs {
     #[arg(long)]
     prefetch: bool,
     /// Ranges fetched at once (read-ahead and large reads).
-    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=64))]
+    #[arg(long, default_value_t = crate::remote::device::DEFAULT_FETCHERS as u16,
+          value_parser = clap::value_parser!(u16).range(1..=64))]
     fetchers: u16,
     /// Seconds to wait for a connection (TLS handshake included).
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
@@ -95,7 +96,11 @@ impl RemoteArgs {
             ..HttpOptions::default()
         };
         o.retry.max_retries = self.retries;
-        o.connections = o.connections.max(self.fetchers as usize + 2);
+        // The read-ahead's fetchers, and beside them the reads of an NBD connection's
+        // requests in flight (each fetches its own blocks).
+        o.connections = o
+            .connections
+            .max(self.fetchers as usize + crate::export::nbd::inflight::WORKERS / 2);
         o
     }
 

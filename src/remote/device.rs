@@ -5,7 +5,11 @@
 //! free to fetch more than asked: reads are widened to whole blocks, a large read is split into
 //! pieces fetched in parallel by a small pool of fetcher threads (each transport keeps one
 //! kept-alive connection per thread), and sequential reads start a read-ahead that doubles at
-//! every sequential read up to a bound and stops at the first random one. A region may be
+//! every sequential read up to a bound, is kept that far ahead of the reader at every read,
+//! and stops at the first random one. A read is sequential when it starts where one of the
+//! last few reads ended, or, while a read-ahead runs, within a few read lengths of the furthest
+//! end: readers with several reads in flight (an NBD client's queue depth, served at once) have
+//! them arrive slightly out of order. A region may be
 //! *pinned*: fetched whole at open and served from memory (the hash tree, the FEC area).
 //!
 //! [`RemoteDevice::read_fresh`] reads bypassing the read-ahead buffers: what the verity layer
@@ -18,6 +22,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 /// How a remote device fetches.
+///
+/// Memory: the read-ahead keeps at most about `2 * max_readahead` bytes of chunks (the oldest
+/// fetched chunks are dropped first), plus the chunks in flight (at most `fetchers` being
+/// fetched, and the window's chunks queued for them, each `chunk` bytes); random reads keep
+/// nothing beyond the read itself.
 #[derive(Debug, Clone, Copy)]
 pub struct RemoteOptions {
     /// Reads are widened to multiples of this (the verity data block size).
@@ -30,13 +39,20 @@ pub struct RemoteOptions {
     pub max_readahead: u64,
 }
 
+/// Fetcher threads by default: with a 20 ms round trip, 8 chunks of 1 MiB in flight are
+/// 400 MB/s of read-ahead, more than a verified reader here uses.
+pub const DEFAULT_FETCHERS: usize = 8;
+
 impl Default for RemoteOptions {
     fn default() -> Self {
         RemoteOptions {
             block_size: 4096,
-            fetchers: 4,
-            chunk: 256 << 10,
-            max_readahead: 8 << 20,
+            fetchers: DEFAULT_FETCHERS,
+            // One request per MiB: at a 20 ms round trip the request's wait, not its bytes, is
+            // the cost, so chunks are large (a random read is never widened to one: it fetches
+            // its own blocks only).
+            chunk: 1 << 20,
+            max_readahead: 16 << 20,
         }
     }
 }
@@ -59,14 +75,18 @@ enum Chunk {
     Failed,
 }
 
+/// Recent reads' ends remembered by the sequential detector: a reader with several reads in
+/// flight (an NBD client's queue) may have its reads arrive a little out of order.
+const RECENT_ENDS: usize = 16;
+
 /// Read-ahead state: chunks by index, the order they arrived in (for eviction), and the
 /// sequential detector.
 #[derive(Default)]
 struct Ahead {
     chunks: HashMap<u64, Chunk>,
     order: VecDeque<u64>,
-    /// Where the last read ended: a read starting there is sequential.
-    last_end: u64,
+    /// Where the last few reads ended: a read starting at one of them is sequential.
+    ends: VecDeque<u64>,
     /// Bytes to read ahead now (0: random access).
     window: u64,
 }
@@ -345,21 +365,27 @@ impl RemoteDevice {
         Ok(())
     }
 
-    /// Whether a read at `offset` continues the last one; updates the window. Returns the
+    /// Whether a read at `offset` continues a recent one; updates the window. Returns the
     /// read-ahead window to use now (0: random access, fetch only what is asked).
     fn note_access(&self, offset: u64, len: u64) -> u64 {
         let mut a = self.shared.ahead.lock().unwrap_or_else(|e| e.into_inner());
-        let sequential = offset == a.last_end && offset != 0 || {
-            // A read landing inside a chunk already fetched ahead continues the stream too
-            // (readers above may split and reorder a little).
-            a.window > 0 && a.chunks.contains_key(&(offset / self.opts.chunk))
+        let sequential = a.ends.contains(&offset) || {
+            // While a stream runs, a read near its head continues it: reads in flight together
+            // arrive a little out of order, by about their count times their length. A random
+            // read lands there rarely (and a chunk fetched ahead is no sign: on a small object
+            // the read-ahead may hold most of it).
+            let head = a.ends.iter().copied().max().unwrap_or(0);
+            a.window > 0 && offset.abs_diff(head) <= RECENT_ENDS as u64 * len
         };
         a.window = if sequential {
             (a.window * 2).clamp(self.opts.chunk, self.opts.max_readahead)
         } else {
             0
         };
-        a.last_end = offset + len;
+        if a.ends.len() == RECENT_ENDS {
+            a.ends.pop_front();
+        }
+        a.ends.push_back(offset + len);
         a.window
     }
 }
@@ -425,6 +451,9 @@ impl BlockDevice for RemoteDevice {
         Err(BlockError::ReadOnly {
             device: self.name.clone(),
         })
+    }
+    fn blocks_on_network(&self) -> bool {
+        true
     }
 }
 

@@ -193,6 +193,9 @@ impl BlockDevice for Prefetch {
     fn hand_over(&self) {
         self.inner.hand_over()
     }
+    fn blocks_on_network(&self) -> bool {
+        self.inner.blocks_on_network()
+    }
 }
 
 /// Progress of a background prefetch.

@@ -645,6 +645,9 @@ impl BlockDevice for VerityDevice {
         self.data.hand_over();
         self.hash.hand_over()
     }
+    fn blocks_on_network(&self) -> bool {
+        self.data.blocks_on_network() || self.hash.blocks_on_network()
+    }
 }
 
 impl VerityStats {

@@ -8,7 +8,9 @@
 //!   `STARTTLS`, `EXPORT_NAME`; everything else `NBD_REP_ERR_UNSUP`);
 //! - [`request`]: request headers and the checks that bound every length and range;
 //! - [`transmit`]: running requests on the device (READ, WRITE, FLUSH, FUA, TRIM,
-//!   WRITE_ZEROES, DISC) with structured or simple replies;
+//!   WRITE_ZEROES, DISC) with structured or simple replies, inline;
+//! - [`inflight`]: the same with a connection's READs in flight at once, for devices that
+//!   wait on a network (remote images);
 //! - [`export`]: what the server says about the export (flags, block sizes);
 //! - [`replay`]: the protocol code on in-memory client bytes (tests, fuzzing);
 //! - [`listen`]: `unix:PATH` / `tcp:HOST:PORT` addresses; [`tls`]: X.509 and PSK through
@@ -19,6 +21,7 @@
 
 pub mod export;
 pub mod handshake;
+pub mod inflight;
 pub mod listen;
 pub mod proto;
 pub mod replay;

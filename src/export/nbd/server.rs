@@ -1,6 +1,7 @@
 //! The NBD server of one device: an accept thread, and one thread per connection that runs
 //! the handshake and then serves the connection's requests inline (no queue between the
-//! socket and the device). Connections share the device, its read-modify-write lock and its
+//! socket and the device), or, for a device that waits on a network, with a small pool of
+//! workers per connection ([`super::inflight`]). Connections share the device, its read-modify-write lock and its
 //! flush, which is what makes `NBD_FLAG_CAN_MULTI_CONN` true: a FLUSH on any connection
 //! flushes the device, so every write any connection has completed is durable when it is
 //! answered.
@@ -19,6 +20,7 @@
 
 use super::export::ExportInfo;
 use super::handshake::{Handshake, Outcome, Tls};
+use super::inflight;
 use super::listen::{Address, Listener};
 use super::tls::TlsConfig;
 use super::transmit::{CounterValues, Counters, Ending, Transmission};
@@ -220,6 +222,24 @@ impl NbdServer {
             accept: Some(accept),
             wake: Some(wake),
         })
+    }
+
+    /// Serve `device` alone as export `name` (no daemon, no FUSE file), until stopped: for
+    /// programs that embed the server, and tests.
+    pub fn serve_device(
+        config: NbdConfig,
+        name: &str,
+        device: Arc<dyn crate::block::BlockDevice>,
+    ) -> io::Result<NbdServer> {
+        let export = ExportInfo::new(
+            name,
+            "",
+            device.size(),
+            device.logical_block_size(),
+            device.read_only(),
+            false,
+        );
+        Self::start(config, export, Arc::new(ByteDevice::new(device)))
     }
 
     /// The URI clients connect to.
@@ -627,14 +647,32 @@ fn serve<S: Stream>(
     }
     // Clients may stay idle between requests as long as they like.
     set_timeout(fd, libc::SO_RCVTIMEO, None);
-    let mut t = Transmission::new(
-        export,
-        &shared.bytes,
-        structured,
-        &client.counters,
-        &shared.totals,
-    );
-    let r = t.run(&mut wire);
+    // A device that waits on a network gets a connection's requests in flight at once; a
+    // local one is served inline (and so is TLS, whose stream cannot be split).
+    let out = if shared.bytes.device().blocks_on_network() {
+        wire.stream().try_clone_writer()
+    } else {
+        None
+    };
+    let r = match out {
+        Some(out) => inflight::run(
+            export,
+            &shared.bytes,
+            structured,
+            [&client.counters, &shared.totals],
+            &mut wire,
+            out,
+            inflight::WORKERS,
+        ),
+        None => Transmission::new(
+            export,
+            &shared.bytes,
+            structured,
+            &client.counters,
+            &shared.totals,
+        )
+        .run(&mut wire),
+    };
     if let Ok(Ending::Disconnect) = r {
         wire.close();
     }

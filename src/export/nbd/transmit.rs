@@ -1,5 +1,6 @@
 //! The transmission phase of one connection: requests read, checked, run on the device and
-//! answered inline, one after the other, on the connection's own thread. Replies to reads go
+//! answered inline, one after the other, on the connection's own thread (devices that wait on
+//! a network are served by [`super::inflight`] instead). Replies to reads go
 //! out from the buffer the device filled; replies to small requests are batched by the
 //! [`Wire`].
 
@@ -60,7 +61,7 @@ impl Counters {
     }
 }
 
-fn add(c: [&AtomicU64; 2], n: u64) {
+pub(super) fn add(c: [&AtomicU64; 2], n: u64) {
     for a in c {
         a.fetch_add(n, Ordering::Relaxed);
     }
@@ -82,7 +83,7 @@ pub const SEND_FILE_MIN: u32 = 64 << 10;
 
 /// Buffer memory a connection keeps between requests: one that grew for a larger request (up
 /// to [`super::MAX_PAYLOAD`]) gives the rest back after it.
-const KEEP_BUFFER: usize = 4 << 20;
+pub(super) const KEEP_BUFFER: usize = 4 << 20;
 
 /// One connection's transmission phase.
 pub struct Transmission<'a> {
@@ -171,35 +172,26 @@ impl<'a> Transmission<'a> {
                 return self.read(wire, req, offset, len);
             }
             Command::Read { offset, len } => return self.read(wire, req, offset, len),
-            Command::Write { offset, len, fua } => {
+            Command::Disconnect => return Ok(()),
+            Command::Write { len, .. } => {
                 let data = self.payload.get(len as usize);
                 // A client that hangs up in the middle of a payload leaves nothing written.
                 wire.read_exact(data)?;
-                self.bytes
-                    .write(data, offset, &mut self.io)
-                    .and_then(|()| self.durable(fua))
-                    .inspect(|()| {
-                        add(
-                            [&self.client.bytes_written, &self.totals.bytes_written],
-                            u64::from(len),
-                        )
-                    })
+                apply(
+                    self.bytes,
+                    cmd,
+                    data,
+                    &mut self.io,
+                    [self.client, self.totals],
+                )
             }
-            Command::Flush => self.bytes.device().flush(),
-            Command::Trim { offset, len, fua } => self
-                .bytes
-                .punch(offset, u64::from(len), &mut self.io)
-                .and_then(|()| self.durable(fua)),
-            Command::WriteZeroes {
-                offset,
-                len,
-                fua,
-                fast,
-            } => self
-                .bytes
-                .write_zeroes(offset, u64::from(len), fast, &mut self.io)
-                .and_then(|()| self.durable(fua)),
-            Command::Disconnect => return Ok(()),
+            _ => apply(
+                self.bytes,
+                cmd,
+                &[],
+                &mut self.io,
+                [self.client, self.totals],
+            ),
         };
         match r {
             Ok(()) => wire.send(&[&simple_reply(0, req.cookie)]),
@@ -229,15 +221,6 @@ impl<'a> Transmission<'a> {
         }
     }
 
-    /// FUA: the device's flush, which makes this write durable with every other.
-    fn durable(&self, fua: bool) -> crate::block::Result<()> {
-        if fua {
-            self.bytes.device().flush()
-        } else {
-            Ok(())
-        }
-    }
-
     /// Count, log and answer a device error.
     fn fail<S: Stream>(&self, wire: &mut Wire<S>, req: &Header, e: BlockError) -> io::Result<()> {
         add([&self.client.io_errors, &self.totals.io_errors], 1);
@@ -254,26 +237,76 @@ impl<'a> Transmission<'a> {
         error: u32,
         message: &str,
     ) -> io::Result<()> {
-        if !self.structured {
-            return wire.send(&[&simple_reply(error, req.cookie)]);
-        }
-        let msg = &message.as_bytes()[..message.len().min(4096)];
-        let mut w = Writer::with_capacity(6 + msg.len());
-        w.u32_be(error).u16_be(msg.len() as u16).bytes(msg);
-        let p = w.into_inner();
-        let h = structured_header(
-            REPLY_FLAG_DONE,
-            REPLY_TYPE_ERROR,
-            req.cookie,
-            p.len() as u32,
-        );
-        wire.send(&[&h, &p])
+        wire.send(&[&error_reply(self.structured, req, error, message)])
     }
+}
+
+/// Run a command that is neither READ nor DISC on `bytes` (`payload`: a WRITE's data), with
+/// `io` for read-modify-writes; counts written bytes in `counters`.
+pub(super) fn apply(
+    bytes: &ByteDevice,
+    cmd: Command,
+    payload: &[u8],
+    io: &mut AlignedBuf,
+    counters: [&Counters; 2],
+) -> crate::block::Result<()> {
+    // FUA: the device's flush, which makes this write durable with every other.
+    let durable = |fua: bool| {
+        if fua {
+            bytes.device().flush()
+        } else {
+            Ok(())
+        }
+    };
+    match cmd {
+        Command::Write { offset, len, fua } => bytes
+            .write(payload, offset, io)
+            .and_then(|()| durable(fua))
+            .inspect(|()| {
+                add(
+                    [&counters[0].bytes_written, &counters[1].bytes_written],
+                    u64::from(len),
+                )
+            }),
+        Command::Flush => bytes.device().flush(),
+        Command::Trim { offset, len, fua } => bytes
+            .punch(offset, u64::from(len), io)
+            .and_then(|()| durable(fua)),
+        Command::WriteZeroes {
+            offset,
+            len,
+            fua,
+            fast,
+        } => bytes
+            .write_zeroes(offset, u64::from(len), fast, io)
+            .and_then(|()| durable(fua)),
+        Command::Read { .. } | Command::Disconnect => Ok(()),
+    }
+}
+
+/// The whole reply to a request that failed with NBD error `error`: a simple reply, or a
+/// structured `ERROR` chunk carrying `message` (cut to 4 KiB).
+pub(super) fn error_reply(structured: bool, req: &Header, error: u32, message: &str) -> Vec<u8> {
+    if !structured {
+        return simple_reply(error, req.cookie).to_vec();
+    }
+    let msg = &message.as_bytes()[..message.len().min(4096)];
+    let mut w = Writer::with_capacity(STRUCTURED_HEADER_LEN + 6 + msg.len());
+    w.bytes(&structured_header(
+        REPLY_FLAG_DONE,
+        REPLY_TYPE_ERROR,
+        req.cookie,
+        (6 + msg.len()) as u32,
+    ))
+    .u32_be(error)
+    .u16_be(msg.len() as u16)
+    .bytes(msg);
+    w.into_inner()
 }
 
 /// The header of a successful READ's reply, before the data: an `OFFSET_DATA` chunk's
 /// header and offset, or a simple reply.
-fn read_header(structured: bool, req: &Header, offset: u64, len: u32) -> Vec<u8> {
+pub(super) fn read_header(structured: bool, req: &Header, offset: u64, len: u32) -> Vec<u8> {
     if structured {
         let mut w = Writer::with_capacity(STRUCTURED_HEADER_LEN + 8);
         w.bytes(&structured_header(
@@ -291,7 +324,7 @@ fn read_header(structured: bool, req: &Header, offset: u64, len: u32) -> Vec<u8>
 
 /// What a client is told about a device error: what failed and where, without the server's
 /// paths.
-fn client_message(e: &BlockError) -> String {
+pub(super) fn client_message(e: &BlockError) -> String {
     match e {
         BlockError::Corrupt { what, block, .. } => format!("{what} block {block} is corrupted"),
         BlockError::Io { offset, source, .. } => format!("I/O error at byte {offset}: {source}"),

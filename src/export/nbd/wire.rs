@@ -39,6 +39,14 @@ pub trait Stream: Read + Write + Send {
         let _ = (file, offset, len);
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
+
+    /// A second handle that writes to the same connection, so that replies can be sent from
+    /// other threads while this one waits for requests (a plain socket: a duplicate of its
+    /// descriptor). `None`, the default, where the stream cannot be split (TLS keeps one
+    /// session state for both directions; the in-memory test stream).
+    fn try_clone_writer(&self) -> Option<Socket> {
+        None
+    }
 }
 
 /// A connected socket (TCP or Unix), read with `recv` and written with `sendmsg` and
@@ -113,6 +121,10 @@ impl Socket {
 impl Stream for Socket {
     fn can_send_file(&self) -> bool {
         true
+    }
+
+    fn try_clone_writer(&self) -> Option<Socket> {
+        self.0.try_clone().ok().map(Socket)
     }
 
     fn send_file(&mut self, file: BorrowedFd<'_>, offset: u64, len: usize) -> io::Result<()> {

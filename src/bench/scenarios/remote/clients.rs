@@ -1,9 +1,12 @@
-//! The three remote readers compared, each exporting the remote image as an NBD export on a
-//! Unix socket, so one client (fio's nbd engine, libnbd) reads all three the same way and only
-//! the remote reading differs:
+//! The remote readers compared, each exporting the remote image as an NBD export on a Unix
+//! socket, so one client (fio's nbd engine, libnbd) reads them all the same way and only the
+//! remote reading differs:
 //!
-//! - dmkit: `dmkit verity open URL NAME HASH-URL ROOT --no-cache --no-fuse --nbd unix:SOCK`,
-//!   every block checked against the tree;
+//! - dmkit: `dmkit verity open URL NAME HASH-URL ROOT --no-cache --data-cache 0 --no-fuse --nbd
+//!   unix:SOCK`, every block read fetched and checked against the tree;
+//! - dmkit raw: `dmkit bench serve-remote URL SOCK`, the same remote device (transport,
+//!   fetchers, read-ahead, NBD requests in flight) without the verity layer, no verification:
+//!   the two dmkit columns differ by verification alone;
 //! - nbdkit's curl plugin (`nbdkit -r -U SOCK curl url=URL`), no verification;
 //! - QEMU's curl block driver (`qemu-storage-daemon --blockdev driver=http,...` with an NBD
 //!   export), no verification.
@@ -28,6 +31,9 @@ use crate::bench::BenchError;
 pub enum Reader {
     /// dmkit's remote verity export (verifies every block).
     Dmkit,
+    /// dmkit's remote device served raw, without the verity layer (`dmkit bench
+    /// serve-remote`): what verification costs, measured the same way.
+    DmkitRaw,
     /// nbdkit's curl plugin.
     NbdkitCurl,
     /// QEMU's curl (http) block driver in qemu-storage-daemon.
@@ -35,13 +41,27 @@ pub enum Reader {
 }
 
 impl Reader {
-    /// All three, dmkit first.
-    pub const ALL: [Reader; 3] = [Reader::Dmkit, Reader::NbdkitCurl, Reader::QemuCurl];
+    /// All of them, dmkit verified first.
+    pub const ALL: [Reader; 4] = [
+        Reader::Dmkit,
+        Reader::DmkitRaw,
+        Reader::NbdkitCurl,
+        Reader::QemuCurl,
+    ];
+
+    /// Why this reader is not run at `delay_ms`, if it is not.
+    pub fn skip_reason(self, delay_ms: u64) -> Option<&'static str> {
+        (self == Reader::QemuCurl && delay_ms == 0).then_some(
+            "QEMU 7.2's curl driver hangs under fio's queue depth 8 when the server answers at \
+             once (nginx too)",
+        )
+    }
 
     /// The column title.
     pub fn title(self) -> &'static str {
         match self {
             Reader::Dmkit => "dmkit verity (verified)",
+            Reader::DmkitRaw => "dmkit raw (unverified)",
             Reader::NbdkitCurl => "nbdkit curl",
             Reader::QemuCurl => "qemu curl",
         }
@@ -79,7 +99,7 @@ enum Guard {
 }
 
 /// The export name the NBD servers give.
-const EXPORT: &str = "bench";
+const EXPORT: &str = super::raw::EXPORT;
 
 /// Starts `reader` on the remote image; `tag` makes socket and export names unique.
 pub fn start(
@@ -105,6 +125,16 @@ pub fn start(
                 command,
                 _guard: Guard::Export(export),
             })
+        }
+        Reader::DmkitRaw => {
+            let mut cmd = remote.dmkit.command(["bench", "serve-remote"]);
+            cmd.arg(&remote.data_url).arg(&sock);
+            daemon(
+                cmd,
+                "dmkit bench serve-remote",
+                &sock,
+                &remote.scratch.join(format!("{tag}.log")),
+            )
         }
         Reader::NbdkitCurl => {
             let mut cmd = Command::new("nbdkit");
@@ -153,6 +183,11 @@ fn dmkit_open_args(remote: &Remote<'_>, name: &str, sock: &Path) -> Vec<String> 
         remote.root_hash.clone(),
         // Verified blocks in memory only: every run starts cold, like the other readers.
         "--no-cache".into(),
+        // Nor kept in memory once verified (the verity layer's data cache would hold the whole
+        // image after one pass): every block read is fetched and verified, as the unverified
+        // readers fetch every block they read.
+        "--data-cache".into(),
+        "0".into(),
         "--no-fuse".into(),
         "--nbd".into(),
         format!("unix:{}", sock.display()),

@@ -1,10 +1,10 @@
 //! `dmkit bench remote` (issue 28): a verity image read from an HTTP server on 127.0.0.1 that
 //! holds every request for 0 or 20 ms (the round trip to object storage), by dmkit's remote
-//! verity export (every block verified) against nbdkit's curl plugin and QEMU's curl driver
-//! (neither verifies), in the same run.
+//! verity export (every block verified) against the same remote device served raw, nbdkit's
+//! curl plugin and QEMU's curl driver (none of them verifies), in the same run.
 //!
-//! How it is fair: the three readers each serve the remote image as an NBD export on a Unix
-//! socket and fio's nbd engine (libnbd, one connection, the same queue depth) reads all three
+//! How it is fair: the readers each serve the remote image as an NBD export on a Unix
+//! socket and fio's nbd engine (libnbd, one connection, the same queue depth) reads them all
 //! ([`clients`]); the server is our own ([`server`]), so every reader meets the same delay per
 //! request and the report can count what each asked for. Every reader is started afresh for
 //! every measurement (cold: nothing cached from an earlier run) and the readers alternate
@@ -13,6 +13,7 @@
 //! NBD, the same for all).
 
 pub mod clients;
+pub mod raw;
 pub mod render;
 pub mod server;
 
@@ -259,6 +260,9 @@ pub fn run(o: &RemoteBenchOptions, interrupt: &Interrupt) -> Result<RemoteReport
             for run in 0..o.runs as usize {
                 for k in 0..readers.len() {
                     let side = (k + run) % readers.len();
+                    if readers[side].skip_reason(delay).is_some() {
+                        continue;
+                    }
                     interrupt.check()?;
                     seq += 1;
                     let t = Instant::now();

@@ -94,8 +94,9 @@ pub fn render(r: &RemoteReport) -> String {
          each reader serves it as an NBD export on a Unix socket, read by fio's nbd engine \
          (one connection); started afresh (cold) for every run; median of {} run(s) of {:.1} s, \
          readers alternated; MB = 10^6 bytes\n\
-         dmkit verifies every block against the tree; nbdkit's curl plugin and QEMU's curl \
-         driver verify nothing\n\n",
+         dmkit verity verifies every block against the tree; dmkit raw (the same remote \
+         device without the verity layer), nbdkit's curl plugin and QEMU's curl driver verify \
+         nothing\n\n",
         format_size(r.size),
         format_size(r.hash_size),
         r.delays_ms
@@ -166,6 +167,24 @@ pub fn render(r: &RemoteReport) -> String {
             }
         }
     }
+    // What verification costs: dmkit's two sides differ by the verity layer alone.
+    for &d in &r.delays_ms {
+        for (ji, job) in r.jobs.iter().enumerate() {
+            if let Some(x) = ratio(bw(d, ji, Reader::Dmkit), bw(d, ji, Reader::DmkitRaw)) {
+                out.push_str(&format!(
+                    "{d} ms {:<17} verified / unverified (dmkit raw) = {x:.2}\n",
+                    job.name
+                ));
+            }
+        }
+    }
+    for &d in &r.delays_ms {
+        for x in &r.readers {
+            if let Some(why) = x.skip_reason(d) {
+                out.push_str(&format!("{} at {d} ms: not run: {why}\n", x.title()));
+            }
+        }
+    }
     out.push('\n');
     for v in &r.versions {
         out.push_str(&format!("{v}\n"));
@@ -192,6 +211,7 @@ mod tests {
             for ji in 0..jobs.len() {
                 for (x, bw) in [
                     (Reader::Dmkit, 40e6),
+                    (Reader::DmkitRaw, 50e6),
                     (Reader::NbdkitCurl, 10e6),
                     (Reader::QemuCurl, 20e6),
                 ] {
@@ -232,6 +252,11 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("| start + first 4 KiB read |"), "{t}");
+        assert!(
+            t.contains("0 ms randread-4k-qd8   verified / unverified (dmkit raw) = 0.80\n"),
+            "{t}"
+        );
+        assert!(t.contains("qemu curl at 0 ms: not run: QEMU 7.2"), "{t}");
         // 100 requests over 40 MB read.
         assert!(t.contains("2.5"), "{t}");
         let widths: Vec<usize> = t
