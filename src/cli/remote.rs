@@ -126,6 +126,20 @@ impl RemoteArgs {
         })
     }
 
+    /// The options of a remote image (`image ls|cat|...|open URL`).
+    pub fn image(&self) -> crate::image::remote::RemoteImageOptions {
+        crate::image::remote::RemoteImageOptions {
+            http: self.http(),
+            s3: crate::remote::s3::S3Options {
+                endpoint: self.s3_endpoint.clone(),
+                region: self.s3_region.clone(),
+            },
+            device: self.device(),
+            cache: self.cache(),
+            prefetch: self.prefetch,
+        }
+    }
+
     /// Whether `--prefetch` was given.
     pub fn prefetch(&self) -> bool {
         self.prefetch
