@@ -22,6 +22,7 @@ mod luks_admin;
 mod luks_compat;
 mod luks_decrypt_export;
 mod luks_online;
+mod luks_remote;
 mod luks_reencrypt;
 mod luks_reencrypt_online;
 mod luks_slots;

@@ -140,6 +140,11 @@ impl RemoteArgs {
         }
     }
 
+    /// Whether a cache option was given (refused where nothing can be verified).
+    pub fn cache_requested(&self) -> bool {
+        self.cache_dir.is_some() || self.cache_size.is_some() || self.prefetch
+    }
+
     /// Whether `--prefetch` was given.
     pub fn prefetch(&self) -> bool {
         self.prefetch

@@ -14,7 +14,8 @@ use super::layout::{Files, Region};
 use super::{ImageError, Result};
 use crate::block::{Activated, BlockDevice};
 use crate::remote::cache::CacheOptions;
-use crate::remote::device::{RemoteDevice, RemoteOptions};
+use crate::remote::device::RemoteOptions;
+use crate::remote::direct::DirectDevice;
 use crate::remote::objects::Objects;
 use crate::remote::s3::S3Options;
 use crate::remote::verity::RemoteVerity;
@@ -78,7 +79,6 @@ pub fn image_error(e: RemoteError) -> ImageError {
 pub struct RemoteFiles {
     objects: Mutex<Objects>,
     opened: Mutex<HashMap<PathBuf, Arc<dyn RangeSource>>>,
-    device: RemoteOptions,
 }
 
 impl RemoteFiles {
@@ -87,7 +87,6 @@ impl RemoteFiles {
         RemoteFiles {
             objects: Mutex::new(Objects::new(o.http.clone()).with_s3(o.s3.clone())),
             opened: Mutex::new(HashMap::new()),
-            device: o.device,
         }
     }
 
@@ -132,8 +131,9 @@ impl RemoteFiles {
 
 impl Files for RemoteFiles {
     fn open(&self, path: &Path) -> Result<Arc<dyn BlockDevice>> {
+        // The layout's few reads: no read-ahead threads before the export forks.
         let obj = self.object(path).map_err(image_error)?;
-        Ok(Arc::new(RemoteDevice::new(obj, self.device)))
+        Ok(Arc::new(DirectDevice::new(obj)))
     }
 
     fn size(&self, path: &Path) -> Result<Option<u64>> {
