@@ -118,4 +118,3 @@ pub(super) fn dump(loc: &Location, remote: &RemoteArgs, json: bool) -> CliResult
         .and_then(|_| out.flush())
         .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))
 }
-

@@ -128,10 +128,9 @@ pub fn read_verity_in(files: &dyn layout::Files, l: &Layout) -> Result<Option<Ve
         return Ok(None);
     };
     let dev = files.open(&h.file)?;
-    let w = crate::block::Window::new(&*dev, h.offset, h.size)
-        .ok_or_else(|| {
-            ImageError::Invalid(format!("{}: hash region out of range", h.file.display()))
-        })?;
+    let w = crate::block::Window::new(&*dev, h.offset, h.size).ok_or_else(|| {
+        ImageError::Invalid(format!("{}: hash region out of range", h.file.display()))
+    })?;
     let sb = verity::read_superblock(&w, 0).map_err(|e| {
         ImageError::Invalid(format!(
             "{}: {}: {e}",

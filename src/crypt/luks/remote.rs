@@ -88,9 +88,9 @@ impl RemoteLuks {
             }
         }
         let seg = self.header.data_segment(&name, self.dev.size(), false)?;
-        let (slot, key) =
-            self.header
-                .unlock(&*self.dev, pass, slot, keyslot::Segment::Default)?;
+        let (slot, key) = self
+            .header
+            .unlock(&*self.dev, pass, slot, keyslot::Segment::Default)?;
         let opts = ActivateOptions {
             name: params.name.clone(),
             allow_discards: false,
