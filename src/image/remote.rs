@@ -243,3 +243,41 @@ pub fn activate(
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_locations() {
+        assert!(location(Path::new("root.raw")).unwrap().is_none());
+        assert!(location(Path::new("https://h/root.raw")).unwrap().is_some());
+        assert!(location(Path::new("s3://bucket/os/root.raw"))
+            .unwrap()
+            .is_some());
+        for bad in [
+            "https://h/root.raw?X-Amz-Signature=s",
+            "https://u:pw@h/root.raw",
+        ] {
+            let e = location(Path::new(bad)).unwrap_err().to_string();
+            assert!(e.contains("query or user:password"), "{e}");
+            assert!(!e.contains("pw") && !e.contains("Signature"), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_window_reads_its_range_and_refuses_past_its_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("obj");
+        std::fs::write(&f, b"0123456789").unwrap();
+        let obj: Arc<dyn RangeSource> = Arc::new(crate::remote::LocalRange::open(&f).unwrap());
+        assert!(Window::new(obj.clone(), 8, 3, true).is_err());
+        let w = Window::new(obj, 2, 5, false).unwrap();
+        let mut b = [0u8; 3];
+        w.read_range(1, &mut b).unwrap();
+        assert_eq!(&b, b"345");
+        assert!(w.read_range(3, &mut b).is_err());
+        assert_eq!(w.identity().len, 5);
+        assert_eq!(w.stats().requests, 1);
+    }
+}
