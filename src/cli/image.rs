@@ -149,6 +149,9 @@ pub struct OpenArgs {
     /// Print what was opened as JSON.
     #[arg(long)]
     json: bool,
+    /// When IMAGE is an https://, http:// or s3:// URL: how it is fetched and cached.
+    #[command(flatten)]
+    remote: super::remote::RemoteArgs,
 }
 
 /// Arguments of `image close`.
@@ -340,6 +343,7 @@ fn open(a: OpenArgs) -> CliResult {
         threads: a.threads.max(1),
         fec,
         overlay: crate::image::rootless::Overlay::parse(&a.overlay).unwrap_or_default(),
+        remote: a.remote.image(),
     };
     let r = open::open(&o)?;
     for w in &r.warnings {

@@ -20,6 +20,9 @@ pub struct ImageSource {
     /// Trust this root hash (hex) instead of the image's.
     #[arg(long)]
     root_hash: Option<String>,
+    /// When IMAGE is an https://, http:// or s3:// URL: how it is fetched and cached.
+    #[command(flatten)]
+    remote: super::remote::RemoteArgs,
 }
 
 /// Arguments of `image ls`.
@@ -86,6 +89,7 @@ fn open(s: &ImageSource) -> Result<OpenedImage, CliError> {
         image: s.image.clone(),
         certs: s.cert.clone(),
         root_hash,
+        remote: s.remote.image(),
         ..Default::default()
     };
     let opened = open_image(&o)?;
@@ -220,8 +224,7 @@ pub fn mtree(a: MtreeArgs) -> CliResult {
 pub fn validate(a: ValidateArgs) -> CliResult {
     let o = open(&a.src)?;
     let v = &o.verified;
-    let bs = crate::image::inspect::read_verity(&v.layout)?
-        .map_or(4096, |p| u64::from(p.data_block_size));
+    let bs = u64::from(v.params.data_block_size);
     let r = validate::read_all(&*v.device(), bs);
     let signed = v.signer.as_ref().map(|s| s.subject.clone());
     if a.json {

@@ -166,7 +166,7 @@ pub struct OpenArgs {
     #[arg(long)]
     allow_discards: bool,
     /// Serve read-only.
-    #[arg(long, short = 'r')]
+    #[arg(long, short = 'r', alias = "readonly")]
     read_only: bool,
     /// Check the passphrase and stop.
     #[arg(long)]
@@ -197,6 +197,9 @@ pub struct OpenArgs {
     /// Only tokens of this type (luks2-keyring is the built-in one).
     #[arg(long)]
     token_type: Option<String>,
+    /// When DEVICE is an https://, http:// or s3:// URL (with --readonly): how it is fetched.
+    #[command(flatten)]
+    remote: super::remote::RemoteArgs,
 }
 
 /// Arguments of `luks dump`.
@@ -221,6 +224,9 @@ pub struct DumpArgs {
     /// Do not ask for confirmation.
     #[arg(long, short = 'q', alias = "batch-mode")]
     batch_mode: bool,
+    /// When DEVICE is an https://, http:// or s3:// URL: how it is fetched.
+    #[command(flatten)]
+    remote: super::remote::RemoteArgs,
 }
 
 /// Run a `dmkit luks` subcommand.
@@ -305,6 +311,24 @@ fn format(a: FormatArgs) -> CliResult {
 
 fn open(a: OpenArgs) -> CliResult {
     let want = luks_slots::wanted_version(&a.luks_type)?;
+    if let Some(loc) = super::luks_remote::remote(&a.volume.device)? {
+        if a.volume.header.is_some() || a.persistent || a.allow_discards || a.token_only {
+            return Err(CliError::invalid(format!(
+                "{loc}: --header, --persistent, --allow-discards and --token-only are not \
+                 available for a remote device"
+            )));
+        }
+        return super::luks_remote::open(super::luks_remote::OpenRemote {
+            loc,
+            name: a.name.clone(),
+            read_only: a.read_only,
+            key_slot: a.key_slot,
+            want,
+            key: &a.key,
+            serve: &a.serve,
+            remote: &a.remote,
+        });
+    }
     let serving = match (&a.name, a.test_passphrase) {
         (_, true) => None,
         (Some(n), false) => Some((n.clone(), a.serve.prepare(n)?)),
@@ -366,6 +390,14 @@ fn persist(a: &OpenArgs, want: Option<u16>) {
 
 fn dump_cmd(a: DumpArgs) -> CliResult {
     use std::io::Write;
+    if let Some(loc) = super::luks_remote::remote(&a.device)? {
+        if a.header.is_some() || a.dump_volume_key {
+            return Err(CliError::invalid(format!(
+                "{loc}: --header and --dump-volume-key are not available for a remote device"
+            )));
+        }
+        return super::luks_remote::dump(&loc, &a.remote, a.json);
+    }
     let v = load(&a.device, a.header.as_deref(), false, None)?;
     if a.dump_volume_key {
         let pass = passphrase(&a.key, &luks_slots::prompt(&a.device), false)?;

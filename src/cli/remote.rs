@@ -131,6 +131,25 @@ impl RemoteArgs {
         })
     }
 
+    /// The options of a remote image (`image ls|cat|...|open URL`).
+    pub fn image(&self) -> crate::image::remote::RemoteImageOptions {
+        crate::image::remote::RemoteImageOptions {
+            http: self.http(),
+            s3: crate::remote::s3::S3Options {
+                endpoint: self.s3_endpoint.clone(),
+                region: self.s3_region.clone(),
+            },
+            device: self.device(),
+            cache: self.cache(),
+            prefetch: self.prefetch,
+        }
+    }
+
+    /// Whether a cache option was given (refused where nothing can be verified).
+    pub fn cache_requested(&self) -> bool {
+        self.cache_dir.is_some() || self.cache_size.is_some() || self.prefetch
+    }
+
     /// Whether `--prefetch` was given.
     pub fn prefetch(&self) -> bool {
         self.prefetch

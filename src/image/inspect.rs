@@ -119,14 +119,18 @@ pub struct Inspection {
 
 /// The verity superblock at the start of the hash region.
 pub fn read_verity(l: &Layout) -> Result<Option<VerityParams>> {
+    read_verity_in(&layout::LocalFiles, l)
+}
+
+/// The verity superblock at the start of the hash region, read through `files`.
+pub fn read_verity_in(files: &dyn layout::Files, l: &Layout) -> Result<Option<VerityParams>> {
     let Some(h) = &l.hash else {
         return Ok(None);
     };
-    let dev = layout::open_file(&h.file)?;
-    let w = crate::block::Window::new(&dev as &dyn crate::block::BlockDevice, h.offset, h.size)
-        .ok_or_else(|| {
-            ImageError::Invalid(format!("{}: hash region out of range", h.file.display()))
-        })?;
+    let dev = files.open(&h.file)?;
+    let w = crate::block::Window::new(&*dev, h.offset, h.size).ok_or_else(|| {
+        ImageError::Invalid(format!("{}: hash region out of range", h.file.display()))
+    })?;
     let sb = verity::read_superblock(&w, 0).map_err(|e| {
         ImageError::Invalid(format!(
             "{}: {}: {e}",

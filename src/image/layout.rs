@@ -14,6 +14,7 @@ use super::sigjson::SigJson;
 use super::{ImageError, Result};
 use crate::block::{BlockDevice, FileDevice, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// A byte range of a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,8 +111,34 @@ pub fn open_file(path: &Path) -> Result<FileDevice> {
     .map_err(|e| invalid(path, format!("cannot open: {e}")))
 }
 
-/// Read `region` into memory (at most `max` bytes).
+/// Read `region` of a local file into memory (at most `max` bytes).
 pub fn read_region(region: &Region, max: u64) -> Result<Vec<u8>> {
+    read_region_in(&LocalFiles, region, max)
+}
+
+/// Where the files of an image are read from: local files, or remote objects
+/// ([`crate::image::remote`]). Nothing read through it is trusted.
+pub trait Files {
+    /// The file at `path` (the image, a sidecar) as a read-only device.
+    fn open(&self, path: &Path) -> Result<Arc<dyn BlockDevice>>;
+    /// The size of the sidecar file at `path`, or `None` when there is none.
+    fn size(&self, path: &Path) -> Result<Option<u64>>;
+}
+
+/// The image's files on the local file system.
+pub struct LocalFiles;
+
+impl Files for LocalFiles {
+    fn open(&self, path: &Path) -> Result<Arc<dyn BlockDevice>> {
+        Ok(Arc::new(open_file(path)?))
+    }
+    fn size(&self, path: &Path) -> Result<Option<u64>> {
+        Ok(std::fs::metadata(path).ok().map(|m| m.len()))
+    }
+}
+
+/// Read `region` of a file opened through `files` (at most `max` bytes).
+pub fn read_region_in(files: &dyn Files, region: &Region, max: u64) -> Result<Vec<u8>> {
     if region.size > max {
         return Err(invalid(
             &region.file,
@@ -121,7 +148,7 @@ pub fn read_region(region: &Region, max: u64) -> Result<Vec<u8>> {
             ),
         ));
     }
-    let dev = open_file(&region.file)?;
+    let dev = files.open(&region.file)?;
     let mut buf = vec![0u8; region.size as usize];
     dev.read_at(&mut buf, region.offset)
         .map_err(|e| invalid(&region.file, e))?;
@@ -137,12 +164,17 @@ fn probe_fs(dev: &dyn BlockDevice, offset: u64, size: u64) -> Option<FsKind> {
 
 /// Find the parts of `image`.
 pub fn locate(image: &Path) -> Result<Layout> {
-    let dev = open_file(image)?;
+    locate_in(image, &LocalFiles)
+}
+
+/// Find the parts of `image`, reading its files through `files`.
+pub fn locate_in(image: &Path, files: &dyn Files) -> Result<Layout> {
+    let dev = files.open(image)?;
     let size = dev.size();
-    match gpt::parse(&dev) {
-        Ok(g) => from_gpt(image, &dev, g),
-        Err(gpt::GptError::NotGpt) => match probe_fs(&dev, 0, size) {
-            Some(fs) => from_split(image, size, fs),
+    match gpt::parse(&*dev) {
+        Ok(g) => from_gpt(image, files, &*dev, g),
+        Err(gpt::GptError::NotGpt) => match probe_fs(&*dev, 0, size) {
+            Some(fs) => from_split(image, files, size, fs),
             None => Err(invalid(
                 image,
                 "neither a GPT disk image nor an EROFS, SquashFS or ext4 file system",
@@ -152,7 +184,7 @@ pub fn locate(image: &Path) -> Result<Layout> {
     }
 }
 
-fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
+fn from_gpt(image: &Path, files: &dyn Files, dev: &dyn BlockDevice, g: Gpt) -> Result<Layout> {
     let sector = g.sector_size;
     // The first partition of a role, this machine's architecture first (as systemd prefers).
     let native = dps::native_architecture();
@@ -207,7 +239,7 @@ fn from_gpt(image: &Path, dev: &FileDevice, g: Gpt) -> Result<Layout> {
         None => None,
         Some(e) => {
             let r = region(e);
-            let bytes = read_region(&r, super::sigjson::MAX_SIZE).map_err(|_| {
+            let bytes = read_region_in(files, &r, super::sigjson::MAX_SIZE).map_err(|_| {
                 invalid(
                     image,
                     format!(
@@ -249,7 +281,7 @@ fn type_name(e: &gpt::Entry) -> &'static str {
     dps::lookup(&e.type_guid).map_or("?", |t| t.name)
 }
 
-fn from_split(image: &Path, size: u64, fs: FsKind) -> Result<Layout> {
+fn from_split(image: &Path, files: &dyn Files, size: u64, fs: FsKind) -> Result<Layout> {
     let whole = |file: PathBuf, size: u64| Region {
         file,
         offset: 0,
@@ -258,29 +290,35 @@ fn from_split(image: &Path, size: u64, fs: FsKind) -> Result<Layout> {
         uuid: None,
     };
     let verity = sidecar(image, ".verity");
-    let hash = match std::fs::metadata(&verity) {
-        Ok(m) => Some(whole(verity, m.len())),
-        Err(_) => None,
-    };
+    let hash = files.size(&verity)?.map(|len| whole(verity, len));
     // `.roothash` for a root file system, `.usrhash` for a /usr one (`build --type usr`).
-    let hash_suffix = [".roothash", ".usrhash"]
-        .into_iter()
-        .find(|s| sidecar(image, s).exists())
-        .unwrap_or(".roothash");
+    let mut found = None;
+    for s in [".roothash", ".usrhash"] {
+        if let Some(len) = files.size(&sidecar(image, s))? {
+            found = Some((s, len));
+            break;
+        }
+    }
+    let hash_suffix = found.map_or(".roothash", |(s, _)| s);
     let rh_path = sidecar(image, hash_suffix);
-    let roothash_file = match std::fs::read_to_string(&rh_path) {
-        Ok(t) => Some(hex::decode(t.trim()).map_err(|_| invalid(&rh_path, "not a hex root hash"))?),
-        Err(_) => None,
+    let roothash_file = match found {
+        Some((_, len)) => {
+            // A root hash is at most 64 bytes of digest in hex, and a newline.
+            let t = read_region_in(files, &whole(rh_path.clone(), len), 4096)?;
+            let t = String::from_utf8_lossy(&t);
+            Some(hex::decode(t.trim()).map_err(|_| invalid(&rh_path, "not a hex root hash"))?)
+        }
+        None => None,
     };
     let p7s = sidecar(image, &format!("{hash_suffix}.p7s"));
-    let signature = match std::fs::metadata(&p7s) {
-        Ok(m) => Some(Signature {
+    let signature = match files.size(&p7s)? {
+        Some(len) => Some(Signature {
             root_hash: None,
             certificate_fingerprint: None,
-            der: read_region(&whole(p7s.clone(), m.len()), super::sigjson::MAX_SIZE)?,
+            der: read_region_in(files, &whole(p7s.clone(), len), super::sigjson::MAX_SIZE)?,
             from: p7s.display().to_string(),
         }),
-        Err(_) => None,
+        None => None,
     };
     Ok(Layout {
         image: image.to_path_buf(),

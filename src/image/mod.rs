@@ -26,6 +26,7 @@ pub mod layout;
 pub mod mkfs;
 pub mod open;
 pub mod read;
+pub mod remote;
 pub mod rootless;
 pub mod sigjson;
 pub mod stage;

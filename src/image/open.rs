@@ -45,6 +45,8 @@ pub struct OpenOptions {
     pub fec: super::fec::FecChoice,
     /// Without root: which writable layer (see [`super::rootless`]).
     pub overlay: super::rootless::Overlay,
+    /// How the image's objects are fetched and cached when it is a URL.
+    pub remote: super::remote::RemoteImageOptions,
 }
 
 /// What `open` set up.
@@ -284,11 +286,12 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
             certs: o.certs.clone(),
             root_hash: o.root_hash.clone(),
             fec: o.fec.clone(),
+            remote: o.remote.clone(),
         },
         &name,
     )?;
     let (fs_kind, root_hex, source, signer) = (v.fs, v.root_hex, v.root_hash_source, v.signer);
-    let (fec_details, warnings) = (v.fec, v.warnings);
+    let (fec_details, warnings, remote) = (v.fec, v.warnings, v.remote);
     let mut activated = v.activated;
 
     // Every path of the stack, recorded in the export's state for close and status.
@@ -310,6 +313,7 @@ pub fn open(o: &OpenOptions) -> Result<Opened> {
         "root_hash_source": source,
         "signed_by": signer.as_ref().map(|s| s.subject.clone()),
         "fec": fec_details.clone(),
+        "remote": remote,
         "private_dir": private,
         "lower": lower,
         "tmpfs": tmpfs,

@@ -9,6 +9,7 @@
 pub mod cache;
 pub mod credentials;
 pub mod device;
+pub mod direct;
 pub mod http;
 pub mod location;
 pub mod objects;

@@ -5,15 +5,16 @@
 
 use crate::block::{Activated, BlockDevice};
 use crate::image::fec::{self, FecChoice};
-use crate::image::inspect::{describe_region, read_verity};
+use crate::image::inspect::{describe_region, read_verity_in};
 use crate::image::layout::{self, Layout, RootHashSource};
 use crate::image::mkfs::FsKind;
+use crate::image::remote::{self, RemoteFiles, RemoteImageOptions};
 use crate::image::{ImageError, Result};
 use crate::verity::sig::{SignatureError, VerifiedSigner};
 use crate::verity::volume::{
     self, Backing, ParamsSource, SignatureSource, VerityVolume, VolumeError,
 };
-use crate::verity::{self, TreeLayout, VerityOptions};
+use crate::verity::{self, TreeLayout, VerityOptions, VerityParams};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -29,6 +30,8 @@ pub struct VerifyOptions {
     pub root_hash: Option<Vec<u8>>,
     /// Where the FEC parity comes from.
     pub fec: FecChoice,
+    /// How the image's objects are fetched and cached when it is a URL.
+    pub remote: RemoteImageOptions,
 }
 
 /// An image whose root partition is readable only through its verity tree.
@@ -49,6 +52,10 @@ pub struct Verified {
     pub warnings: Vec<String>,
     /// The verity volume, activated (not exported): every read is verified against the tree.
     pub activated: Activated,
+    /// The tree's parameters.
+    pub params: VerityParams,
+    /// Whether the image is read from a remote object (then without FEC).
+    pub remote: bool,
 }
 
 impl Verified {
@@ -108,7 +115,14 @@ fn backing(r: &layout::Region) -> Backing<'_> {
 /// activate its verity volume as `name` (not exported: the caller serves or reads it).
 pub fn open_verified(o: &VerifyOptions, name: &str) -> Result<Verified> {
     let image = &o.image;
-    let l = layout::locate(image)?;
+    // A URL: its files are read through the remote transport, its blocks verified by the
+    // remote verity layer (see [`crate::image::remote`]).
+    let remote_files = remote::location(image)?.map(|_| RemoteFiles::new(&o.remote));
+    let files: &dyn layout::Files = match &remote_files {
+        Some(r) => r,
+        None => &layout::LocalFiles,
+    };
+    let l = layout::locate_in(image, files)?;
     let Some(hash_region) = l.hash.clone() else {
         return Err(ImageError::Invalid(format!(
             "{}: no dm-verity hash tree (an image without verity: no root-x86-64-verity \
@@ -136,17 +150,48 @@ pub fn open_verified(o: &VerifyOptions, name: &str) -> Result<Verified> {
     } else {
         Some(check_signature(&l, &root_hex, &o.certs)?)
     };
-    let params = read_verity(&l)?.expect("the hash region exists");
+    let params = read_verity_in(files, &l)?.expect("the hash region exists");
     let root = verity::parse_root_hash(&root_hex, &params)
         .map_err(|e| ImageError::Invalid(format!("{}: {e}", image.display())))?;
     TreeLayout::new(&params)
         .map_err(|e| ImageError::Invalid(format!("{}: {e}", image.display())))?;
     let image_err = |e: VolumeError| volume_error(image, &root_hex, &hash_region, e);
+    if let Some(files) = &remote_files {
+        if matches!(o.fec, FecChoice::Device(..)) {
+            return Err(ImageError::Invalid(format!(
+                "{}: --fec-device: forward error correction is not available for remote \
+                 images (a block that fails is fetched again, then fails with EIO)",
+                image.display()
+            )));
+        }
+        let activated = remote::activate(
+            files,
+            &l.data,
+            &hash_region,
+            params.clone(),
+            &root,
+            name,
+            &o.remote,
+        )
+        .map_err(image_err)?;
+        return Ok(Verified {
+            layout: l,
+            fs: fs_kind,
+            root_hex,
+            root_hash_source: source,
+            signer,
+            fec: None,
+            warnings: Vec::new(),
+            activated,
+            params,
+            remote: true,
+        });
+    }
     let (fec, warnings) = fec::resolve(&l, &hash_region, &params, &o.fec)?;
     let volume = VerityVolume::open(
         backing(&l.data),
         backing(&hash_region),
-        ParamsSource::Given(params),
+        ParamsSource::Given(params.clone()),
         true,
     )
     .map_err(image_err)?;
@@ -166,6 +211,8 @@ pub fn open_verified(o: &VerifyOptions, name: &str) -> Result<Verified> {
         fec: fec_details,
         warnings,
         activated,
+        params,
+        remote: false,
     })
 }
 

@@ -119,6 +119,7 @@ pub(super) fn open(o: &OpenOptions, mp: &Path, name: &str) -> Result<Opened> {
         certs: o.certs.clone(),
         root_hash: o.root_hash.clone(),
         fec: o.fec.clone(),
+        remote: o.remote.clone(),
     })?;
     drop(opened.fs);
     let mut v = opened.verified;
@@ -168,6 +169,7 @@ pub(super) fn open(o: &OpenOptions, mp: &Path, name: &str) -> Result<Opened> {
         "root_hash_source": v.root_hash_source,
         "signed_by": v.signer.as_ref().map(|s| s.subject.clone()),
         "fec": v.fec.clone(),
+        "remote": v.remote,
         "private_dir": private,
         "lower": lower,
         "tmpfs": if upper == Upper::UserNs { rw.clone() } else { None },

@@ -13,6 +13,7 @@
 //! NBD, the same for all).
 
 pub mod clients;
+pub mod first_file;
 pub mod raw;
 pub mod render;
 pub mod server;
@@ -162,6 +163,9 @@ pub struct RemoteReport {
     pub versions: Vec<String>,
     /// How the measured dmkit was built.
     pub dmkit_build: String,
+    /// Time to first file of `image cat`, remote against local ([`first_file`]).
+    #[serde(default)]
+    pub first_file: Vec<first_file::FirstFileCell>,
 }
 
 impl RemoteReport {
@@ -314,6 +318,7 @@ pub fn run(o: &RemoteBenchOptions, interrupt: &Interrupt) -> Result<RemoteReport
         }
     }
     drop(srv);
+    let first_file = first_file::run(&dmkit, ws.dir(), &o.delays_ms, o.runs, interrupt)?;
     Ok(RemoteReport {
         size: o.size,
         hash_size,
@@ -331,6 +336,7 @@ pub fn run(o: &RemoteBenchOptions, interrupt: &Interrupt) -> Result<RemoteReport
             tool_version("qemu-storage-daemon"),
         ],
         dmkit_build: dmkit.build_label(),
+        first_file,
     })
 }
 

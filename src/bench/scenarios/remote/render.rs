@@ -195,6 +195,7 @@ pub fn render(r: &RemoteReport) -> String {
     if r.dmkit_build != "release" {
         out.push_str(&format!("dmkit build: {}\n", r.dmkit_build));
     }
+    out.push_str(&super::first_file::render(&r.first_file));
     out
 }
 
@@ -243,6 +244,7 @@ mod tests {
             commands: vec!["dmkit verity open ...".into()],
             versions: vec!["fio-3.33".into()],
             dmkit_build: "release".into(),
+            first_file: Vec::new(),
         };
         let t = render(&r);
         assert!(t.contains("| randread-4k-qd8          | 20 ms |"), "{t}");
