@@ -357,6 +357,11 @@ impl BlockDevice for CryptDevice {
     fn hand_over(&self) {
         self.lower.hand_over()
     }
+    // A read-only LUKS image over a URL waits on the network below: its export then keeps
+    // several requests in flight, as for remote verity.
+    fn blocks_on_network(&self) -> bool {
+        self.lower.blocks_on_network()
+    }
 }
 
 #[cfg(test)]
