@@ -1,5 +1,6 @@
 //! `dmkit luks reencrypt` (cryptsetup's `reencrypt`, offline): re-key a LUKS2 device or change
-//! its cipher, key size or sector size, encrypt a plaintext device under a new detached header
+//! its cipher, key size or sector size (`--keep-key`: under the same volume key;
+//! `--volume-key-file`: to a given one; `--device-size`: only the data's first bytes), encrypt a plaintext device under a new detached header
 //! (`--encrypt --header`), decrypt a device with a detached header (`--decrypt`); resumable
 //! by cryptsetup and resuming what cryptsetup started. The library does the work and keeps the keys; here the options, passphrases, the
 //! question before resuming and the progress display (a line on a terminal with rate and
