@@ -133,7 +133,7 @@ fn parse_reduce(s: &str) -> Result<u64, String> {
 /// `--device-size`: cryptsetup's checks, its messages.
 fn parse_device_size(s: &str) -> Result<u64, String> {
     match parse_size(s)? {
-        0 => Err("Bad number".into()),
+        0 => Err("invalid numeric value".into()),
         n if n % 512 != 0 => Err("Device size must be multiple of 512 bytes sector.".into()),
         n => Ok(n),
     }
