@@ -158,6 +158,7 @@ fn kernel_and_dmkit_reencrypt_and_convert_each_others_volumes() {
         let opts = RunOptions {
             max_hotzone: Some(1 << 20),
             io_block: 0,
+            device_size: None,
         };
         let outcome = v
             .reencrypt_run(PASS.as_bytes(), None, &opts, &mut |p| p.done < p.size / 2)

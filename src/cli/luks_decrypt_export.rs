@@ -118,6 +118,8 @@ fn decrypt_export(x: &Export<'_>) -> Result<Started, CliError> {
         io_block: 0,
         hash: x.hash.to_string(),
         benchmark_digest: x.benchmark_digest,
+        new_key: Default::default(),
+        device_size: None,
     };
     let pass = passphrase(x.key, &format!("Enter passphrase for {device}: "), false)?;
     v.reencrypt_init_decrypt_export(header, &pass, x.key_slot, x.moved, &params)?;

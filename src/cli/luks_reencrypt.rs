@@ -1,5 +1,6 @@
 //! `dmkit luks reencrypt` (cryptsetup's `reencrypt`, offline): re-key a LUKS2 device or change
-//! its cipher, key size or sector size, encrypt a plaintext device under a new detached header
+//! its cipher, key size or sector size (`--keep-key`: under the same volume key;
+//! `--volume-key-file`: to a given one; `--device-size`: only the data's first bytes), encrypt a plaintext device under a new detached header
 //! (`--encrypt --header`), decrypt a device with a detached header (`--decrypt`); resumable
 //! by cryptsetup and resuming what cryptsetup started. The library does the work and keeps the keys; here the options, passphrases, the
 //! question before resuming and the progress display (a line on a terminal with rate and
@@ -13,7 +14,9 @@ use super::{CliError, CliResult};
 use crate::crypt::cipher::CipherSpec;
 use crate::crypt::luks::LuksVolume;
 use crate::crypt::luks2::reencrypt::RunOutcome;
-use crate::crypt::luks2::reencrypt::{InitParams, NewKeyslot, Progress, Resilience, RunOptions};
+use crate::crypt::luks2::reencrypt::{
+    InitParams, NewKey, NewKeyslot, Progress, Resilience, RunOptions,
+};
 use crate::crypt::luks2::FormatParams;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -77,9 +80,17 @@ pub struct ReencryptArgs {
     /// the data moves by that half while it is encrypted.
     #[arg(long, value_parser = parse_reduce)]
     reduce_device_size: Option<u64>,
-    /// With --encrypt: the new volume key from this file instead of a random one.
+    /// The new volume key from this file instead of a random one (--encrypt, or a re-key;
+    /// the current volume key keeps it, as --keep-key).
     #[arg(long)]
     volume_key_file: Option<std::path::PathBuf>,
+    /// Keep the volume key: change only the cipher or the sector size (no keyslot added).
+    #[arg(long)]
+    keep_key: bool,
+    /// Reencrypt only this many bytes of data from its start (suffixes k, M, G); the rest is
+    /// left as it is. DANGEROUS: the segment still spans the whole device when done.
+    #[arg(long, value_parser = parse_device_size)]
+    pub(super) device_size: Option<u64>,
     /// With --encrypt: the header's type (luks2 only).
     #[arg(long = "type", short = 'M', value_name = "TYPE")]
     kind: Option<String>,
@@ -117,6 +128,15 @@ fn parse_reduce(s: &str) -> Result<u64, String> {
         return Err("Reduce size must be multiple of 512 bytes sector.".into());
     }
     Ok(n)
+}
+
+/// `--device-size`: cryptsetup's checks, its messages.
+fn parse_device_size(s: &str) -> Result<u64, String> {
+    match parse_size(s)? {
+        0 => Err("invalid numeric value".into()),
+        n if n % 512 != 0 => Err("Device size must be multiple of 512 bytes sector.".into()),
+        n => Ok(n),
+    }
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -181,11 +201,36 @@ pub(super) fn init(
     } else {
         seg.key_size
     };
-    let key_size = key_bytes(a, default)?;
-    let slots = match a.key_slot {
+    let key_size = match a.key_size {
+        Some(bits) if a.keep_key && bits as usize != seg.key_size * 8 => {
+            return Err(CliError::invalid(format!(
+                "--keep-key keeps the {}-bit volume key: --key-size {bits} cannot change it.",
+                seg.key_size * 8
+            )))
+        }
+        _ if a.keep_key => seg.key_size,
+        _ => key_bytes(a, default)?,
+    };
+    let new_key = match &a.volume_key_file {
+        _ if a.keep_key => NewKey::Keep,
+        Some(f) => NewKey::Given(super::luks_compat::read_volume_key(f, key_size)?),
+        None => NewKey::Random,
+    };
+    let sector_size = a.sector_size.unwrap_or(seg.sector_size);
+    let keep = v.reencrypt_keeps_key(&new_key)?;
+    if keep && cipher == seg.cipher && sector_size == seg.sector_size {
+        return Err(CliError::invalid(
+            "No data segment parameters changed. Reencryption aborted.",
+        ));
+    }
+    let mut slots = match a.key_slot {
         Some(s) => vec![s],
         None => v.data_keyslots()?,
     };
+    // cryptsetup asks for the first keyslot's passphrase only when the key stays.
+    if keep {
+        slots.truncate(1);
+    }
     if slots.len() > 1 && (a.key.key_file.is_some() || !is_tty(0)) {
         return Err(CliError::invalid(
             "Key file can be used only with --key-slot or with exactly one key slot active.",
@@ -208,7 +253,7 @@ pub(super) fn init(
     let params = InitParams {
         cipher,
         key_size,
-        sector_size: a.sector_size.unwrap_or(seg.sector_size),
+        sector_size,
         resilience: resilience(a)?,
         pbkdf: if custom {
             Some(pb.params(false)?)
@@ -218,6 +263,8 @@ pub(super) fn init(
         io_block: 0,
         hash: pb.hash.clone(),
         benchmark_digest: pb.pbkdf_force_iterations.is_none(),
+        new_key,
+        device_size: a.device_size,
     };
     if served {
         v.reencrypt_init_served(&new, &params)?;
@@ -265,6 +312,8 @@ fn init_params(a: &ReencryptArgs) -> Result<InitParams, CliError> {
         io_block: 0,
         hash: a.pbkdf.hash.clone(),
         benchmark_digest: a.pbkdf.pbkdf_force_iterations.is_none(),
+        new_key: NewKey::Random,
+        device_size: a.device_size,
     })
 }
 
@@ -350,9 +399,15 @@ fn start_encrypt_shift(
 /// Run `luks reencrypt`.
 pub fn reencrypt(a: ReencryptArgs) -> CliResult {
     let device = a.volume.device.display().to_string();
-    if a.volume_key_file.is_some() && !a.encrypt {
+    if a.reduce_device_size.is_some() && a.device_size.is_some() {
         return Err(CliError::invalid(
-            "dmkit takes --volume-key-file with --encrypt only (the new key of a re-key is random).",
+            "Options --reduce-device-size and --data-size cannot be combined.",
+        ));
+    }
+    let exporting = a.decrypt && a.volume.header.as_deref().is_some_and(|h| !h.exists());
+    if exporting && a.device_size.is_some() {
+        return Err(CliError::invalid(
+            "dmkit decrypts a device whose header moves out whole: no --device-size with it.",
         ));
     }
     if a.encrypt {
@@ -455,6 +510,7 @@ pub(super) fn run(
     let opts = RunOptions {
         max_hotzone: a.hotzone_size,
         io_block: 0,
+        device_size: a.device_size,
     };
     let outcome = v.reencrypt_run(&pass, a.key_slot, &opts, &mut |p| {
         shown.show(p);

@@ -61,6 +61,12 @@ pub fn dispatch(a: ReencryptArgs) -> CliResult {
 
 /// Run `luks reencrypt` on an open device.
 pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
+    if a.device_size.is_some() {
+        return Err(CliError::invalid(format!(
+            "{}: dmkit reencrypts an open device whole: no --device-size online (close it to reencrypt offline).",
+            s.name
+        )));
+    }
     let mut v = load(&s.device, s.header.as_deref(), true, Some(2))?;
     let pass = match v.reencryption()? {
         None if a.resume_only => {

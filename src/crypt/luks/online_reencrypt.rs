@@ -403,6 +403,7 @@ impl Reencryptor {
         let opts = RunOptions {
             max_hotzone: Some(max_hotzone.unwrap_or(ONLINE_HOTZONE)),
             io_block,
+            device_size: None,
         };
         let r = run.run_gated(&installer, &opts, &mut |pr: Progress| {
             self.done.store(pr.done, Ordering::SeqCst);

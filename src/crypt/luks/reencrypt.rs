@@ -83,6 +83,12 @@ impl LuksVolume {
         })
     }
 
+    /// Whether a re-key with `new_key` keeps the volume key (`--keep-key`, or a given key
+    /// that is the current one).
+    pub fn reencrypt_keeps_key(&self, new_key: &reencrypt::NewKey) -> Result<bool, LuksError> {
+        reencrypt::keeps_key(self.luks2()?, new_key)
+    }
+
     /// The keyslots whose key opens the data segment (the ones a reencryption re-keys).
     pub fn data_keyslots(&self) -> Result<Vec<u32>, LuksError> {
         let h = self.luks2()?;
@@ -178,6 +184,14 @@ impl LuksVolume {
             Some(d) => d,
             None => &self.dev,
         };
+        let shifted = reencrypt::datashift::is_moved_encryption(&st)
+            || reencrypt::decrypt_shift::is_moved_decryption(&st);
+        if shifted && o.device_size.is_some() {
+            return Err(LuksError::Unsupported(
+                "--device-size with a reencryption that moves the data (dmkit moves it whole)"
+                    .into(),
+            ));
+        }
         let r = if reencrypt::datashift::is_moved_encryption(&st) {
             reencrypt::datashift::run(&self.dev, data_dev, h, &keys, progress)
         } else if reencrypt::decrypt_shift::is_moved_decryption(&st) {

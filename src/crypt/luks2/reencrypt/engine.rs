@@ -40,6 +40,9 @@ pub struct RunOptions {
     pub max_hotzone: Option<u64>,
     /// The data device's I/O block (cryptsetup aligns hotzones to it), bytes.
     pub io_block: u64,
+    /// Reencrypt only this many bytes of data (`--device-size`, cryptsetup's fixed size
+    /// mode); `None`: to the device's end, or to the end the segments record after a crash.
+    pub device_size: Option<u64>,
 }
 
 /// How a run ended.
@@ -333,6 +336,7 @@ impl<'a> Run<'a> {
         opts: &RunOptions,
         progress: &mut dyn FnMut(Progress) -> bool,
     ) -> Result<RunOutcome, LuksError> {
+        self.fix_size(opts)?;
         let size = self.device_size();
         let forward = self.ends.forward;
         if self.hooks.is_some() && (!forward || self.st.keyslot.mode != Mode::Reencrypt) {
@@ -456,6 +460,65 @@ impl<'a> Run<'a> {
             self.teardown()?;
         }
         Ok(outcome)
+    }
+
+    /// The size a run covers (`reencrypt_load_by_passphrase`, `reencrypt_load_crashed`):
+    /// `--device-size` when given, checked against what the segments record; after a crash,
+    /// the size the segments record when none is dynamic; else the device's.
+    fn fix_size(&mut self, opts: &RunOptions) -> Result<(), LuksError> {
+        let (recorded, dynamic) = self
+            .h
+            .metadata
+            .segments
+            .values()
+            .filter(|s| !s.flags.iter().any(|f| f.starts_with("backup-")))
+            .fold((0u64, false), |(sum, dynamic), s| match s.size {
+                Some(n) => (sum + n, dynamic),
+                None => (sum, true),
+            });
+        let size = match opts.device_size {
+            Some(r) => {
+                let misaligned = |s: &Segment| {
+                    s.kind == "crypt" && !r.is_multiple_of(u64::from(s.sector_size.max(512)))
+                };
+                if (recorded > 0 && r < recorded)
+                    || r > self.ends.device_size
+                    || (!dynamic && r != recorded)
+                    || misaligned(&self.ends.previous)
+                    || misaligned(&self.ends.last)
+                {
+                    return Err(LuksError::Invalid(
+                        "Illegal device size requested in reencryption parameters.".into(),
+                    ));
+                }
+                let alignment = self.alignment(opts.io_block);
+                if !r.is_multiple_of(alignment) {
+                    return Err(LuksError::Invalid(format!(
+                        "Device size must be multiple of calculated zone alignment ({alignment} bytes)."
+                    )));
+                }
+                r
+            }
+            None if self.st.hot_id().is_some() && !dynamic && recorded > 0 => {
+                if recorded > self.ends.device_size {
+                    return Err(LuksError::Invalid(format!(
+                        "Device {} is too small.",
+                        self.data_dev.name()
+                    )));
+                }
+                recorded
+            }
+            None => return Ok(()),
+        };
+        if self.hooks.is_some() && size != self.ends.device_size {
+            return Err(LuksError::Unsupported(
+                "--device-size with an online reencryption (dmkit reencrypts what it serves whole)"
+                    .into(),
+            ));
+        }
+        self.ends.device_size = size;
+        self.ends.fixed = true;
+        Ok(())
     }
 
     /// Flush the header device if a hotzone commit's primary copy is not durable yet.

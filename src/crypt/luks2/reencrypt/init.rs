@@ -38,6 +38,23 @@ pub struct InitParams {
     /// Benchmark the digests' PBKDF2 iterations (false when KDF iterations are forced, as
     /// cryptsetup does).
     pub benchmark_digest: bool,
+    /// Where a re-key's new volume key comes from (encryption and decryption ignore it).
+    pub new_key: NewKey,
+    /// Reencrypt only this many bytes of data (`--device-size`); `None`: all of it.
+    pub device_size: Option<u64>,
+}
+
+/// Where the new volume key of a re-key comes from.
+#[derive(Debug, Clone, Default)]
+pub enum NewKey {
+    /// A random key (cryptsetup's default).
+    #[default]
+    Random,
+    /// This key (`--volume-key-file`); when it is the current volume key, as [`NewKey::Keep`].
+    Given(crate::crypt::luks::VolumeKey),
+    /// The volume key stays (`--keep-key`): only the cipher or the sector size changes, and
+    /// no keyslot is added.
+    Keep,
 }
 
 /// An old keyslot whose passphrase also protects the new key.
@@ -105,14 +122,24 @@ pub fn init(
     if !(512..=4096).contains(&p.sector_size) || !p.sector_size.is_power_of_two() {
         return Err(invalid("Unsupported encryption sector size.".into()));
     }
-    check_aligned(data_size, seg0.offset, p.sector_size.max(seg0.sector_size))?;
+    let data = data_bytes(data_size, seg0.offset, p.device_size)?;
+    check_aligned(data, 0, p.sector_size.max(seg0.sector_size))?;
     if slots.is_empty() {
         return Err(invalid("no keyslot to reencrypt".into()));
     }
+    let keep = keeps_key(h, &p.new_key)?;
+    if keep && p.cipher == seg0.encryption && p.sector_size == seg0.sector_size {
+        return Err(invalid(
+            "No data segment parameters changed. Reencryption aborted.".into(),
+        ));
+    }
+    // With the key kept only the reencrypt keyslot is added, and one passphrase unlocks.
+    let slots = if keep { &slots[..1] } else { slots };
     let free = (0..MAX_KEYSLOTS)
         .filter(|i| !h.metadata.keyslots.contains_key(i))
         .count();
-    if free < slots.len() + 1 {
+    let added = if keep { 0 } else { slots.len() };
+    if free < added + 1 {
         return Err(invalid("Not enough free keyslots for reencryption.".into()));
     }
     // Every given passphrase must open its keyslot, and all to the data segment's key.
@@ -127,7 +154,29 @@ pub fn init(
         .segment_digest(0)
         .map(|(i, _)| i)
         .ok_or_else(|| invalid("no digest for segment 0".into()))?;
-    let new_key = random_key(p.key_size).map_err(|e| LuksError::Crypto(e.to_string()))?;
+    if keep {
+        if old_key.len() != p.key_size {
+            return Err(invalid(format!(
+                "Unable to use cipher specification {} with the kept {}-bit volume key.",
+                p.cipher,
+                old_key.len() * 8
+            )));
+        }
+        // Both ends under the one key: the backups bound to its digest, no new keyslot.
+        let keys = (&old_key[..], &old_key[..]);
+        return write_metadata(dev, h, &seg0, (digest_old, digest_old), keys, p);
+    }
+    let new_key = match &p.new_key {
+        NewKey::Given(k) => k.clone(),
+        _ => random_key(p.key_size).map_err(|e| LuksError::Crypto(e.to_string()))?,
+    };
+    if new_key.len() != p.key_size {
+        return Err(invalid(format!(
+            "the given volume key has {} bytes, the new cipher takes {}",
+            new_key.len(),
+            p.key_size
+        )));
+    }
     let mut nd = digest::create(&new_key, &p.hash, p.benchmark_digest)?;
     nd.segments.clear();
     let digest_new = (0..MAX_KEYSLOTS)
@@ -155,7 +204,8 @@ pub fn init(
             )?;
             added.push(id);
         }
-        write_metadata(dev, h, &seg0, digest_old, digest_new, &old_key, &new_key, p)
+        let keys = (&old_key[..], &new_key[..]);
+        write_metadata(dev, h, &seg0, (digest_old, digest_new), keys, p)
     })();
     if result.is_err() {
         // Back to an ordinary device: the keyslots of a key no segment will use go.
@@ -166,15 +216,25 @@ pub fn init(
     result
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Whether a re-key keeps the volume key: `--keep-key`, or a given key that is the current
+/// one (cryptsetup's `crypt_volume_key_verify` on `--volume-key-file`).
+pub fn keeps_key(h: &Luks2Header, new_key: &NewKey) -> Result<bool, LuksError> {
+    match new_key {
+        NewKey::Keep => Ok(true),
+        NewKey::Given(k) => keyslot::check_volume_key(h, k),
+        NewKey::Random => Ok(false),
+    }
+}
+
+/// The backup segments of a re-key (`reencrypt_make_backup_segments`), the reencrypt keyslot
+/// and its digest over `keys` (old, new), the keys' digests `digests` (old, new; the same
+/// one when the key is kept), in the one header write.
 fn write_metadata(
     dev: &dyn BlockDevice,
     h: &mut Luks2Header,
     seg0: &crate::crypt::luks2::json::Segment,
-    digest_old: u32,
-    digest_new: u32,
-    old_key: &[u8],
-    new_key: &[u8],
+    (digest_old, digest_new): (u32, u32),
+    (old_key, new_key): (&[u8], &[u8]),
     p: &InitParams,
 ) -> Result<u32, LuksError> {
     let mut next = h.clone();
@@ -197,7 +257,8 @@ fn write_metadata(
             x.segments.push(d);
         }
     }
-    let keys = verify::KeysByDigest::from([(digest_old, old_key), (digest_new, new_key)]);
+    let mut keys = verify::KeysByDigest::from([(digest_old, old_key)]);
+    keys.entry(digest_new).or_insert(new_key);
     let sectors = (seg0.sector_size, p.sector_size);
     seal(
         dev,
@@ -317,6 +378,23 @@ pub(super) fn only_segment(
     Ok(seg0)
 }
 
+/// The bytes of data a reencryption covers on a device of `data_size` bytes whose data
+/// starts at `offset`: all of them, or `device_size` (`--device-size`) when it fits.
+pub(super) fn data_bytes(
+    data_size: u64,
+    offset: u64,
+    device_size: Option<u64>,
+) -> Result<u64, LuksError> {
+    let data = data_size.saturating_sub(offset);
+    match device_size {
+        Some(d) if d > data => Err(LuksError::Invalid(
+            "Reduced data size is larger than real device size.".into(),
+        )),
+        Some(d) => Ok(d),
+        None => Ok(data),
+    }
+}
+
 /// `data_size` bytes of a device whose data starts at `offset`: some, and whole sectors of
 /// `sector` bytes.
 pub(super) fn check_aligned(data_size: u64, offset: u64, sector: u32) -> Result<(), LuksError> {
@@ -343,7 +421,8 @@ pub fn init_encrypt(
     p: &InitParams,
 ) -> Result<u32, LuksError> {
     let seg0 = only_segment(dev, h)?;
-    check_aligned(data_size, seg0.offset, seg0.sector_size)?;
+    let data = data_bytes(data_size, seg0.offset, p.device_size)?;
+    check_aligned(data, 0, seg0.sector_size)?;
     let digest_new = h
         .metadata
         .segment_digest(0)
@@ -392,7 +471,8 @@ pub fn init_decrypt(
     p: &InitParams,
 ) -> Result<u32, LuksError> {
     let seg0 = only_segment(dev, h)?;
-    check_aligned(data_size, seg0.offset, seg0.sector_size)?;
+    let data = data_bytes(data_size, seg0.offset, p.device_size)?;
+    check_aligned(data, 0, seg0.sector_size)?;
     let (_, key) = keyslot::unlock(dev, h, pass, slot, keyslot::Segment::Default)?;
     let digest_old = h
         .metadata

@@ -84,8 +84,11 @@ pub struct Ends {
     pub digest_old: Option<u32>,
     /// Digest of the new key (`None`: the new end is plaintext).
     pub digest_new: Option<u32>,
-    /// Bytes of data the segments cover (to the device's end).
+    /// Bytes of data the segments cover (to the device's end, or `--device-size`).
     pub device_size: u64,
+    /// `--device-size` (cryptsetup's fixed size mode): the segment after the hotzone ends at
+    /// `device_size` rather than with the device.
+    pub fixed: bool,
 }
 
 impl Ends {
@@ -113,6 +116,7 @@ impl Ends {
             digest_old: st.digest_old,
             digest_new: st.digest_new,
             device_size,
+            fixed: false,
         })
     }
 
@@ -155,7 +159,8 @@ impl Ends {
                 self.new_seg(offset, Some(length), &["in-reencryption"]),
             );
             if offset + length < self.device_size {
-                segs.insert(rseg + 1, self.new_seg(offset + length, None, &[]));
+                let rest = self.rest(offset + length);
+                segs.insert(rseg + 1, self.new_seg(offset + length, rest, &[]));
             }
             return (segs, rseg);
         }
@@ -168,9 +173,16 @@ impl Ends {
             self.new_seg(offset, Some(length), &["in-reencryption"]),
         );
         if offset + length < self.device_size {
-            segs.insert(rseg + 1, self.old_seg(offset + length, None));
+            let rest = self.rest(offset + length);
+            segs.insert(rseg + 1, self.old_seg(offset + length, rest));
         }
         (segs, rseg)
+    }
+
+    /// The size of a segment from `from` to the end: to `device_size` in the fixed size mode,
+    /// else dynamic.
+    fn rest(&self, from: u64) -> Option<u64> {
+        self.fixed.then(|| self.device_size - from)
     }
 
     /// The segments once the data is rewritten up to `boundary`: forward, `0..boundary` is
@@ -182,14 +194,18 @@ impl Ends {
                 segs.insert(0, self.old_seg(0, Some(boundary)));
             }
             let n = segs.len() as u32;
-            segs.insert(n, self.new_seg(boundary, None, &[]));
+            // `reencrypt_make_post_segments_backward`: sized only while old data is in front.
+            let size = self.rest(boundary).filter(|_| boundary > 0);
+            segs.insert(n, self.new_seg(boundary, size, &[]));
             return segs;
         }
         let done = boundary;
         let rest = done < self.device_size;
+        // The new data is dynamic again once no old data is left behind it, fixed size mode
+        // or not (`reencrypt_make_post_segments_forward`).
         segs.insert(0, self.new_seg(0, rest.then_some(done), &[]));
         if rest {
-            segs.insert(1, self.old_seg(done, None));
+            segs.insert(1, self.old_seg(done, self.rest(done)));
         }
         segs
     }

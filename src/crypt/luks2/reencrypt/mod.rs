@@ -34,7 +34,7 @@ mod tests;
 pub mod verify;
 
 pub use engine::{Hotzones, Progress, RunOptions, RunOutcome};
-pub use init::{init, init_decrypt, init_encrypt, InitParams, NewKeyslot};
+pub use init::{init, init_decrypt, init_encrypt, keeps_key, InitParams, NewKey, NewKeyslot};
 pub use state::{Direction, Mode, ReencryptState, Resilience, Status};
 
 /// cryptsetup's largest hotzone (`LUKS2_REENCRYPT_MAX_HOTZONE_LENGTH`, 1 GiB).

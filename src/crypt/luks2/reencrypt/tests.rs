@@ -69,6 +69,8 @@ fn started(resilience: Resilience, cipher: &str, key_size: usize, ss: u32) -> Ve
         io_block: 4096,
         hash: "sha256".into(),
         benchmark_digest: false,
+        new_key: Default::default(),
+        device_size: None,
     };
     let slots = [NewKeyslot {
         old: 0,
@@ -87,6 +89,7 @@ fn run_on(d: &dyn BlockDevice) -> Result<RunOutcome, crate::crypt::luks::LuksErr
     let opts = RunOptions {
         max_hotzone: Some(HOTZONE),
         io_block: 4096,
+        device_size: None,
     };
     Run::new(d, d, &mut h, &keys)?.run(&opts, &mut |_| true)
 }
@@ -174,6 +177,7 @@ fn a_stopped_run_resumes() {
     let opts = RunOptions {
         max_hotzone: Some(HOTZONE),
         io_block: 4096,
+        device_size: None,
     };
     let mut calls = 0;
     let r = Run::new(&d, &d, &mut h, &keys)
@@ -295,6 +299,8 @@ fn started_one_key(encrypt: bool, resilience: Resilience) -> Vec<u8> {
         io_block: 4096,
         hash: "sha256".into(),
         benchmark_digest: false,
+        new_key: Default::default(),
+        device_size: None,
     };
     if encrypt {
         super::init_encrypt(&mem, &mut h, mem.size(), &vk, &ip).unwrap();
