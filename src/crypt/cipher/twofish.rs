@@ -14,6 +14,7 @@
 //! memory with the rest of the key schedule.
 
 mod avx512;
+mod rounds16;
 mod vbmi;
 mod vbmi32;
 
