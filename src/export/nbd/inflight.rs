@@ -31,7 +31,7 @@ use std::sync::{mpsc, Condvar, Mutex};
 
 /// Workers of one connection: READs in flight at once. Above the queue depths clients use by
 /// default (fio's jobs here use 8; QEMU keeps up to 16 requests of a guest in flight); each
-/// idle worker costs a thread and at most [`KEEP_BUFFER`] of buffer.
+/// idle worker costs a thread and at most `KEEP_BUFFER` bytes of buffer.
 pub const WORKERS: usize = 16;
 
 /// A READ handed to a worker.
