@@ -272,3 +272,77 @@ fn verity_open_of_urls_over_nginx() {
         assert!(bytes == c.block(b), "cache slot of block {b}");
     }
 }
+
+/// `verity open URL ... --fec-device URL`: a block the server serves damaged is rebuilt from
+/// the remote FEC object, verified against the tree, and served; the FEC object is read only
+/// for the damaged blocks' codewords.
+#[test]
+fn verity_open_of_urls_corrects_from_a_remote_fec_object() {
+    if common::env::fuse_missing() {
+        return;
+    }
+    let Some(c) = case("fec", 1024, 43) else {
+        return;
+    };
+    let www = c.dir.join("www-fec");
+    std::fs::create_dir_all(&www).unwrap();
+    let (data, hash, fec) = (
+        www.join("data.img"),
+        www.join("hash.img"),
+        www.join("fec.img"),
+    );
+    std::fs::write(&data, &c.bytes).unwrap();
+    let run = common::run::RunDir::new();
+    let root_file = c.dir.join("fec-root.txt");
+    run.ok(&[
+        "verity",
+        "format",
+        data.to_str().unwrap(),
+        hash.to_str().unwrap(),
+        "--root-hash-file",
+        root_file.to_str().unwrap(),
+        "--fec-device",
+        fec.to_str().unwrap(),
+        "--fec-roots",
+        "2",
+    ]);
+    let root = std::fs::read_to_string(&root_file)
+        .unwrap()
+        .trim()
+        .to_string();
+    // Two damaged blocks, far apart.
+    for bad in [5u64, 700] {
+        common::xor_byte(&data, bad * BS as u64 + 99, 0x10);
+    }
+    let Some(server) = common::remote_case::nginx(&www, &c.dir.join("nginx-fec")) else {
+        return;
+    };
+    let url = |f: &str| format!("http://127.0.0.1:{}/{f}", server.port);
+    let cache = c.dir.join("fec-cache");
+    run.ok(&[
+        "verity",
+        "open",
+        &url("data.img"),
+        "rfec",
+        &url("hash.img"),
+        &root,
+        "--fec-device",
+        &url("fec.img"),
+        "--fec-roots",
+        "2",
+        "--cache-dir",
+        cache.to_str().unwrap(),
+    ]);
+    run.track("rfec");
+    let dev = run.path().join("rfec");
+    assert!(
+        std::fs::read(&dev).unwrap() == c.bytes,
+        "served bytes differ from the original"
+    );
+    let status = run.ok(&["status", "rfec"]);
+    let field =
+        |k: &str| common::status_field(&status, k).unwrap_or_else(|| panic!("{k}: {status}"));
+    assert_eq!(field("fec corrected"), "2", "{status}");
+    assert_eq!(field("fec uncorrectable"), "0", "{status}");
+    run.close("rfec");
+}

@@ -680,17 +680,27 @@ fn open_remote(
     hash: Location,
     how: crate::export::ServeOptions,
 ) -> CliResult {
-    if a.fec.fec_device.is_some() {
-        return Err(invalid(
-            "--fec-device: forward error correction is not available for remote volumes (a block that fails is fetched again, then fails with EIO)",
-        ));
-    }
     let mut objects = a.remote.objects();
     let data_obj = objects.open(&data).map_err(remote_error)?;
     let hash_obj = if hash == data {
         data_obj.clone()
     } else {
         objects.open(&hash).map_err(remote_error)?
+    };
+    // The FEC area, often after the tree in the hash object: one object opened once.
+    let fec = match &a.fec.fec_device {
+        None => None,
+        Some(f) => {
+            let loc = location(f)?;
+            let obj = if loc == hash {
+                hash_obj.clone()
+            } else if loc == data {
+                data_obj.clone()
+            } else {
+                objects.open(&loc).map_err(remote_error)?
+            };
+            Some((obj, a.fec.options()))
+        }
     };
     let opened = crate::remote::verity::open(RemoteVerity {
         data: data_obj,
@@ -699,6 +709,7 @@ fn open_remote(
         remote: a.remote.device(),
         cache: a.remote.cache(),
         prefetch: a.remote.prefetch(),
+        fec,
     })?;
     let root_hex = root_hash_text(&a.root_hash, &a.root.root_hash_file)?;
     let root = verity::parse_root_hash(&root_hex, opened.params()).map_err(verity_err)?;
@@ -710,7 +721,11 @@ fn open_remote(
             &a.root.root_hash_cert,
         )?;
     }
-    let opts = a.options();
+    // The FEC object went to the remote layer above; the options name no local file.
+    let opts = VerityOptions {
+        fec: None,
+        ..a.options()
+    };
     let mut activated = opened.activate(&root, opts).map_err(|e| match e {
         VolumeError::RootMismatch { .. } => CliError::verification(format!(
             "{hash}: root hash {root_hex} does not match the hash tree: wrong root hash, salt or parameters, or a hash object made for other data"

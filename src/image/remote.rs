@@ -234,6 +234,9 @@ pub fn activate(
         remote: o.device,
         cache: o.cache.clone(),
         prefetch: o.prefetch,
+        // An image's FEC (where one is stored) is not read remotely: image URLs refuse
+        // --fec-device.
+        fec: None,
     })?;
     opened.activate(
         root,

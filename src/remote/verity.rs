@@ -12,6 +12,7 @@ use super::device::{RemoteDevice, RemoteOptions};
 use super::prefetch;
 use super::RangeSource;
 use crate::block::{Activated, BlockDevice};
+use crate::verity::fec::FecOptions;
 use crate::verity::store::check_tree;
 use crate::verity::volume::{ParamsSource, VerityVolume, VolumeError};
 use crate::verity::{TreeLayout, VerityOptions, VerityParams};
@@ -34,6 +35,9 @@ pub struct RemoteVerity {
     /// Record the blocks read first, and fetch those a previous open recorded in the
     /// background (needs the cache).
     pub prefetch: bool,
+    /// The FEC object and where its area is: read only when a block fails its digest, never
+    /// cached (what it rebuilds is verified against the tree before it is served).
+    pub fec: Option<(Arc<dyn RangeSource>, FecOptions)>,
 }
 
 /// The parameters of a remote volume, read before the root hash is parsed (its length
@@ -95,7 +99,7 @@ impl Opened {
             0,
             params.data_block_size,
         ));
-        let volume = VerityVolume::from_devices(
+        let mut volume = VerityVolume::from_devices(
             self.data.clone(),
             hash_dev.clone(),
             self.spec.data.name(),
@@ -103,6 +107,16 @@ impl Opened {
             ParamsSource::Given(params.clone()),
         )?
         .with_store(store);
+        if let Some((source, fo)) = &self.spec.fec {
+            let device = RemoteDevice::new(
+                source.clone(),
+                RemoteOptions {
+                    block_size: 512,
+                    ..self.spec.remote
+                },
+            );
+            volume = volume.with_fec_device(Arc::new(device), source.name(), *fo);
+        }
         let mut activated = volume.activate(root, opts)?;
         activated.details["remote"] = true.into();
         activated.details["hash_tree_from"] = tree_from.into();

@@ -230,6 +230,9 @@ pub struct VerityVolume {
     claims: Vec<Claim>,
     /// Where data blocks are also kept (a remote image's cache); see [`Self::with_store`].
     store: Option<Arc<dyn super::store::BlockStore>>,
+    /// A FEC area on a device already open (a remote object), named for `status`; see
+    /// [`Self::with_fec_device`].
+    fec_device: Option<(Arc<dyn BlockDevice>, String, FecOptions)>,
 }
 
 impl VerityVolume {
@@ -354,6 +357,7 @@ impl VerityVolume {
             hash_region: hash.region,
             claims,
             store: None,
+            fec_device: None,
         })
     }
 
@@ -377,6 +381,7 @@ impl VerityVolume {
             hash_region: None,
             claims: Vec::new(),
             store: None,
+            fec_device: None,
         })
     }
 
@@ -384,6 +389,19 @@ impl VerityVolume {
     /// verify, and fetch a failing block again through it before reporting it corrupt.
     pub fn with_store(mut self, store: Arc<dyn super::store::BlockStore>) -> Self {
         self.store = Some(store);
+        self
+    }
+
+    /// Correct from the FEC area at `opts.offset` of `device` (a remote object, named `name`
+    /// in `status`) when [`VerityOptions::fec`] names no file. Nothing in it is trusted: what
+    /// it rebuilds is served only when it hashes as the tree says.
+    pub fn with_fec_device(
+        mut self,
+        device: Arc<dyn BlockDevice>,
+        name: &str,
+        opts: FecOptions,
+    ) -> Self {
+        self.fec_device = Some((device, name.to_string(), opts));
         self
     }
 
@@ -472,7 +490,22 @@ impl VerityVolume {
                 )?;
                 Some(source)
             }
-            None => None,
+            None => match self.fec_device {
+                Some((device, fec_name, fo)) => {
+                    details["fec_device"] = fec_name.into();
+                    details["fec_offset"] = fo.offset.into();
+                    details["fec_roots"] = fo.roots.into();
+                    Some(FecSource::new(
+                        &self.params,
+                        &fo,
+                        device,
+                        &*self.data,
+                        &*self.hash,
+                        false,
+                    )?)
+                }
+                None => None,
+            },
         };
         let mut dev = VerityDevice::new(self.data, self.hash, self.params, root.to_vec(), opts)
             .map_err(|e| VolumeError::Invalid(e.to_string()))?;

@@ -98,6 +98,7 @@ impl Case {
                 max_bytes: cache_bytes,
             }),
             prefetch,
+            fec: None,
         })
         .unwrap();
         let root = hex::decode(&self.root_hex).unwrap();
