@@ -76,8 +76,9 @@ cargo test --release --no-run
 # CI's time. cargo takes its build lock only while it builds, so both lanes run their binaries
 # concurrently. The guests' lane logs to a file, shown whole when both lanes have ended.
 mapfile -t slow < <(cd tests && ls kernel*.rs cryptsetup_suite.rs | sed 's/\.rs$//')
-# tests/remote_s3.rs waits for its server's build (above) and runs after the lanes.
-late=(remote_s3)
+# The tests with an S3 case (tests/remote_s3.rs, tests/remote_image.rs) wait for their server's
+# build (above) and run after the lanes.
+late=(remote_s3 remote_image)
 mapfile -t rest < <(cd tests && ls *.rs | sed 's/\.rs$//' | grep -vxF -f <(printf '%s\n' "${slow[@]}" "${late[@]}"))
 lane_args() { for t in "$@"; do printf -- '--test\n%s\n' "$t"; done; }
 mapfile -t slow_args < <(lane_args "${slow[@]}")
@@ -104,7 +105,7 @@ if [ "$rest_rc" != 0 ] || [ "$slow_rc" != 0 ]; then
     exit 1
 fi
 
-step "the S3 tests: ${late[*]} (waiting for scripts/s3s-fs.sh)"
+step "the tests with S3 cases: ${late[*]} (waiting for scripts/s3s-fs.sh)"
 await_background "$s3s_pid" "$s3s_log" "scripts/s3s-fs.sh failed: the S3 tests' server could not be built"
 mapfile -t late_args < <(lane_args "${late[@]}")
 cargo test --release --no-fail-fast "${late_args[@]}"
