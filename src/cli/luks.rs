@@ -389,7 +389,6 @@ fn persist(a: &OpenArgs, want: Option<u16>) {
 }
 
 fn dump_cmd(a: DumpArgs) -> CliResult {
-    use std::io::Write;
     if let Some(loc) = super::luks_remote::remote(&a.device)? {
         if a.header.is_some() || a.dump_volume_key {
             return Err(CliError::invalid(format!(
@@ -404,13 +403,23 @@ fn dump_cmd(a: DumpArgs) -> CliResult {
         print!("{}", v.dump_volume_key(&pass, a.key_slot)?);
         return Ok(());
     }
-    if a.json {
-        println!("{:#}", v.dump_json());
+    print_dump(a.json, || v.dump_json(), || v.dump_text())
+}
+
+/// Print a header's dump: its JSON with `json`, else its text, as bytes (cryptsetup prints
+/// metadata strings as they are).
+pub(super) fn print_dump(
+    json: bool,
+    dump_json: impl FnOnce() -> serde_json::Value,
+    dump_text: impl FnOnce() -> Vec<u8>,
+) -> CliResult {
+    use std::io::Write;
+    if json {
+        println!("{:#}", dump_json());
         return Ok(());
     }
-    // Bytes, not text: cryptsetup prints metadata strings as they are.
     let mut out = std::io::stdout().lock();
-    out.write_all(&v.dump_text())
+    out.write_all(&dump_text())
         .and_then(|_| out.flush())
         .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))
 }

@@ -107,14 +107,6 @@ pub(super) fn open(o: OpenRemote<'_>) -> CliResult {
 
 /// `luks dump` of a remote device (header only: no volume key over this path).
 pub(super) fn dump(loc: &Location, remote: &RemoteArgs, json: bool) -> CliResult {
-    use std::io::Write;
     let (v, _) = load(loc, remote, None)?;
-    if json {
-        println!("{:#}", v.dump_json());
-        return Ok(());
-    }
-    let mut out = std::io::stdout().lock();
-    out.write_all(&v.dump_text())
-        .and_then(|_| out.flush())
-        .map_err(|e| CliError::invalid(format!("cannot write the dump: {e}")))
+    super::luks::print_dump(json, || v.dump_json(), || v.dump_text())
 }
