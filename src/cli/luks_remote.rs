@@ -108,5 +108,5 @@ pub(super) fn open(o: OpenRemote<'_>) -> CliResult {
 /// `luks dump` of a remote device (header only: no volume key over this path).
 pub(super) fn dump(loc: &Location, remote: &RemoteArgs, json: bool) -> CliResult {
     let (v, _) = load(loc, remote, None)?;
-    super::luks::print_dump(json, || v.dump_json(), || v.dump_text())
+    super::luks_dump::print_dump(json, || v.dump_json(), || v.dump_text())
 }

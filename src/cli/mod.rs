@@ -24,6 +24,7 @@ mod luks_decrypt_export;
 mod luks_online;
 mod luks_reencrypt;
 mod luks_reencrypt_online;
+mod luks_dump;
 mod luks_remote;
 mod luks_slots;
 mod nbd;
