@@ -354,3 +354,41 @@ fn decrypt_of_an_open_device_with_its_header_at_its_start_is_refused() {
     assert!(!e.run.ok(&["status", "dattached"]).contains("reencryption:"));
     e.run.close("dattached");
 }
+
+#[test]
+fn decrypt_of_an_open_device_in_re_key_or_with_another_header_is_refused() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass) = image(&e);
+    open(&e, &img, &hdr, &pass, "dother", &[]);
+    let refused = |extra: &[&str], words: &str| {
+        let mut args = vec!["luks", "reencrypt", "dother", "--key-file", &pass];
+        args.extend(["--batch-mode", "--decrypt"]);
+        args.extend(FAST);
+        args.extend(extra);
+        let r = e.run.run(&args);
+        assert!(r.code != Some(0), "{}", r.describe());
+        assert!(r.stderr.contains(words), "{}", r.stderr);
+    };
+    let other = e.s("other-hdr");
+    fs::copy(&hdr, &other).unwrap();
+    refused(&["--header", &other], "served with the header");
+    let mut rekey = vec![
+        "luks",
+        "reencrypt",
+        "dother",
+        "--key-file",
+        &pass,
+        "--init-only",
+    ];
+    rekey.extend(FAST);
+    e.run.ok(&rekey);
+    refused(
+        &["--resume-only"],
+        "Device is not in LUKS2 decryption. Conflicting option --decrypt.",
+    );
+    assert!(!in_decryption(&hdr), "a decryption was started");
+    e.run.close("dother");
+}
