@@ -392,3 +392,31 @@ fn decrypt_of_an_open_device_in_re_key_or_with_another_header_is_refused() {
     assert!(!in_decryption(&hdr), "a decryption was started");
     e.run.close("dother");
 }
+
+#[test]
+fn journal_and_none_resilience_decrypt_online_too() {
+    if missing_tools(false) {
+        return;
+    }
+    for (i, mode) in ["journal", "none"].into_iter().enumerate() {
+        let e = Workspace::new();
+        let (img, hdr, pass) = image(&e);
+        let dev = open(&e, &img, &hdr, &pass, "dres", &[]).remove(0);
+        let want = pattern(DATA as usize, 20 + i as u8);
+        write_synced(&dev, 0, &want);
+        let r = start_reencrypt(&e, "dres", &pass, &["--decrypt", "--resilience", mode])
+            .wait_with_output()
+            .unwrap();
+        assert!(
+            r.status.success(),
+            "--resilience {mode}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(
+            read(&dev, 0, want.len()) == want,
+            "--resilience {mode}: served"
+        );
+        e.run.close("dres");
+        assert_decrypted(&hdr, &img, Some(&want));
+    }
+}
