@@ -7,15 +7,14 @@
 mod common;
 
 use common::env::{fuse_missing, loop_missing, tool_missing};
+use common::online::{pattern, read, start_reencrypt, status, wait_mid_way, write_synced, FAST};
 use common::run::Workspace;
 use common::sys::{kill, pid_gone, wait_until};
 use std::fs;
-use std::os::unix::fs::FileExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const PASS: &str = "online reencryption";
-const FAST: [&str; 4] = ["--pbkdf", "pbkdf2", "--pbkdf-force-iterations", "1000"];
 
 /// Open `img` as `name` (tracked, closed with the workspace) and fill all 64 MiB of it with
 /// pattern `seed`, synced; the served file's path and what it holds.
@@ -38,78 +37,6 @@ fn image(e: &Workspace, data_mib: u64) -> (String, String) {
     args.extend(["--key-file", &pass, &img]);
     common::run::ok("cryptsetup", &args);
     (img, pass)
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2654435761).to_le_bytes()[2] ^ seed)
-        .collect()
-}
-
-fn write_synced(path: &str, off: u64, data: &[u8]) {
-    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
-    f.write_all_at(data, off).unwrap();
-    f.sync_all().unwrap();
-}
-
-fn read(path: &str, off: u64, len: usize) -> Vec<u8> {
-    let mut b = vec![0u8; len];
-    fs::File::open(path)
-        .unwrap()
-        .read_exact_at(&mut b, off)
-        .unwrap();
-    b
-}
-
-fn status(e: &Workspace, name: &str) -> serde_json::Value {
-    let v: serde_json::Value =
-        serde_json::from_slice(&e.dmkit(&["status", name, "--json"]).stdout).unwrap();
-    match v {
-        serde_json::Value::Array(mut a) => a.remove(0),
-        v => v,
-    }
-}
-
-/// `dmkit luks reencrypt NAME ...` started in the background, JSON progress on its stdout.
-fn start_reencrypt(e: &Workspace, name: &str, pass: &str, extra: &[&str]) -> std::process::Child {
-    let mut args = vec![
-        "luks",
-        "reencrypt",
-        name,
-        "--key-file",
-        pass,
-        "--batch-mode",
-    ];
-    args.extend(FAST);
-    args.push("--progress-json");
-    args.extend(extra);
-    common::run::command(env!("CARGO_BIN_EXE_dmkit"), &args, Some(e.run.path()))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Wait until the online reencryption of `name` has done some but not all of its work.
-fn wait_mid_way(e: &Workspace, name: &str) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let r = &status(e, name)["reencryption"];
-        let (done, size) = (
-            r["done"].as_u64().unwrap_or(0),
-            r["size"].as_u64().unwrap_or(0),
-        );
-        if done > 0 {
-            assert!(
-                done < size,
-                "the reencryption finished before it could be interrupted"
-            );
-            return done;
-        }
-        assert!(Instant::now() < deadline, "no reencryption progress: {r}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 fn assert_clean_for_cryptsetup(img: &str, pass: &str) {

@@ -74,7 +74,7 @@ pub struct ReencryptArgs {
     encrypt: bool,
     /// Decrypt a LUKS2 device whose header is detached (--header), in place.
     #[arg(long)]
-    decrypt: bool,
+    pub(super) decrypt: bool,
     /// With --encrypt and no --header: give up this many bytes at the device's end (at most
     /// 1 GiB, whole 512-byte sectors); half of it becomes the LUKS2 header at the start and
     /// the data moves by that half while it is encrypted.
@@ -302,7 +302,7 @@ fn encrypt_format(a: &ReencryptArgs) -> Result<FormatParams, CliError> {
 }
 
 /// What protects the hotzones of an encryption or decryption started here.
-fn init_params(a: &ReencryptArgs) -> Result<InitParams, CliError> {
+pub(super) fn init_params(a: &ReencryptArgs) -> Result<InitParams, CliError> {
     Ok(InitParams {
         cipher: String::new(),
         key_size: 0,

@@ -3,12 +3,15 @@
 //! offline command asks them), then the device's server is asked to reencrypt it in the
 //! background while it goes on serving; its progress frames are shown as the offline progress
 //! is. The server unlocks the keys itself: only the passphrase crosses the control socket.
+//! `--decrypt` of a device open with a detached header is decrypted the same way (backward, as
+//! cryptsetup does); one whose header is at its start (`--header NEWFILE`, the data moving
+//! down) is decrypted offline only.
 
-use super::luks_reencrypt::{init, ReencryptArgs, Shown};
+use super::luks_reencrypt::{init, init_params, ReencryptArgs, Shown};
 use super::luks_slots::load;
 use super::passphrase::{is_tty, passphrase};
 use super::{CliError, CliResult};
-use crate::crypt::luks2::reencrypt::Progress;
+use crate::crypt::luks2::reencrypt::{Mode, Progress};
 use crate::export::{self, daemon::control};
 use std::path::{Path, PathBuf};
 
@@ -67,10 +70,21 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
             s.name
         )));
     }
+    if a.decrypt {
+        check_decrypt_header(&a, &s)?;
+    }
     let mut v = load(&s.device, s.header.as_deref(), true, Some(2))?;
     let pass = match v.reencryption()? {
         None if a.resume_only => {
             return Err(CliError::invalid("Device reencryption not in progress."))
+        }
+        None if a.decrypt => {
+            let p = passphrase(&a.key, &format!("Enter passphrase for {}: ", s.name), false)?;
+            v.reencrypt_init_decrypt_served(&p, a.key_slot, &init_params(&a)?)?;
+            if a.init_only {
+                return Ok(());
+            }
+            p
         }
         None => {
             let p = init(&a, &mut v, true)?;
@@ -82,6 +96,11 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
         Some(_) if a.init_only => {
             return Err(CliError::invalid(
                 "LUKS2 reencryption already initialized. Aborting operation.",
+            ))
+        }
+        Some(st) if a.decrypt && st.keyslot.mode != Mode::Decrypt => {
+            return Err(CliError::invalid(
+                "Device is not in LUKS2 decryption. Conflicting option --decrypt.",
             ))
         }
         Some(_) => passphrase(&a.key, &format!("Enter passphrase for {}: ", s.name), false)?,
@@ -103,4 +122,41 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
     shown.end();
     r?;
     Ok(())
+}
+
+/// `--decrypt` of an open device: its header must be the detached one it is served with
+/// (`--header`, when given, names that file). A device whose header is at its start would
+/// have its data moved down while it is served, each request mapped through the moved first
+/// segment and the shifting boundary: dmkit does that offline only, and refuses it here with
+/// the words cryptsetup uses for an active device it cannot reencrypt.
+fn check_decrypt_header(a: &ReencryptArgs, s: &Served) -> Result<(), CliError> {
+    let same = |x: &Path, y: &Path| {
+        std::fs::canonicalize(x)
+            .ok()
+            .zip(std::fs::canonicalize(y).ok())
+            .is_some_and(|(x, y)| x == y)
+    };
+    match (&s.header, a.volume.header.as_deref()) {
+        (None, None) => Err(CliError::invalid(
+            "LUKS2 decryption requires --header option.",
+        )),
+        (None, Some(h)) if !h.exists() => Err(CliError::invalid(format!(
+            "Device {} is still in use. (dmkit decrypts a device whose header is at its start, moving its data, offline only: close {} first.)",
+            s.device.display(),
+            s.name
+        ))),
+        (None, Some(h)) => Err(CliError::invalid(format!(
+            "{}: {} is served with its header at its start, not with {}.",
+            s.name,
+            s.device.display(),
+            h.display()
+        ))),
+        (Some(served), Some(h)) if !same(served, h) => Err(CliError::invalid(format!(
+            "{}: served with the header {}, not {}.",
+            s.name,
+            served.display(),
+            h.display()
+        ))),
+        (Some(_), _) => Ok(()),
+    }
 }

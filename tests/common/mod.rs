@@ -22,6 +22,7 @@
 //! - [`xts`]: AES-XTS over dm-crypt sectors with OpenSSL.
 //! - [`volume_key`]: a LUKS volume key from `luksDump --dump-volume-key`.
 //! - [`reencrypt`]: reencryption command lines, and a run killed once under way.
+//! - [`online`]: an online `luks reencrypt NAME` started, watched mid-way, its device read.
 //! - [`s3`]: an S3-compatible server checking signatures (s3s-fs) on 127.0.0.1.
 
 // Not every test file uses every helper.
@@ -34,6 +35,7 @@ pub mod http_faults;
 pub mod image_tree;
 pub mod nbd;
 pub mod nginx;
+pub mod online;
 pub mod pki;
 pub mod reencrypt;
 pub mod remote_case;

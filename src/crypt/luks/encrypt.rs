@@ -158,6 +158,27 @@ impl LuksVolume {
         slot: Option<u32>,
         params: &InitParams,
     ) -> Result<u32, LuksError> {
+        self.init_decrypt_with(pass, slot, params, true)
+    }
+
+    /// [`LuksVolume::reencrypt_init_decrypt`] of a volume its server serves (and claims):
+    /// only the header changes, the server decrypts the data online.
+    pub fn reencrypt_init_decrypt_served(
+        &mut self,
+        pass: &[u8],
+        slot: Option<u32>,
+        params: &InitParams,
+    ) -> Result<u32, LuksError> {
+        self.init_decrypt_with(pass, slot, params, false)
+    }
+
+    fn init_decrypt_with(
+        &mut self,
+        pass: &[u8],
+        slot: Option<u32>,
+        params: &InitParams,
+        claim: bool,
+    ) -> Result<u32, LuksError> {
         let refuse = || {
             LuksError::Unsupported(
                 "LUKS2 decryption is supported with detached header device only (with data offset set to 0).".into(),
@@ -171,8 +192,17 @@ impl LuksVolume {
         if self.header_path.is_none() || h.metadata.segments.get(&0).is_none_or(|s| s.offset > 0) {
             return Err(refuse());
         }
-        let data = crate::block::open_backing(&self.device, false, false)?;
-        let _claim = Claim::take(data.file(), &self.device, 0, 0, true)?;
+        // Only its size is read: served, its block device is held exclusively already.
+        let data = match claim {
+            true => crate::block::open_backing(&self.device, false, false)?,
+            false => crate::block::open_device(&self.device, true, false)?,
+        };
+        // Offline nothing may map or change the data meanwhile; a served volume's server
+        // holds that claim itself.
+        let _claim = match claim {
+            true => Some(Claim::take(data.file(), &self.device, 0, 0, true)?),
+            false => None,
+        };
         let mut ip = params.clone();
         ip.io_block = super::reencrypt::io_block(&data);
         let super::Header::V2(h) = &mut self.header else {

@@ -1,10 +1,12 @@
-//! Online reencryption: a served LUKS2 volume whose header is in reencryption is re-keyed by
-//! its server in the background, hotzone by hotzone, with the offline engine's commit order
-//! and metadata (so `reencrypt --resume-only` of dmkit or cryptsetup continues what a close or
-//! a crash left). Requests go through [`Reencrypting`]: the part below the re-keyed boundary
-//! with the new key, the rest with the old one; a request touching the hotzone waits until it
-//! is committed, the others go on. No request sees a mix: the boundary only moves over the
-//! hotzone, and only while no request touches it.
+//! Online reencryption: a served LUKS2 volume whose header is in reencryption is re-keyed (or,
+//! with a detached header, decrypted) by its server in the background, hotzone by hotzone,
+//! with the offline engine's commit order and metadata (so `reencrypt --resume-only` of dmkit
+//! or cryptsetup continues what a close or a crash left). Requests go through
+//! [`Reencrypting`]: the part on the rewritten side of the boundary with the new key (or
+//! plaintext), the rest with the old one; a request touching the hotzone waits until it is
+//! committed, the others go on. No request sees a mix: the boundary only moves over the
+//! hotzone, and only while no request touches it. A re-key walks forward (new data below the
+//! boundary), a decryption backward (new data above it), as cryptsetup 2.6 walks them.
 
 use super::LuksError;
 use super::LuksVolume;
@@ -21,8 +23,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 /// Where the boundary and the hotzone are, and the requests in flight.
 #[derive(Default)]
 struct Zone {
-    /// Bytes re-keyed (served with the new key).
-    done: u64,
+    /// The boundary between old and new data (see [`Reencrypting::forward`]).
+    boundary: u64,
     /// The hotzone being rewritten, `[start, end)`.
     hot: Option<(u64, u64)>,
     /// The hotzone failed: its content is uncertain, requests touching it fail.
@@ -41,6 +43,8 @@ pub(super) struct Reencrypting {
     size: u64,
     block: u32,
     read_only: bool,
+    /// A re-key forward: the new data below the boundary; backward (a decryption), above.
+    forward: bool,
     new: Arc<dyn BlockDevice>,
     /// The old key's view; dropped (its key schedule with it) once everything is re-keyed.
     old: RwLock<Option<Arc<dyn BlockDevice>>>,
@@ -58,7 +62,7 @@ impl Reencrypting {
     }
 
     /// Run `f(device, offset on it, offset in the request, length)` over
-    /// `[offset, offset + len)`, the new key below the boundary, the old one above.
+    /// `[offset, offset + len)`, each side of the boundary with its own view.
     fn io(
         &self,
         offset: u64,
@@ -67,7 +71,7 @@ impl Reencrypting {
     ) -> BlockResult<()> {
         check_range(&self.name, offset, len as usize, self.size)?;
         let end = offset + len;
-        let (id, done) = {
+        let (id, boundary) = {
             let mut z = self.zone();
             while z.hot.is_some_and(|h| overlaps(h, offset, end)) {
                 if z.failed {
@@ -82,22 +86,33 @@ impl Reencrypting {
             let id = z.next;
             z.next += 1;
             z.inflight.insert(id, (offset, end));
-            (id, z.done)
+            (id, z.boundary)
         };
         let r = (|| {
-            if offset < done {
-                let n = len.min(done - offset);
-                f(self.new.as_ref(), offset, 0, n as usize)?;
-            }
-            if end > done {
-                let s = offset.max(done);
+            let old = || {
                 let old = self.old.read().unwrap_or_else(|e| e.into_inner()).clone();
-                let old = old.ok_or_else(|| BlockError::Io {
+                old.ok_or_else(|| BlockError::Io {
                     device: self.name.clone(),
-                    offset: s,
-                    source: std::io::Error::other("no old key past the re-keyed boundary"),
-                })?;
-                f(old.as_ref(), s, (s - offset) as usize, (end - s) as usize)?;
+                    offset,
+                    source: std::io::Error::other("no old key on the old side of the boundary"),
+                })
+            };
+            if offset < boundary {
+                let n = len.min(boundary - offset);
+                if self.forward {
+                    f(self.new.as_ref(), offset, 0, n as usize)?;
+                } else {
+                    f(old()?.as_ref(), offset, 0, n as usize)?;
+                }
+            }
+            if end > boundary {
+                let s = offset.max(boundary);
+                let (from, n) = ((s - offset) as usize, (end - s) as usize);
+                if self.forward {
+                    f(old()?.as_ref(), s, from, n)?;
+                } else {
+                    f(self.new.as_ref(), s, from, n)?;
+                }
             }
             Ok(())
         })();
@@ -112,15 +127,20 @@ impl Reencrypting {
         self.moved.notify_all();
     }
 
-    /// Bytes re-keyed.
+    /// Bytes rewritten.
     fn done(&self) -> u64 {
-        self.zone().done
+        let b = self.zone().boundary;
+        if self.forward {
+            b
+        } else {
+            self.size - b
+        }
     }
 }
 
 impl Hotzones for Reencrypting {
-    fn start(&self, done: u64) {
-        self.zone().done = done;
+    fn start(&self, boundary: u64) {
+        self.zone().boundary = boundary;
     }
 
     fn enter(&self, offset: u64, len: u64) {
@@ -132,14 +152,19 @@ impl Hotzones for Reencrypting {
         }
     }
 
-    fn leave(&self, end: u64) {
+    fn leave(&self, boundary: u64) {
         {
             let mut z = self.zone();
-            z.done = end;
+            z.boundary = boundary;
             z.hot = None;
         }
         self.moved.notify_all();
-        if end >= self.size {
+        let finished = if self.forward {
+            boundary >= self.size
+        } else {
+            boundary == 0
+        };
+        if finished {
             *self.old.write().unwrap_or_else(|e| e.into_inner()) = None;
         }
     }
@@ -379,11 +404,20 @@ impl Reencryptor {
         let dev = Arc::new(Reencrypting {
             name: p.opts.name.clone(),
             size,
-            block: self.gate.logical_block_size().max(new.logical_block_size()),
+            block: self
+                .gate
+                .logical_block_size()
+                .max(new.logical_block_size())
+                .max(old.logical_block_size()),
             read_only: false,
+            forward: run.ends.forward,
             new,
             old: RwLock::new(Some(old)),
-            zone: Mutex::new(Zone::default()),
+            // Nothing rewritten until the loop starts and says where the boundary is.
+            zone: Mutex::new(Zone {
+                boundary: if run.ends.forward { 0 } else { size },
+                ..Zone::default()
+            }),
             moved: Condvar::new(),
         });
         // A hotzone left in reencryption by a crash is recovered before the loop starts:
@@ -457,8 +491,8 @@ struct Installer<'a> {
 }
 
 impl Hotzones for Installer<'_> {
-    fn start(&self, done: u64) {
-        self.dev.start(done);
+    fn start(&self, boundary: u64) {
+        self.dev.start(boundary);
         // Waits for the requests in flight on the old device, then lets held ones through.
         self.gate.replace(self.dev.clone());
         self.installed.store(true, Ordering::SeqCst);
@@ -466,8 +500,8 @@ impl Hotzones for Installer<'_> {
     fn enter(&self, offset: u64, len: u64) {
         self.dev.enter(offset, len);
     }
-    fn leave(&self, end: u64) {
-        self.dev.leave(end);
+    fn leave(&self, boundary: u64) {
+        self.dev.leave(boundary);
     }
 }
 

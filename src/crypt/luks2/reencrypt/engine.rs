@@ -151,16 +151,18 @@ pub(super) fn keyed(seg: &Segment, key: Option<&VolumeKey>) -> Result<Option<Key
 }
 
 /// What a run tells the server of a device it reencrypts while serving it (online), so that
-/// no request sees a hotzone while it is rewritten. Offline runs have none.
+/// no request sees a hotzone while it is rewritten. Offline runs have none. A boundary splits
+/// the data: forward, the new key is below it and the old one from it on; backward (a
+/// decryption with a detached header), the old key below and the new one (plaintext) above.
 pub trait Hotzones {
-    /// The hotzone loop starts: the data is re-keyed up to `done` bytes (after any recovery).
-    fn start(&self, done: u64);
+    /// The hotzone loop starts with the boundary at `boundary` (after any recovery).
+    fn start(&self, boundary: u64);
     /// `[offset, offset + len)` is about to be read: return once no request touches it, and
     /// hold new requests that do.
     fn enter(&self, offset: u64, len: u64);
-    /// Re-keyed, durable and committed up to `end` (the hotzone entered last): held requests
-    /// go on, with the new key below `end`.
-    fn leave(&self, end: u64);
+    /// The hotzone entered last is rewritten, durable and committed; the boundary is now
+    /// `boundary` (its end forward, its start backward): held requests go on.
+    fn leave(&self, boundary: u64);
 }
 
 /// A reencryption under way: the devices, the header, both keys as ciphers.
@@ -339,9 +341,16 @@ impl<'a> Run<'a> {
         self.fix_size(opts)?;
         let size = self.device_size();
         let forward = self.ends.forward;
-        if self.hooks.is_some() && (!forward || self.st.keyslot.mode != Mode::Reencrypt) {
+        // Online: a re-key forward, or a decryption backward (a detached header; a data
+        // shift is refused in `Run::new`), as cryptsetup 2.6 runs them.
+        let online_ok = match self.st.keyslot.mode {
+            Mode::Reencrypt => forward,
+            Mode::Decrypt => !forward,
+            Mode::Encrypt => false,
+        };
+        if self.hooks.is_some() && !online_ok {
             return Err(LuksError::Unsupported(format!(
-                "online {} reencryption ({}); dmkit reencrypts online forward re-keying only",
+                "online {} reencryption ({}); dmkit reencrypts online a re-key forward or a decryption backward only",
                 self.st.keyslot.mode.word(),
                 self.st.keyslot.direction.word()
             )));
@@ -381,7 +390,7 @@ impl<'a> Run<'a> {
         };
         let Some(mut boundary) = recovered else {
             if let Some(h) = self.hooks {
-                h.start(size);
+                h.start(if forward { size } else { 0 });
             }
             self.teardown()?;
             progress(Progress { size, done: size });

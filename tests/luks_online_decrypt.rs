@@ -1,0 +1,422 @@
+//! Online decryption: `luks reencrypt --decrypt NAME` on a device dmkit has open with a
+//! detached header decrypts it inside its server (backward, as cryptsetup 2.6 does) while it
+//! keeps serving. fio verify runs on the loop device during the whole decryption; a kill -9
+//! of the server mid-way loses no fsync'd write and is finished by the next open plus
+//! `--resume-only NAME`, or offline by `cryptsetup reencrypt --resume-only`; a close mid-way
+//! is finished by dmkit offline. The end is always the plaintext in the data file from byte
+//! 0 and a header file with one linear segment and no keyslot, as cryptsetup leaves it. A
+//! device whose header is at its start is refused online (`--header NEWFILE`, the data
+//! moving down, is offline only).
+
+mod common;
+
+use common::env::{fuse_missing, loop_missing, tool_missing};
+use common::online::{pattern, read, start_reencrypt, status, wait_mid_way, write_synced, FAST};
+use common::run::Workspace;
+use common::sys::{kill, pid_gone, wait_until};
+use std::fs;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const PASS: &str = "online decryption";
+const DATA: u64 = 64 << 20;
+
+/// A 64 MiB data file and its detached LUKS2 header, made by cryptsetup (data at offset 0).
+fn image(e: &Workspace) -> (String, String, String) {
+    let pass = e.s("pass");
+    fs::write(&pass, PASS).unwrap();
+    let img = e.sparse("img", DATA);
+    let hdr = e.s("hdr");
+    let mut args = vec!["luksFormat", "--batch-mode", "--type", "luks2"];
+    args.extend(FAST);
+    args.extend(["--header", &hdr, "--key-file", &pass, &img]);
+    common::run::ok("cryptsetup", &args);
+    (img, hdr, pass)
+}
+
+/// Open `img` with header `hdr` as `name` (tracked) with `extra` options; the lines printed.
+fn open(
+    e: &Workspace,
+    img: &str,
+    hdr: &str,
+    pass: &str,
+    name: &str,
+    extra: &[&str],
+) -> Vec<String> {
+    let mut args = vec![
+        "luks",
+        "open",
+        img,
+        name,
+        "--header",
+        hdr,
+        "--key-file",
+        pass,
+    ];
+    args.extend(extra);
+    let out = e.run.ok(&args);
+    e.run.track(name);
+    out.lines().map(str::to_string).collect()
+}
+
+/// The header file's JSON metadata, as cryptsetup reads it.
+fn meta(hdr: &str) -> serde_json::Value {
+    let out = common::run::ok("cryptsetup", &["luksDump", "--dump-json-metadata", hdr]);
+    serde_json::from_str(&out).unwrap()
+}
+
+fn in_decryption(hdr: &str) -> bool {
+    meta(hdr)["keyslots"]
+        .as_object()
+        .unwrap()
+        .values()
+        .any(|k| k["type"] == "reencrypt" && k["mode"] == "decrypt")
+}
+
+/// Decrypted to the end: the header as cryptsetup leaves it (one linear segment, no keyslot,
+/// no digest, no requirement) and, when `want` is given, the data file holds it from byte 0.
+fn assert_decrypted(hdr: &str, img: &str, want: Option<&[u8]>) {
+    let m = meta(hdr);
+    assert!(m["config"].get("requirements").is_none(), "{m}");
+    assert_eq!(m["segments"].as_object().unwrap().len(), 1, "{m}");
+    assert_eq!(m["segments"]["0"]["type"], "linear", "{m}");
+    assert_eq!(m["segments"]["0"]["offset"], "0", "{m}");
+    assert!(m["keyslots"].as_object().unwrap().is_empty(), "{m}");
+    assert!(m["digests"].as_object().unwrap().is_empty(), "{m}");
+    if let Some(want) = want {
+        assert!(
+            fs::read(img).unwrap() == want,
+            "the data file is not the plaintext"
+        );
+    }
+}
+
+fn missing_tools(with_loop: bool) -> bool {
+    fuse_missing()
+        || (with_loop && loop_missing())
+        || tool_missing("cryptsetup", "cryptsetup-bin")
+        || (with_loop && tool_missing("fio", "fio"))
+}
+
+/// Open with the header detached, fill all of it with pattern `seed`, synced, start the
+/// online decryption in small hotzones and wait until it is mid-way; the served file, what
+/// it holds (with writes on both sides of the boundary, fsync'd while the decryption runs)
+/// and the reencrypt command.
+fn decrypting_mid_way(
+    e: &Workspace,
+    (img, hdr, pass): (&str, &str, &str),
+    name: &str,
+    seed: u8,
+) -> (String, Vec<u8>, std::process::Child) {
+    let dev = open(e, img, hdr, pass, name, &[]).remove(0);
+    let mut want = pattern(DATA as usize, seed);
+    write_synced(&dev, 0, &want);
+    let child = start_reencrypt(e, name, pass, &["--decrypt", "--hotzone-size", "256K"]);
+    wait_mid_way(e, name);
+    for (i, at) in [0u64, 20 << 20, 40 << 20, 63 << 20].into_iter().enumerate() {
+        let data = pattern(1 << 20, 100 + i as u8);
+        write_synced(&dev, at, &data);
+        want[at as usize..at as usize + data.len()].copy_from_slice(&data);
+    }
+    (dev, want, child)
+}
+
+/// SIGKILL the server of `name` and clear what it left.
+fn kill_server(e: &Workspace, name: &str) {
+    let pid = status(e, name)["pid"].as_u64().unwrap() as u32;
+    kill(pid, libc::SIGKILL);
+    wait_until("the server's death", || pid_gone(pid));
+    e.run.ok(&["close", name]);
+}
+
+#[test]
+fn fio_verify_passes_during_the_whole_online_decryption() {
+    if missing_tools(true) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass) = image(&e);
+    let lines = open(&e, &img, &hdr, &pass, "dfio", &["--loop"]);
+    let (dev, loopdev) = (lines[0].clone(), lines[1].clone());
+    let mut fio = Command::new("fio")
+        .args([
+            "--name=online-decrypt",
+            &format!("--filename={loopdev}"),
+            "--rw=randrw",
+            "--bs=4k",
+            "--iodepth=32",
+            "--ioengine=libaio",
+            "--direct=1",
+            "--size=64M",
+            "--time_based",
+            "--runtime=15",
+            "--verify=crc32c",
+            "--verify_backlog=1024",
+            "--verify_fatal=1",
+            "--do_verify=1",
+            // fio leaves a verify state file in its working directory otherwise.
+            "--verify_state_save=0",
+        ])
+        .current_dir(e.dir())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    let r = start_reencrypt(&e, "dfio", &pass, &["--decrypt", "--header", &hdr])
+        .wait_with_output()
+        .unwrap();
+    let took = started.elapsed();
+    assert!(
+        r.status.success(),
+        "online decryption failed: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    let progress = String::from_utf8_lossy(&r.stdout);
+    let last = progress.lines().last().unwrap_or_default();
+    assert!(last.contains(r#""device_bytes":"67108864""#), "{last}");
+    let st = status(&e, "dfio");
+    assert_eq!(st["reencryption"]["finished"], true, "{st}");
+    assert!(
+        fio.try_wait().unwrap().is_none(),
+        "fio ended before the decryption did ({took:?})"
+    );
+    let f = fio.wait_with_output().unwrap();
+    let report = String::from_utf8_lossy(&f.stdout);
+    assert!(
+        f.status.success() && report.contains("err= 0"),
+        "fio verify failed during online decryption:\n{report}\n{}",
+        String::from_utf8_lossy(&f.stderr)
+    );
+    eprintln!("online decryption of 64 MiB under fio randrw qd32: {took:?}");
+    // What fio left, served once decrypted, is the data file's plaintext byte for byte.
+    let served = read(&dev, 0, DATA as usize);
+    e.run.close("dfio");
+    assert_decrypted(&hdr, &img, Some(&served));
+}
+
+#[test]
+fn kill_9_mid_way_is_finished_by_the_next_open() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass) = image(&e);
+    let (_, want, child) = decrypting_mid_way(&e, (&img, &hdr, &pass), "dkill", 5);
+    kill_server(&e, "dkill");
+    drop(child);
+    assert!(in_decryption(&hdr), "not left in decryption");
+
+    let dev = open(&e, &img, &hdr, &pass, "dkill", &[]).remove(0);
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after the crash"
+    );
+    let r = start_reencrypt(&e, "dkill", &pass, &["--resume-only"])
+        .wait_with_output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after resume"
+    );
+    e.run.close("dkill");
+    assert_decrypted(&hdr, &img, Some(&want));
+}
+
+#[test]
+fn kill_9_mid_way_is_finished_by_cryptsetup_offline() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass) = image(&e);
+    let (_, want, child) = decrypting_mid_way(&e, (&img, &hdr, &pass), "dcs", 7);
+    kill_server(&e, "dcs");
+    drop(child);
+    assert!(in_decryption(&hdr), "not left in decryption");
+    // cryptsetup wants a hotzone the crash left in reencryption repaired first.
+    if meta(&hdr).to_string().contains("in-reencryption") {
+        common::run::ok(
+            "cryptsetup",
+            &[
+                "repair",
+                "--batch-mode",
+                "--key-file",
+                &pass,
+                "--header",
+                &hdr,
+                &img,
+            ],
+        );
+    }
+    common::run::ok(
+        "cryptsetup",
+        &[
+            "reencrypt",
+            "--resume-only",
+            "--force-offline-reencrypt",
+            "--batch-mode",
+            "--key-file",
+            &pass,
+            "--header",
+            &hdr,
+            &img,
+        ],
+    );
+    assert_decrypted(&hdr, &img, Some(&want));
+}
+
+#[test]
+fn init_only_then_resume_online_and_close_mid_way_resumed_offline() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass) = image(&e);
+    let dev = open(&e, &img, &hdr, &pass, "dclose", &[]).remove(0);
+    let want = pattern(DATA as usize, 9);
+    write_synced(&dev, 0, &want);
+    let mut init = vec!["luks", "reencrypt", "dclose", "--key-file", &pass];
+    init.extend(["--decrypt", "--init-only", "--header", &hdr]);
+    e.run.ok(&init);
+    assert!(in_decryption(&hdr), "--init-only left no decryption");
+    let child = start_reencrypt(
+        &e,
+        "dclose",
+        &pass,
+        &["--decrypt", "--resume-only", "--hotzone-size", "256K"],
+    );
+    wait_mid_way(&e, "dclose");
+    let text = e.run.ok(&["status", "dclose"]);
+    assert!(text.contains("reencryption:"), "{text}");
+    assert!(text.contains("in progress"), "{text}");
+    e.run.close("dclose");
+    let r = child.wait_with_output().unwrap();
+    assert!(
+        !r.status.success(),
+        "the interrupted decryption reported success"
+    );
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(err.contains("interrupted"), "{err}");
+    assert!(in_decryption(&hdr), "close finished it");
+    e.run.ok(&[
+        "luks",
+        "reencrypt",
+        &img,
+        "--header",
+        &hdr,
+        "--key-file",
+        &pass,
+        "--resume-only",
+        "--batch-mode",
+    ]);
+    assert_decrypted(&hdr, &img, Some(&want));
+}
+
+#[test]
+fn decrypt_of_an_open_device_with_its_header_at_its_start_is_refused() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let pass = e.s("pass");
+    fs::write(&pass, PASS).unwrap();
+    let img = e.sparse("img", 32 << 20);
+    let mut args = vec!["luksFormat", "--batch-mode", "--type", "luks2"];
+    args.extend(FAST);
+    args.extend(["--key-file", &pass, &img]);
+    common::run::ok("cryptsetup", &args);
+    e.run
+        .ok(&["luks", "open", &img, "dattached", "--key-file", &pass]);
+    e.run.track("dattached");
+    let before = fs::read(&img).unwrap();
+    let refused = |extra: &[&str], words: &str| {
+        let mut args = vec!["luks", "reencrypt", "dattached", "--key-file", &pass];
+        args.extend(["--decrypt", "--batch-mode"]);
+        args.extend(extra);
+        let r = e.run.run(&args);
+        assert!(r.code != Some(0), "{}", r.describe());
+        let err = &r.stderr;
+        assert!(err.contains(words), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    };
+    refused(&[], "LUKS2 decryption requires --header option.");
+    let newfile = e.s("newhdr");
+    refused(&["--header", &newfile], "is still in use");
+    assert!(
+        !std::path::Path::new(&newfile).exists(),
+        "{newfile} written"
+    );
+    assert!(fs::read(&img).unwrap() == before, "the device changed");
+    assert!(!e.run.ok(&["status", "dattached"]).contains("reencryption:"));
+    e.run.close("dattached");
+}
+
+#[test]
+fn decrypt_of_an_open_device_in_re_key_or_with_another_header_is_refused() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass) = image(&e);
+    open(&e, &img, &hdr, &pass, "dother", &[]);
+    let refused = |extra: &[&str], words: &str| {
+        let mut args = vec!["luks", "reencrypt", "dother", "--key-file", &pass];
+        args.extend(["--batch-mode", "--decrypt"]);
+        args.extend(FAST);
+        args.extend(extra);
+        let r = e.run.run(&args);
+        assert!(r.code != Some(0), "{}", r.describe());
+        assert!(r.stderr.contains(words), "{}", r.stderr);
+    };
+    let other = e.s("other-hdr");
+    fs::copy(&hdr, &other).unwrap();
+    refused(&["--header", &other], "served with the header");
+    let mut rekey = vec![
+        "luks",
+        "reencrypt",
+        "dother",
+        "--key-file",
+        &pass,
+        "--init-only",
+    ];
+    rekey.extend(FAST);
+    e.run.ok(&rekey);
+    refused(
+        &["--resume-only"],
+        "Device is not in LUKS2 decryption. Conflicting option --decrypt.",
+    );
+    assert!(!in_decryption(&hdr), "a decryption was started");
+    e.run.close("dother");
+}
+
+#[test]
+fn journal_and_none_resilience_decrypt_online_too() {
+    if missing_tools(false) {
+        return;
+    }
+    for (i, mode) in ["journal", "none"].into_iter().enumerate() {
+        let e = Workspace::new();
+        let (img, hdr, pass) = image(&e);
+        let dev = open(&e, &img, &hdr, &pass, "dres", &[]).remove(0);
+        let want = pattern(DATA as usize, 20 + i as u8);
+        write_synced(&dev, 0, &want);
+        let r = start_reencrypt(&e, "dres", &pass, &["--decrypt", "--resilience", mode])
+            .wait_with_output()
+            .unwrap();
+        assert!(
+            r.status.success(),
+            "--resilience {mode}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert!(
+            read(&dev, 0, want.len()) == want,
+            "--resilience {mode}: served"
+        );
+        e.run.close("dres");
+        assert_decrypted(&hdr, &img, Some(&want));
+    }
+}
