@@ -77,7 +77,9 @@ pub struct ReencryptArgs {
     pub(super) decrypt: bool,
     /// With --encrypt and no --header: give up this many bytes at the device's end (at most
     /// 1 GiB, whole 512-byte sectors); half of it becomes the LUKS2 header at the start and
-    /// the data moves by that half while it is encrypted.
+    /// the data moves by that half while it is encrypted. With --header: the header file's
+    /// size (16 KiB metadata copies, the rest keyslots), the data encrypted in place
+    /// backward, this many bytes at a time.
     #[arg(long, value_parser = parse_reduce)]
     reduce_device_size: Option<u64>,
     /// The new volume key from this file instead of a random one (--encrypt, or a re-key;
@@ -333,20 +335,17 @@ fn start_encrypt(a: &ReencryptArgs) -> Result<Option<(LuksVolume, Passphrase)>, 
         };
         return start_encrypt_shift(a, reduce);
     };
-    if a.reduce_device_size.is_some_and(|r| r > 0) {
-        return Err(CliError::invalid(
-            "dmkit encrypts with --reduce-device-size only with the header at the device's start (no --header).",
-        ));
-    }
     let resuming = header.exists() && in_reencryption(a, Some(header));
     begin_encrypt(a, resuming, |pass| {
-        crate::crypt::luks::encrypt_init(
-            &a.volume.device,
-            header,
-            &encrypt_format(a)?,
-            pass,
-            &init_params(a)?,
-        )
+        let (format, params) = (encrypt_format(a)?, init_params(a)?);
+        let device = &a.volume.device;
+        match a.reduce_device_size.filter(|&r| r > 0) {
+            // cryptsetup 2.6.1: a header as large as the reduction, the data left in place.
+            Some(reduce) => crate::crypt::luks::encrypt_init_in_place(
+                device, header, reduce, &format, pass, &params,
+            ),
+            None => crate::crypt::luks::encrypt_init(device, header, &format, pass, &params),
+        }
         .map_err(CliError::from)
     })
 }

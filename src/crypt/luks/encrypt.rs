@@ -8,6 +8,7 @@
 use super::{LuksError, LuksVolume};
 use crate::block::{BlockDevice, Claim, MemoryDevice};
 use crate::crypt::luks2::header::MAGIC_PRIMARY;
+use crate::crypt::luks2::json::MAX_KEYSLOTS_SIZE;
 use crate::crypt::luks2::reencrypt::{self, datashift, InitParams, ReencryptState};
 use crate::crypt::luks2::{self as luks2, FormatParams};
 use std::path::Path;
@@ -47,6 +48,67 @@ pub fn encrypt_init(
     pass: &[u8],
     params: &InitParams,
 ) -> Result<(), LuksError> {
+    encrypt_detached(
+        device,
+        header,
+        format.clone(),
+        pass,
+        params,
+        |mem, h, size, key, ip| reencrypt::init_encrypt(mem, h, size, key, ip),
+    )
+}
+
+/// The metadata copy size cryptsetup 2.6.1 gives a `--reduce-device-size` header (its
+/// "missing default here").
+const REDUCE_METADATA_SIZE: u64 = 16 << 10;
+
+/// Put the plaintext `device` into encryption in place under a new header in the file
+/// `header`, as cryptsetup 2.6.1 does for `reencrypt --encrypt --reduce-device-size reduce
+/// --header`: the header is `reduce` bytes (two 16 KiB metadata copies, the rest keyslots
+/// area; none of the device is given up), the data stays at 0 and is encrypted backward one
+/// `reduce`-byte hotzone at a time (resilience `datashift`, see
+/// [`datashift::init_encrypt_in_place`]). Nothing is written when a check fails.
+pub fn encrypt_init_in_place(
+    device: &Path,
+    header: &Path,
+    reduce: u64,
+    format: &FormatParams,
+    pass: &[u8],
+    params: &InitParams,
+) -> Result<(), LuksError> {
+    let keyslots = reduce.checked_sub(2 * REDUCE_METADATA_SIZE);
+    let Some(keyslots) = keyslots.filter(|k| k % 4096 == 0 && *k <= MAX_KEYSLOTS_SIZE) else {
+        return Err(LuksError::Invalid(
+            "Unsupported LUKS2 metadata size options.".into(),
+        ));
+    };
+    let mut p = format.clone();
+    p.metadata_size = REDUCE_METADATA_SIZE;
+    // Zero is cryptsetup's "not set": the default keyslots area (a 16 MiB header).
+    p.keyslots_size = Some(keyslots);
+    let name = device.display().to_string();
+    encrypt_detached(device, header, p, pass, params, |mem, h, size, key, ip| {
+        datashift::init_encrypt_in_place(mem, h, &name, size, reduce, key, ip)
+    })
+}
+
+/// What both detached-header encryptions share: the plaintext device claimed, the header
+/// formatted in memory with `p` (data offset 0), `init` putting it into encryption, then the
+/// file written whole.
+fn encrypt_detached(
+    device: &Path,
+    header: &Path,
+    mut p: FormatParams,
+    pass: &[u8],
+    params: &InitParams,
+    init: impl FnOnce(
+        &MemoryDevice,
+        &mut luks2::header::Luks2Header,
+        u64,
+        &[u8],
+        &InitParams,
+    ) -> Result<u32, LuksError>,
+) -> Result<(), LuksError> {
     let (data, _claim) = open_plain(device)?;
     if header.exists() {
         let h = crate::block::open_backing(header, true, false)?;
@@ -54,7 +116,6 @@ pub fn encrypt_init(
             return Err(already(header));
         }
     }
-    let mut p = format.clone();
     p.detached = true;
     p.data_offset = Some(0);
     let (keyslots_size, _) = luks2::format::layout(&p)?;
@@ -62,12 +123,22 @@ pub fn encrypt_init(
     let mem = MemoryDevice::new("header", need as usize);
     let data_size = data.size();
     let prepared = luks2::format::prepare(&mem, data_size, &p)?;
-    let (mut h, key) = luks2::format::write(&mem, prepared, &p, pass)?;
+    let (mut h, key) = luks2::format::write(&mem, prepared, &p, pass).map_err(no_space)?;
     let mut ip = params.clone();
     ip.io_block = super::reencrypt::io_block(&data);
-    reencrypt::init_encrypt(&mem, &mut h, data_size, &key, &ip)?;
+    init(&mem, &mut h, data_size, &key, &ip)?;
     drop(key);
     write_header_file(header, &mem.contents(), 2 * p.metadata_size)
+}
+
+/// cryptsetup's words when keyslot 0 does not fit the keyslots area.
+fn no_space(e: LuksError) -> LuksError {
+    match e {
+        LuksError::Invalid(m) if m.contains("keyslot") => {
+            LuksError::Invalid("No space for new keyslot.".into())
+        }
+        e => e,
+    }
 }
 
 /// Put the plaintext `device` into encryption in place with its header at its start
@@ -95,12 +166,7 @@ pub fn encrypt_init_shift(
     let mem = MemoryDevice::new("header", (copies + keyslots_size) as usize);
     let data_size = data.size();
     let prepared = luks2::format::prepare(&mem, data_size, &p)?;
-    let (mut h, key) = luks2::format::write(&mem, prepared, &p, pass).map_err(|e| match e {
-        LuksError::Invalid(m) if m.contains("keyslot") => {
-            LuksError::Invalid("No space for new keyslot.".into())
-        }
-        e => e,
-    })?;
+    let (mut h, key) = luks2::format::write(&mem, prepared, &p, pass).map_err(no_space)?;
     let mut ip = params.clone();
     ip.io_block = super::reencrypt::io_block(&data);
     let name = device.display().to_string();

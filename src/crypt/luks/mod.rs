@@ -47,7 +47,7 @@ mod volume;
 
 pub use admin::Priority;
 pub use backup::{HeaderRestore, RestoreQuestion};
-pub use encrypt::{encrypt_init, encrypt_init_shift};
+pub use encrypt::{encrypt_init, encrypt_init_in_place, encrypt_init_shift};
 pub use format::{FormatSpec, Formatter, IntegritySpec};
 pub use header::Header;
 pub use reencrypt::SegmentParams;

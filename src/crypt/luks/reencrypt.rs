@@ -185,6 +185,7 @@ impl LuksVolume {
             None => &self.dev,
         };
         let shifted = reencrypt::datashift::is_moved_encryption(&st)
+            || reencrypt::datashift::is_in_place_encryption(&st)
             || reencrypt::decrypt_shift::is_moved_decryption(&st);
         if shifted && o.device_size.is_some() {
             return Err(LuksError::Unsupported(
@@ -192,7 +193,9 @@ impl LuksVolume {
                     .into(),
             ));
         }
-        let r = if reencrypt::datashift::is_moved_encryption(&st) {
+        let r = if reencrypt::datashift::is_moved_encryption(&st)
+            || reencrypt::datashift::is_in_place_encryption(&st)
+        {
             reencrypt::datashift::run(&self.dev, data_dev, h, &keys, progress)
         } else if reencrypt::decrypt_shift::is_moved_decryption(&st) {
             reencrypt::decrypt_shift::run(&self.dev, data_dev, h, &keys, progress)

@@ -15,6 +15,14 @@
 //! Layout, `D` bytes in all, `P = D - 2S` bytes of plaintext:
 //! `[header S][plaintext S..P]...[moved copy of plaintext 0..S]` becomes
 //! `[header S][ciphertext of 0..P][wiped]`.
+//!
+//! With a detached header (`--header`, [`init_encrypt_in_place`]) cryptsetup 2.6.1 takes the
+//! same option and writes the same kind of metadata, but nothing moves: the shift is the whole
+//! reduction, the data stays at 0 and each hotzone is encrypted where it lies, backward. No
+//! copy of a hotzone exists while it is rewritten, so a run cut inside one cannot be
+//! recovered by anyone (cryptsetup 2.6.1's repair fills it with the plaintext found one shift
+//! before it); dmkit refuses such a state instead of guessing. A run stopped between hotzones
+//! resumes in either tool.
 
 use super::engine::{commit, drop_metadata, keyed, Keys, Progress, RunOutcome};
 use super::init::{check_aligned, only_segment, seal};
@@ -124,6 +132,79 @@ pub fn init_encrypt(
     )
 }
 
+/// Put the plaintext device (`device_size` bytes, named `data_name`) into encryption in place
+/// under the detached header `h` just formatted in memory on `mem` (data offset 0, keyslot 0
+/// bound to `key`), as cryptsetup 2.6.1 does for `--encrypt --reduce-device-size S --header`
+/// (`reencrypt_set_encrypt_segments` with a data shift and no moved segment): one linear
+/// segment over the whole device, `backup-previous` the same, `backup-final` the dynamic
+/// crypt segment at 0, and the reencrypt keyslot (mode `encrypt`, `backward`, resilience
+/// `datashift` of `shift` bytes). Nothing is written to the data device. Returns the
+/// reencrypt keyslot.
+pub fn init_encrypt_in_place(
+    mem: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    data_name: &str,
+    device_size: u64,
+    shift: u64,
+    key: &[u8],
+    p: &InitParams,
+) -> Result<u32, LuksError> {
+    let seg0 = only_segment(mem, h)?;
+    check_aligned(device_size, seg0.offset, seg0.sector_size)?;
+    if seg0.offset != 0 {
+        return Err(invalid(format!(
+            "{data_name}: an in-place encryption needs the data at offset 0, not {}",
+            seg0.offset
+        )));
+    }
+    // cryptsetup refuses a device smaller than the shift here, after formatting the header.
+    if device_size < shift {
+        return Err(invalid(
+            "Failed to initialize LUKS2 reencryption in metadata.".into(),
+        ));
+    }
+    if shift == 0 || !shift.is_multiple_of(u64::from(seg0.sector_size)) {
+        return Err(invalid(format!(
+            "Data shift value is not aligned to encryption sector size ({} bytes).",
+            seg0.sector_size
+        )));
+    }
+    let digest_new = h
+        .metadata
+        .segment_digest(0)
+        .map(|(i, _)| i)
+        .ok_or_else(|| invalid("no digest for segment 0".into()))?;
+    let mut next = h.clone();
+    let m = &mut next.metadata;
+    m.segments.clear();
+    m.segments.insert(0, linear(0, Some(device_size), &[]));
+    m.segments
+        .insert(1, linear(0, Some(device_size), &["backup-previous"]));
+    m.segments.insert(2, flagged(&seg0, "backup-final"));
+    for d in m.digests.values_mut() {
+        d.segments.clear();
+    }
+    if let Some(d) = m.digests.get_mut(&digest_new) {
+        d.segments.push(2);
+    }
+    let keys = verify::KeysByDigest::from([(digest_new, key)]);
+    let ip = InitParams {
+        resilience: Resilience::Datashift,
+        ..p.clone()
+    };
+    seal(
+        mem,
+        h,
+        next,
+        Mode::Encrypt,
+        Direction::Backward,
+        &keys,
+        (512, seg0.sector_size),
+        shift,
+        &ip,
+    )
+}
+
 /// Copy the plaintext's first segment to its `backup-moved-segment` place (`reencrypt_move_data`)
 /// and make it durable: this must precede the header written over it.
 pub fn move_first_segment(data: &dyn BlockDevice, st: &ReencryptState) -> Result<(), LuksError> {
@@ -143,8 +224,17 @@ pub fn move_first_segment(data: &dyn BlockDevice, st: &ReencryptState) -> Result
 
 /// Whether `st` is an encryption with a moved first segment, which [`run`] does.
 pub fn is_moved_encryption(st: &ReencryptState) -> bool {
-    st.moved.is_some()
-        && st.keyslot.mode == Mode::Encrypt
+    st.moved.is_some() && is_backward_shift_encryption(st)
+}
+
+/// Whether `st` is an encryption with a data shift and no moved segment (the data encrypted
+/// where it lies under a detached header), which [`run`] does too.
+pub fn is_in_place_encryption(st: &ReencryptState) -> bool {
+    st.moved.is_none() && is_backward_shift_encryption(st) && st.fin.offset == 0
+}
+
+fn is_backward_shift_encryption(st: &ReencryptState) -> bool {
+    st.keyslot.mode == Mode::Encrypt
         && st.keyslot.direction == Direction::Backward
         && st.keyslot.resilience == Resilience::Datashift
 }
@@ -158,7 +248,8 @@ struct Shift<'a> {
     /// Where the encrypted data starts (the `backup-final` offset).
     data_offset: u64,
     shift: u64,
-    moved: Segment,
+    /// The copy of the first segment; `None` for an encryption in place.
+    moved: Option<Segment>,
 }
 
 fn is_backup(s: &Segment) -> bool {
@@ -195,7 +286,9 @@ impl Shift<'_> {
             .collect::<BTreeMap<_, _>>();
         m.segments.insert(n, self.st.previous.clone());
         m.segments.insert(n + 1, self.st.fin.clone());
-        m.segments.insert(n + 2, self.moved.clone());
+        if let Some(moved) = &self.moved {
+            m.segments.insert(n + 2, moved.clone());
+        }
         let Some(d) = self.st.digest_new.and_then(|d| m.digests.get_mut(&d)) else {
             return;
         };
@@ -210,6 +303,12 @@ impl Shift<'_> {
     /// The next hotzone (`reencrypt_offset_backward_moved`): the last `shift` bytes of the
     /// plaintext not counting the moved first segment, or what is left of it, and the moved
     /// segment itself last (offset 0). `None` when no plaintext is left.
+    ///
+    /// In place, the part of the plaintext beyond a whole number of shifts goes first, then a
+    /// shift at a time: every boundary a run stops at then leaves a multiple of the shift,
+    /// which cryptsetup 2.6.1 resumes (its own order, the last shift first, stops with "Failed
+    /// to update reencryption context." once less than a shift is left, on a device of one to
+    /// two shifts; dmkit finishes such a state too).
     fn next(&self, segs: &[Segment]) -> Result<Option<(u64, u64)>, LuksError> {
         let mut linear = 0;
         for s in segs.iter().filter(|s| s.kind == "linear") {
@@ -219,6 +318,13 @@ impl Shift<'_> {
             return Ok(None);
         }
         let s = self.shift;
+        if self.moved.is_none() {
+            let part = match linear % s {
+                0 => s,
+                r => r,
+            };
+            return Ok(Some((linear - part, part)));
+        }
         if segs.len() == 1 {
             return Ok(Some((0, s)));
         }
@@ -280,14 +386,17 @@ impl Shift<'_> {
                 let mut s = behind.clone();
                 s.offset = self.data_offset + offset;
                 s.iv_tweak = offset >> 9;
-                s.size = Some(s.size.unwrap_or(0) + length);
+                // A dynamic segment (in place) stays dynamic.
+                s.size = s.size.map(|n| n + length);
                 s
             }
             None => {
                 let h = &hot[r];
+                // In place the encrypted part runs to the device's end ("dynamic"), as
+                // cryptsetup writes it.
                 crypt(
                     h.offset,
-                    Some(length),
+                    self.moved.as_ref().map(|_| length),
                     h.iv_tweak,
                     &h.encryption,
                     h.sector_size,
@@ -305,10 +414,9 @@ impl Shift<'_> {
     /// Encrypt the hotzone `offset..offset + length` from where its plaintext lies now (the
     /// moved copy for the first segment, else its old place) to its new place, durably.
     fn write_zone(&self, buf: &mut [u8], offset: u64) -> Result<(), LuksError> {
-        let from = if offset == 0 {
-            self.moved.offset
-        } else {
-            self.st.previous.offset + offset
+        let from = match &self.moved {
+            Some(moved) if offset == 0 => moved.offset,
+            _ => self.st.previous.offset + offset,
         };
         self.data_dev.read_at(buf, from)?;
         parallel::rekey(buf, offset, None, Some(&self.new));
@@ -340,6 +448,14 @@ impl Shift<'_> {
     /// datashift): its plaintext is still at its old place, so it is encrypted again.
     fn recover(&self, h: &mut Luks2Header, r: usize) -> Result<(), LuksError> {
         let (hot, offset, length) = interrupted(&h.metadata, r, self.data_offset, self.shift)?;
+        if self.moved.is_none() {
+            return Err(invalid(format!(
+                "{}: bytes {offset}..{} were being encrypted in place when the run stopped; an encryption with --reduce-device-size and --header keeps no copy of them, so they cannot be recovered (restore them from a backup; cryptsetup's repair would fill them with the plaintext from {} bytes before).",
+                self.data_dev.name(),
+                offset + length,
+                self.shift
+            )));
+        }
         let mut buf = zeroize::Zeroizing::new(vec![0u8; length as usize]);
         self.write_zone(&mut buf, offset)?;
         self.install(&mut h.metadata, self.post(&hot, r, offset, length));
@@ -350,15 +466,17 @@ impl Shift<'_> {
     /// random bytes, the keyslots area sized to the data offset, then the reencryption
     /// metadata dropped in one header write.
     fn teardown(&self, h: &mut Luks2Header) -> Result<(), LuksError> {
-        let len = self.moved.size.unwrap_or(0);
+        let Some(moved) = &self.moved else {
+            return drop_metadata(self.hdr_dev, h, &self.st);
+        };
+        let len = moved.size.unwrap_or(0);
         let mut chunk = vec![0u8; (1u64 << 20).min(len) as usize];
         let mut done = 0;
         while done < len {
             let n = (len - done).min(chunk.len() as u64) as usize;
             getrandom::getrandom(&mut chunk[..n])
                 .map_err(|e| LuksError::Crypto(format!("random wipe: {e}")))?;
-            self.data_dev
-                .write_at(&chunk[..n], self.moved.offset + done)?;
+            self.data_dev.write_at(&chunk[..n], moved.offset + done)?;
             done += n as u64;
         }
         self.data_dev.flush()?;
@@ -408,7 +526,7 @@ pub fn run(
     let st = ReencryptState::read(&h.metadata)?
         .ok_or_else(|| invalid("Device not marked for LUKS2 reencryption.".into()))?;
     verify::check(&h.metadata, &st, &keys.by_digest(&st))?;
-    if !is_moved_encryption(&st) {
+    if !is_moved_encryption(&st) && !is_in_place_encryption(&st) {
         return Err(LuksError::Unsupported(format!(
             "a {} reencryption ({}, {} resilience) with a moved segment",
             st.keyslot.mode.word(),
@@ -418,7 +536,7 @@ pub fn run(
     }
     let new = keyed(&st.fin, keys.new.as_ref())?
         .ok_or_else(|| invalid("reencryption metadata: the final segment is not crypt".into()))?;
-    let moved = st.moved.clone().expect("checked by is_moved_encryption");
+    let moved = st.moved.clone();
     let size = st.previous.size.unwrap_or(0);
     let run = Shift {
         hdr_dev,
@@ -429,12 +547,12 @@ pub fn run(
         moved,
         st,
     };
-    let end = run
-        .moved
-        .offset
-        .checked_add(run.moved.size.unwrap_or(0))
-        .filter(|&e| e <= data_dev.size() && run.shift > 0);
-    if end.is_none() || run.st.fin.offset == 0 {
+    let end = match &run.moved {
+        Some(m) => m.offset.checked_add(m.size.unwrap_or(0)),
+        None => run.st.previous.offset.checked_add(size),
+    };
+    let end = end.filter(|&e| e <= data_dev.size() && run.shift > 0);
+    if end.is_none() || (run.moved.is_some() && run.st.fin.offset == 0) {
         return Err(invalid(format!("Device {} is too small.", data_dev.name())));
     }
     if let Some(r) = run.st.hot {
