@@ -103,7 +103,8 @@ pub struct SeedRow {
     pub doc: Option<DocCell>,
     /// Why there is no document figure (when `doc` is `None`).
     pub doc_missing: Option<String>,
-    /// Why there is no dmkit figure (when `dmkit` or `base` is `None`).
+    /// Why there is no dmkit figure (when `dmkit` or `base` is `None`), or no ratio (a
+    /// baseline of 0).
     pub empty: Option<String>,
     /// The kernel's column: why it was not run (the kernel target it would need).
     pub kernel: String,
@@ -127,7 +128,7 @@ impl SeedRow {
         let base = Figure::of(base);
         let ratio = ratio_of(dmkit.as_ref(), base.as_ref());
         let empty = match (&dmkit, &base) {
-            (Some(_), Some(_)) => None,
+            (Some(_), Some(_)) => zero_baseline(base.as_ref()),
             _ => Some("no runs were measured".to_string()),
         };
         SeedRow {
@@ -193,6 +194,8 @@ impl SeedRow {
         self.ratio = ratio_of(self.dmkit.as_ref(), self.base.as_ref());
         if !none_kept.is_empty() {
             self.empty = Some(none_kept.join("; "));
+        } else if self.empty.is_none() && self.dmkit.is_some() {
+            self.empty = zero_baseline(self.base.as_ref());
         }
         self
     }
@@ -213,6 +216,13 @@ pub fn ratio_of(dmkit: Option<&Figure>, base: Option<&Figure>) -> Option<f64> {
         (Some(d), Some(b)) if b.median != 0.0 => Some(d.median / b.median),
         _ => None,
     }
+}
+
+/// Why a row with both figures has no ratio: its baseline's median is 0 (a run too short for
+/// the CPU clock's ticks, say), which no ratio can be taken against.
+fn zero_baseline(base: Option<&Figure>) -> Option<String> {
+    base.filter(|b| b.median == 0.0)
+        .map(|_| "the baseline's median is 0: no ratio".to_string())
 }
 
 /// One section (one document's scenarios) as it ran.

@@ -86,6 +86,7 @@ pub fn table(rows: &[SeedRow], seed: &str, table: &str) -> String {
         unit = r.key.unit.clone();
         let (d, b, q) = match (&r.dmkit, &r.base, r.ratio, &r.empty) {
             (Some(d), Some(b), Some(q), None) => (figure(d), figure(b), ratio(q)),
+            (Some(d), Some(b), None, Some(why)) => (figure(d), figure(b), note(why)),
             (_, _, _, Some(why)) => ("-".into(), "-".into(), note(why)),
             _ => ("-".into(), "-".into(), "-".into()),
         };
