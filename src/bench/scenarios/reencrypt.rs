@@ -410,9 +410,11 @@ pub fn render(r: &ReencryptReport) -> String {
                 format!("{:.2}x", m.ratio),
                 m.bound
                     .as_ref()
+                    .filter(|b| b.bytes > 0)
                     .map_or("-".into(), |b| format!("{:.3} s", b.seconds)),
                 m.bound
                     .as_ref()
+                    .filter(|b| b.bytes > 0)
                     .map_or("-".into(), |b| format!("{:.2}x", c.median / b.seconds)),
             ]);
         }
@@ -460,6 +462,13 @@ pub fn render(r: &ReencryptReport) -> String {
 /// Why a row below the target is: its bound spelled out.
 fn arithmetic(m: &ModeResult, b: &Bound, s: &Storage) -> String {
     let c = m.tools[0].seconds.median;
+    if b.bytes == 0 {
+        // Re-keyed in place in RAM with no journal: only the cipher (and the hashes) touch
+        // the data, and a flush of RAM costs microseconds; a ratio over that would say nothing.
+        return "  bound: no bytes moved besides the cipher's (in place, in RAM): the AES-XTS \
+                line is the bound\n"
+            .into();
+    }
     format!(
         "  bound: {} B / {:.0} MB/s + {} hotzone{} x {} flushes x {:.3} ms = {:.3} s; \
          cryptsetup {:.3} s / {:.3} s = at most {:.2}x for any tool\n",

@@ -183,8 +183,8 @@ pub struct Run<'a> {
     pub new: Option<Keyed>,
     /// Byte offset of the data on the data device.
     pub data_offset: u64,
-    /// The data mapped in memory around the hotzone, when the data device is a file.
-    window: Option<super::mapped::Mapped>,
+    /// Unmaps finished hotzones' mappings of the data (a file in RAM) on a thread of its own.
+    reaper: Option<super::mapped::Reaper>,
     /// Online: no mapping (the server's own writes bypass it), hotzones gated.
     hooks: Option<&'a dyn Hotzones>,
     /// The journal area mapped in memory, when the header device is a file in RAM.
@@ -250,7 +250,7 @@ impl<'a> Run<'a> {
             old,
             new,
             data_offset,
-            window: None,
+            reaper: None,
             hooks: None,
             journal: None,
             direct: None,
@@ -546,23 +546,18 @@ impl<'a> Run<'a> {
         let (segs, rseg) = self.ends.hot(offset, length);
         self.ends.install(&mut self.h.metadata, segs, Some(rseg));
         let at = self.data_offset + offset;
-        if self.hooks.is_none() && !self.window.as_ref().is_some_and(|w| w.covers(at, length)) {
-            self.window = None;
-            let window = super::mapped::WINDOW.max(length);
-            let (from, to) = if self.ends.forward {
-                let end = self.data_offset + self.ends.device_size;
-                (at, (at + window).min(end))
-            } else {
-                // Backward: the window reaches back, where the next hotzones are.
-                let from = (at + length).saturating_sub(window).max(self.data_offset);
-                (from, at + length)
-            };
-            self.window = super::mapped::Mapped::new(self.data_dev, from, to - from);
+        // Offline, a data device in RAM is re-keyed in its page cache, through a mapping of
+        // this hotzone (online, the server's own writes would bypass it).
+        let mut window = None;
+        if self.hooks.is_none() {
+            window = super::mapped::Mapped::lazy(self.data_dev, at, length);
+            if window.is_some() && self.reaper.is_none() {
+                self.reaper = super::mapped::Reaper::start();
+            }
         }
-        let mapped = self.window.is_some();
-        let mut window = self.window.take();
+        let mapped = window.is_some();
         let buf: &mut [u8] = match &mut window {
-            Some(w) => w.range(at, length),
+            Some(w) => w.bytes(),
             None => buf,
         };
         let area = self.st.area().0;
@@ -670,7 +665,9 @@ impl<'a> Run<'a> {
             w.sync(at, length)
                 .map_err(|e| LuksError::Invalid(format!("{}: {e}", data_dev.name())))?;
         }
-        self.window = window;
+        if let (Some(w), Some(r)) = (window, &self.reaper) {
+            r.retire(w);
+        }
         if protected {
             // The data may be written while the "in reencryption" commit's primary copy is
             // unflushed (its secondary copy, flushed, says so); one flush covers both when the

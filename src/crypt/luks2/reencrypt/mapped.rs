@@ -4,6 +4,14 @@
 //! journal area is mapped the same way, so the journal is one parallel copy from the data's
 //! mapping, not `pwrite`s that serialise on the file's lock.
 //!
+//! The data is mapped one hotzone at a time and not populated: the workers' first touches
+//! fault their own pages in, on all cores, 16 pages a fault (fault-around), where
+//! `MAP_POPULATE` walked every page on one thread (and marked each accessed, an LRU lock
+//! round trip per page): a fifth of a 1 GiB journal re-key's CPU, none of it parallel. A
+//! finished hotzone's mapping is unmapped by a [`Reaper`] thread while the next one is
+//! worked on, not between them. The journal area, rewritten by every hotzone, is mapped once
+//! and populated.
+//!
 //! Only tmpfs: on a disk filesystem the first write to each page of a shared mapping faults
 //! for dirty tracking (`page_mkwrite`, a journal handle per page on ext4) and populating the
 //! mapping reads the disk synchronously; measured, that made a 1 GiB re-key slower than
@@ -21,17 +29,24 @@ pub struct Mapped {
     at: u64,
 }
 
-/// How much of the data one mapping covers: hotzones smaller than this (the journal's) reuse
-/// it instead of mapping and unmapping each time.
-pub const WINDOW: u64 = 256 << 20;
-
 // SAFETY: the mapping is plain memory owned by this value; access goes through `&mut self`.
 unsafe impl Send for Mapped {}
 
 impl Mapped {
     /// Map `[at, at + len)` of `dev` when `dev` stores it untransformed in a regular file on
-    /// a tmpfs.
+    /// a tmpfs, populated at once: for a range written again and again (the journal area).
     pub fn new(dev: &dyn BlockDevice, at: u64, len: u64) -> Option<Mapped> {
+        Mapped::map(dev, at, len, true)
+    }
+
+    /// [`Mapped::new`] left to fault in on first touch, by whichever thread touches each
+    /// page, and marked sequential (`MADV_SEQUENTIAL`): its pages are not marked accessed
+    /// again when unmapped. For a range touched once (a hotzone of the data).
+    pub fn lazy(dev: &dyn BlockDevice, at: u64, len: u64) -> Option<Mapped> {
+        Mapped::map(dev, at, len, false)
+    }
+
+    fn map(dev: &dyn BlockDevice, at: u64, len: u64, populate: bool) -> Option<Mapped> {
         const TMPFS_MAGIC: i64 = 0x0102_1994;
         let (fd, off) = dev.passthrough(at, len)?;
         // SAFETY: fstat and fstatfs write into structs we own, on a descriptor borrowed from
@@ -50,19 +65,32 @@ impl Mapped {
         let start = off / page * page;
         let delta = (off - start) as usize;
         let total = usize::try_from(len).ok()?.checked_add(delta)?;
+        let flags = if populate {
+            libc::MAP_SHARED | libc::MAP_POPULATE
+        } else {
+            libc::MAP_SHARED
+        };
         // SAFETY: a new shared mapping of a range of an open file; the kernel picks the
-        // address. Populated at once: one call instead of a fault per page.
+        // address.
         let base = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 total,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_POPULATE,
+                flags,
                 fd.as_raw_fd(),
                 libc::off_t::try_from(start).ok()?,
             )
         };
-        (base != libc::MAP_FAILED).then_some(Mapped {
+        if base == libc::MAP_FAILED {
+            return None;
+        }
+        if !populate {
+            // SAFETY: advice on the mapping just made. Only a hint: its failure changes
+            // nothing but speed.
+            unsafe { libc::madvise(base, total, libc::MADV_SEQUENTIAL) };
+        }
+        Some(Mapped {
             base,
             len: total,
             delta,
@@ -82,12 +110,7 @@ impl Mapped {
         }
     }
 
-    /// Whether `[at, at + len)` of the device is mapped.
-    pub fn covers(&self, at: u64, len: u64) -> bool {
-        at >= self.at && at + len <= self.at + (self.len - self.delta) as u64
-    }
-
-    /// The mapped bytes of `[at, at + len)` of the device (which [`Mapped::covers`]).
+    /// The mapped bytes of `[at, at + len)` of the device (within what is mapped).
     pub fn range(&mut self, at: u64, len: u64) -> &mut [u8] {
         let from = (at - self.at) as usize;
         &mut self.bytes()[from..from + len as usize]
@@ -129,6 +152,50 @@ pub fn start_writeback(dev: &dyn BlockDevice, at: u64, len: u64) {
                 libc::SYNC_FILE_RANGE_WRITE,
             )
         };
+    }
+}
+
+/// A thread that unmaps the mappings handed to it, so that unmapping a finished hotzone (a
+/// page table walk over all its pages) overlaps the work on the next one. Dropping it waits
+/// for what it was given.
+pub struct Reaper {
+    tx: Option<std::sync::mpsc::Sender<Mapped>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Reaper {
+    /// Start the thread; `None` if it cannot be started (mappings are then unmapped where
+    /// they are dropped).
+    pub fn start() -> Option<Reaper> {
+        let (tx, rx) = std::sync::mpsc::channel::<Mapped>();
+        let thread = std::thread::Builder::new()
+            .name("dmkit-unmap".into())
+            .spawn(move || rx.into_iter().for_each(drop))
+            .ok()?;
+        Some(Reaper {
+            tx: Some(tx),
+            thread: Some(thread),
+        })
+    }
+
+    /// Unmap `m` on the reaper's thread.
+    pub fn retire(&self, m: Mapped) {
+        if let Some(tx) = &self.tx {
+            // A send fails only when the thread is gone; the mapping comes back and is
+            // unmapped here.
+            if let Err(std::sync::mpsc::SendError(m)) = tx.send(m) {
+                drop(m);
+            }
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
