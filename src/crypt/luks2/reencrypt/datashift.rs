@@ -108,27 +108,16 @@ pub fn init_encrypt(
     m.segments
         .insert(n + 1, linear(0, Some(plain), &["backup-previous"]));
     m.segments.insert(n + 2, flagged(&seg0, "backup-final"));
-    for d in m.digests.values_mut() {
-        d.segments.clear();
-    }
-    if let Some(d) = m.digests.get_mut(&digest_new) {
-        d.segments.push(n + 2);
-    }
-    let keys = verify::KeysByDigest::from([(digest_new, key)]);
-    let ip = InitParams {
-        resilience: Resilience::Datashift,
-        ..p.clone()
-    };
-    seal(
+    seal_encrypt(
         mem,
         h,
         next,
-        Mode::Encrypt,
-        Direction::Backward,
-        &keys,
-        (512, seg0.sector_size),
+        n + 2,
+        digest_new,
+        key,
+        seg0.sector_size,
         shift,
-        &ip,
+        p,
     )
 }
 
@@ -181,11 +170,30 @@ pub fn init_encrypt_in_place(
     m.segments
         .insert(1, linear(0, Some(device_size), &["backup-previous"]));
     m.segments.insert(2, flagged(&seg0, "backup-final"));
+    seal_encrypt(mem, h, next, 2, digest_new, key, seg0.sector_size, shift, p)
+}
+
+/// The end of both encryption set-ups: only the new digest stays bound, to the `backup-final`
+/// segment `final_seg`, and the metadata `next` is sealed with the reencrypt keyslot (mode
+/// `encrypt`, `backward`, resilience `datashift` of `shift` bytes).
+#[allow(clippy::too_many_arguments)]
+fn seal_encrypt(
+    mem: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    mut next: Luks2Header,
+    final_seg: u32,
+    digest_new: u32,
+    key: &[u8],
+    sector_size: u32,
+    shift: u64,
+    p: &InitParams,
+) -> Result<u32, LuksError> {
+    let m = &mut next.metadata;
     for d in m.digests.values_mut() {
         d.segments.clear();
     }
     if let Some(d) = m.digests.get_mut(&digest_new) {
-        d.segments.push(2);
+        d.segments.push(final_seg);
     }
     let keys = verify::KeysByDigest::from([(digest_new, key)]);
     let ip = InitParams {
@@ -199,7 +207,7 @@ pub fn init_encrypt_in_place(
         Mode::Encrypt,
         Direction::Backward,
         &keys,
-        (512, seg0.sector_size),
+        (512, sector_size),
         shift,
         &ip,
     )
