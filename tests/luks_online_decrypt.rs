@@ -98,6 +98,18 @@ fn missing_tools(with_loop: bool) -> bool {
         || (with_loop && tool_missing("fio", "fio"))
 }
 
+/// A fresh image decrypting mid-way under server `name` (pattern `seed`), its server killed
+/// with SIGKILL and the header checked to be left in decryption: the image, header,
+/// passphrase and what the device held.
+fn killed_mid_decryption(e: &Workspace, name: &str, seed: u8) -> (String, String, String, Vec<u8>) {
+    let (img, hdr, pass) = image(e);
+    let (_, want, child) = decrypting_mid_way(e, (&img, &hdr, &pass), name, seed);
+    kill_server(e, name);
+    drop(child);
+    assert!(in_decryption(&hdr), "not left in decryption");
+    (img, hdr, pass, want)
+}
+
 /// Open with the header detached, fill all of it with pattern `seed`, synced, start the
 /// online decryption in small hotzones and wait until it is mid-way; the served file, what
 /// it holds (with writes on both sides of the boundary, fsync'd while the decryption runs)
@@ -203,11 +215,7 @@ fn kill_9_mid_way_is_finished_by_the_next_open() {
         return;
     }
     let e = Workspace::new();
-    let (img, hdr, pass) = image(&e);
-    let (_, want, child) = decrypting_mid_way(&e, (&img, &hdr, &pass), "dkill", 5);
-    kill_server(&e, "dkill");
-    drop(child);
-    assert!(in_decryption(&hdr), "not left in decryption");
+    let (img, hdr, pass, want) = killed_mid_decryption(&e, "dkill", 5);
 
     let dev = open(&e, &img, &hdr, &pass, "dkill", &[]).remove(0);
     assert!(
@@ -232,11 +240,7 @@ fn kill_9_mid_way_is_finished_by_cryptsetup_offline() {
         return;
     }
     let e = Workspace::new();
-    let (img, hdr, pass) = image(&e);
-    let (_, want, child) = decrypting_mid_way(&e, (&img, &hdr, &pass), "dcs", 7);
-    kill_server(&e, "dcs");
-    drop(child);
-    assert!(in_decryption(&hdr), "not left in decryption");
+    let (img, hdr, pass, want) = killed_mid_decryption(&e, "dcs", 7);
     // cryptsetup wants a hotzone the crash left in reencryption repaired first.
     if meta(&hdr).to_string().contains("in-reencryption") {
         common::run::ok(
