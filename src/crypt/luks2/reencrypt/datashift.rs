@@ -76,12 +76,7 @@ pub fn init_encrypt(
             data_offset >> 9
         )));
     }
-    if shift == 0 || !shift.is_multiple_of(u64::from(seg0.sector_size)) {
-        return Err(invalid(format!(
-            "Data shift value is not aligned to encryption sector size ({} bytes).",
-            seg0.sector_size
-        )));
-    }
+    check_shift(shift, seg0.sector_size)?;
     // `reencrypt_set_encrypt_segments`: [future header (shift)][second data segment][gap
     // (shift)][first data segment (shift)].
     let plain = data_size - shift;
@@ -89,11 +84,7 @@ pub fn init_encrypt(
         return Err(too_small());
     }
     let first = plain.min(shift);
-    let digest_new = h
-        .metadata
-        .segment_digest(0)
-        .map(|(i, _)| i)
-        .ok_or_else(|| invalid("no digest for segment 0".into()))?;
+    let digest_new = segment0_digest(h)?;
     let mut next = h.clone();
     let m = &mut next.metadata;
     m.segments.clear();
@@ -152,17 +143,8 @@ pub fn init_encrypt_in_place(
             "Failed to initialize LUKS2 reencryption in metadata.".into(),
         ));
     }
-    if shift == 0 || !shift.is_multiple_of(u64::from(seg0.sector_size)) {
-        return Err(invalid(format!(
-            "Data shift value is not aligned to encryption sector size ({} bytes).",
-            seg0.sector_size
-        )));
-    }
-    let digest_new = h
-        .metadata
-        .segment_digest(0)
-        .map(|(i, _)| i)
-        .ok_or_else(|| invalid("no digest for segment 0".into()))?;
+    check_shift(shift, seg0.sector_size)?;
+    let digest_new = segment0_digest(h)?;
     let mut next = h.clone();
     let m = &mut next.metadata;
     m.segments.clear();
@@ -171,6 +153,24 @@ pub fn init_encrypt_in_place(
         .insert(1, linear(0, Some(device_size), &["backup-previous"]));
     m.segments.insert(2, flagged(&seg0, "backup-final"));
     seal_encrypt(mem, h, next, 2, digest_new, key, seg0.sector_size, shift, p)
+}
+
+/// cryptsetup's refusal of a data shift that is not a whole number of encryption sectors.
+fn check_shift(shift: u64, sector_size: u32) -> Result<(), LuksError> {
+    if shift == 0 || !shift.is_multiple_of(u64::from(sector_size)) {
+        return Err(invalid(format!(
+            "Data shift value is not aligned to encryption sector size ({sector_size} bytes)."
+        )));
+    }
+    Ok(())
+}
+
+/// The digest that segment 0 (the new key's) is bound to.
+fn segment0_digest(h: &Luks2Header) -> Result<u32, LuksError> {
+    h.metadata
+        .segment_digest(0)
+        .map(|(i, _)| i)
+        .ok_or_else(|| invalid("no digest for segment 0".into()))
 }
 
 /// The end of both encryption set-ups: only the new digest stays bound, to the `backup-final`
