@@ -403,8 +403,9 @@ impl SectorAead {
 
     /// How many threads a batch of `bytes` is split over: one per core, each with at least
     /// [`PARALLEL_MIN`] bytes, so that a large request is not bound by one core while a small
-    /// one pays no thread start.
-    fn split(&self, bytes: usize) -> usize {
+    /// one pays no thread start. Callers that fetch or store the sectors themselves split
+    /// their own work the same way (the crypt target reads and opens each part on its core).
+    pub fn parallel_parts(&self, bytes: usize) -> usize {
         if bytes < 2 * PARALLEL_MIN {
             return 1;
         }
@@ -426,7 +427,7 @@ impl SectorAead {
     ) -> Result<(), AeadError> {
         let ss = self.sector_size;
         let n = self.check_batch(data, meta, stride)?;
-        let parts = self.split(data.len());
+        let parts = self.parallel_parts(data.len());
         if parts == 1 {
             return self.seal_sectors(first, data, meta, stride);
         }
@@ -451,7 +452,7 @@ impl SectorAead {
     ) -> Result<Vec<u64>, AeadError> {
         let ss = self.sector_size;
         let n = self.check_batch(data, meta, stride)?;
-        let parts = self.split(data.len());
+        let parts = self.parallel_parts(data.len());
         if parts == 1 {
             return self.open_sectors(first, data, meta, stride);
         }

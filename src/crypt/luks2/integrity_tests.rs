@@ -258,3 +258,53 @@ fn tampering_fails_exactly_the_sectors_touched() {
         }
     }
 }
+
+/// A request large enough to be split over the cores (each part read, or sealed, by its own
+/// thread) reads back what was written, and a tampered sector in any part fails the whole
+/// request, names that sector and leaks nothing.
+#[test]
+fn a_request_split_over_the_cores_fails_whole_at_a_tampered_sector() {
+    let (kind, vk_len) = kinds()[0];
+    let vk = key(vk_len);
+    for ss in [512u32, 4096] {
+        let img = Arc::new(MemoryDevice::from_vec(
+            "m",
+            formatted(kind, &vk, ss, 4 << 20),
+        ));
+        let raw = Raw::new(&img, ss);
+        let dev = stack(img.clone(), kind, &vk, ss, Mode::Journal);
+        let len = (2 << 20) - (2 << 20) % ss as usize;
+        let data: Vec<u8> = (0..len).map(|i| (i / 512 * 7 + i % 251) as u8).collect();
+        dev.write_at(&data, 0).unwrap();
+        let mut back = vec![0u8; len];
+        dev.read_at(&mut back, 0).unwrap();
+        assert!(
+            back == data,
+            "{ss}: the split read differs from the split write"
+        );
+        drop(dev);
+        let blocks = (len / ss as usize) as u64;
+        // A sector in the first part, then one in the last.
+        for bad in [3, blocks - 2] {
+            let snapshot = img.contents();
+            raw.flip(&img, raw.data_at(bad) + 17);
+            let dev = stack(img.clone(), kind, &vk, ss, Mode::Journal);
+            let mut back = vec![0xa5u8; len];
+            match dev.read_at(&mut back, 0) {
+                Err(BlockError::Corrupt { block, .. }) => assert_eq!(block, bad, "{ss}"),
+                other => panic!("{ss}: block {bad} tampered, the read gave {other:?}"),
+            }
+            assert!(
+                back.iter().all(|&b| b == 0),
+                "{ss}: a failed read leaks data"
+            );
+            let failures = dev
+                .stats()
+                .auth_failures
+                .load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(failures, 1, "{ss}");
+            drop(dev);
+            img.write_at(&snapshot, 0).unwrap();
+        }
+    }
+}
