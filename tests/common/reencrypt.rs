@@ -163,3 +163,24 @@ pub fn offline_command(
 pub fn run_must(program: &str, extra: &[&str], mut cmd: Command) {
     must(&format!("{program} {extra:?}"), cmd.output().unwrap());
 }
+
+/// The writes and flushes of `run` (a reencryption run to its end) on a fault-injection device
+/// holding `base`, for [`dmkit::block::for_each_crash_state`], and how many writes they hold.
+pub fn logged_run(
+    base: &[u8],
+    run: impl Fn(&dyn dmkit::block::BlockDevice) -> dmkit::crypt::luks2::reencrypt::RunOutcome,
+) -> (Vec<dmkit::block::LoggedOp>, usize) {
+    use dmkit::block::{FaultyDevice, LoggedOp, MemoryDevice};
+    let faulty = FaultyDevice::new(MemoryDevice::from_vec("logged", base.to_vec()));
+    faulty.start_log();
+    assert_eq!(
+        run(&faulty),
+        dmkit::crypt::luks2::reencrypt::RunOutcome::Finished
+    );
+    let log = faulty.take_log();
+    let writes = log
+        .iter()
+        .filter(|o| matches!(o, LoggedOp::Write { .. }))
+        .count();
+    (log, writes)
+}
