@@ -459,9 +459,10 @@ impl Shift<'_> {
     /// the last hotzone's segments first, and 2.6.1 resumes that state (its own runs cut there
     /// included) at progress 0 and encrypts the whole device a second time, reporting success.
     /// The header write puts the secondary copy first, so a cut inside it leaves either the
-    /// hotzone open (which dmkit refuses, see [`Shift::recover`]) or the metadata dropped. With a moved segment the commit stays apart: the moved copy, plaintext, is
-    /// wiped between the two (the open hotzone reads it), and cryptsetup refuses that state
-    /// without writing ("Failed to set device segments").
+    /// hotzone open (which dmkit refuses, see [`Shift::recover`]) or the metadata dropped.
+    /// With a moved segment the two stay apart: the moved copy, plaintext, is wiped between
+    /// them (an open hotzone would read it), and cryptsetup refuses that state without
+    /// writing ("Failed to set device segments").
     fn done(&self, h: &mut Luks2Header, post: Vec<Segment>) -> Result<(), LuksError> {
         let last = self.moved.is_none() && post.iter().all(|s| s.kind == "crypt");
         self.install(&mut h.metadata, post);
