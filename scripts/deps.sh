@@ -10,6 +10,8 @@ packages=(
   build-essential pkg-config libssl-dev
   # The real tools we are compared with and tested against.
   cryptsetup-bin fsverity fio openssl keyutils dmsetup
+  # strace cuts a cryptsetup run at a chosen fsync (tests/luks_reencrypt_reduce_header.rs).
+  strace
   # Serving: FUSE (fusermount3 for rootless serving), loop devices (losetup), filesystems.
   fuse3 mount util-linux e2fsprogs kmod
   # `image open` without root puts fuse-overlayfs over dmkit's FUSE tree (tests/image_rootless.rs).

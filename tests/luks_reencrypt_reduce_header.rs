@@ -3,19 +3,21 @@
 //! ways: the metadata of `--init-only` field for field, full runs checked by decrypting with
 //! each tool, `--init-only` by one tool resumed by the other, each tool stopped (SIGTERM) and
 //! killed (SIGKILL) mid-run and finished by the other, a cut at every write of a run resumed
-//! by dmkit and by cryptsetup, a device cryptsetup cannot finish (between one and two shifts),
-//! and the refusals.
+//! by dmkit and by cryptsetup, cryptsetup's own run cut after its last hotzone (which it
+//! encrypts a second time; dmkit finishes it), a device cryptsetup cannot finish (between one
+//! and two shifts), and the refusals.
 //!
 //! A SIGKILL inside a hotzone leaves bytes half rewritten in place with no copy anywhere: no
 //! tool can recover them (cryptsetup's repair fills them with the plaintext one shift before).
 //! dmkit refuses that state and changes nothing; the test checks the refusal and that every
 //! byte outside the hotzone is still right.
 //!
-//! Needs cryptsetup: skips without it, fails under CI=1.
+//! Needs cryptsetup (and strace for the cut of cryptsetup's own run): skips without them,
+//! fails under CI=1.
 
 mod common;
 
-use common::env::tool_missing;
+use common::env::{tool_missing, tools_missing};
 use common::reencrypt::{kill_when_under_way, logged_run, must, offline_command, run_must, shape};
 use common::rng::SplitMix64;
 use common::run::Workspace;
@@ -366,15 +368,15 @@ fn a_cut_at_every_write_resumes_in_both_tools() {
         datashift::run(&hdr, &data, &mut h, &keys, &mut |_| true)
     };
     let (log, writes) = logged_run(&base, |dev| run(dev).unwrap());
-    // Five writes a hotzone (two header copies on each side of the data), three to tear down
-    // (the metadata dropped, then the reencrypt keyslot's area wiped).
-    assert_eq!(writes, 5 * 5 + 3, "writes of the run");
+    // Five writes a hotzone (two header copies on each side of the data); the last hotzone's
+    // closing pair drops the metadata, then the reencrypt keyslot's area is wiped.
+    assert_eq!(writes, 5 * 5 + 1, "writes of the run");
     let to_files = |img: &[u8]| {
         fs::write(&d.hdr, &img[..SHIFT]).unwrap();
         fs::write(&d.img, &img[SHIFT..]).unwrap();
     };
     let (mut states, mut finished, mut refused) = (0, 0, 0);
-    let (mut by_cryptsetup, mut short, mut tails) = (0, 0, 0);
+    let (mut by_cryptsetup, mut short, mut after_last) = (0, 0, 0);
     for_each_crash_state(&base, &log, |what, img| {
         states += 1;
         let mem = MemoryDevice::from_vec("crashed", img.to_vec());
@@ -406,23 +408,41 @@ fn a_cut_at_every_write_resumes_in_both_tools() {
         d.encrypted(&format!("cryptsetup opens dmkit's result after {what}"));
         finished += 1;
         let Some(st) = st else {
+            // After the last hotzone (its closing header write drops the metadata, the
+            // secondary copy first): cryptsetup finds no reencryption to resume, says so and
+            // changes nothing, and opens the data as dmkit would have finished it.
+            to_files(img);
+            let out = d.output("cryptsetup", &["--resume-only"]);
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(1), "cryptsetup after {what}: {err}");
+            assert!(
+                err.contains("not in progress"),
+                "cryptsetup after {what}: {err}"
+            );
+            let now = [fs::read(&d.hdr).unwrap(), fs::read(&d.img).unwrap()].concat();
+            encrypted_bytes(&now[..SHIFT], &now[SHIFT..], &vk, &d.plain, what);
+            assert!(
+                now[SHIFT..] == img[SHIFT..],
+                "cryptsetup after {what}: data changed"
+            );
+            d.encrypted(&format!("cryptsetup --resume-only after {what}"));
+            after_last += 1;
             return;
         };
         let crypt = |s: &Segment| s.kind == "crypt";
-        let tail = st.segments.iter().all(crypt);
+        // Every byte encrypted and the metadata still there: cryptsetup 2.6.1 resumes that
+        // state at progress 0 and encrypts the whole device a second time, reporting success
+        // (see `cryptsetup_cut_after_its_last_hotzone`). dmkit's runs never leave it.
+        assert!(
+            !st.segments.iter().all(crypt),
+            "{what}: every byte encrypted and the metadata still there"
+        );
         let first_zone = st
             .segments
             .iter()
             .find(|s| crypt(s))
             .is_some_and(|s| size as u64 - s.offset < SHIFT as u64);
-        if tail {
-            // Every byte encrypted, the metadata not yet dropped: cryptsetup 2.6.1 finds no
-            // plaintext segment, starts again at progress 0 and encrypts the whole device a
-            // second time, reporting success (seen here: the result decrypts to the
-            // plaintext only twice), so it is not asked. dmkit only drops the metadata
-            // (checked above).
-            tails += 1;
-        } else if first_zone {
+        if first_zone {
             // Only dmkit's first hotzone (the part beyond the whole shifts) is encrypted:
             // cryptsetup 2.6.1 refuses to resume with "Device ... is too small." and leaves
             // the data and the metadata as they were (it only rewrites a stale primary copy
@@ -448,15 +468,105 @@ fn a_cut_at_every_write_resumes_in_both_tools() {
         }
     });
     assert!(states > writes, "{states} states");
-    assert!(
-        tails > 0 && short > 0,
-        "the states cryptsetup cannot finish were never cut"
-    );
+    assert!(short > 0, "the state after the first hotzone was never cut");
+    assert!(after_last > 0, "no state after the last hotzone was cut");
     eprintln!(
         "{states} states after {writes} writes: dmkit finished {finished} (each opened by \
          cryptsetup) and refused {refused} cut hotzones; cryptsetup resumed {by_cryptsetup}, \
-         refused {short} after the first hotzone, was not asked after the last ({tails})"
+         refused {short} after the first hotzone and found nothing to resume in the \
+         {after_last} after the last"
     );
+}
+
+impl Dev {
+    /// cryptsetup encrypting under strace, with `inject` (strace's fault injection) if any;
+    /// its fsyncs are logged to `trace`.
+    fn cryptsetup_traced(&self, trace: &str, inject: Option<String>) -> Output {
+        let tail = ["--key-file", &self.key, "--header", &self.hdr];
+        let mut c = Command::new("strace");
+        c.args(["-f", "-o", trace, "-e", "trace=fsync"]);
+        if let Some(i) = inject {
+            c.args(["-e", &i]);
+        }
+        c.arg("cryptsetup")
+            .args(common::reencrypt::argv(
+                "cryptsetup",
+                &tail,
+                &encrypt(&[]),
+                &self.img,
+            ))
+            .current_dir(self.e.dir())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Every byte encrypted, the reencryption metadata still there: one data segment, crypt.
+    fn tail(&self) -> bool {
+        if !self.under_way() {
+            return false;
+        }
+        let m = self.meta();
+        let data: Vec<&Value> = m["segments"]
+            .as_object()
+            .unwrap()
+            .values()
+            .filter(|v| !v.to_string().contains("backup-"))
+            .collect();
+        data.len() == 1 && data[0]["type"] == "crypt"
+    }
+
+    /// The data decrypted `times` times with cryptsetup's volume key.
+    fn decrypted(&self, times: usize) -> Vec<u8> {
+        let (vk, mut data) = (self.volume_key(), fs::read(&self.img).unwrap());
+        for _ in 0..times {
+            data = common::xts::xts(&vk, &data, 512, 0, false);
+        }
+        data
+    }
+}
+
+/// cryptsetup 2.6.1's own run cut after its last hotzone's commit and before its teardown
+/// (SIGKILL at an fsync, by strace's fault injection; the fsyncs are tried from the last back
+/// until the header shows that state). Resumed by cryptsetup, it starts again at progress 0
+/// and encrypts the whole device a second time, reporting success; resumed by dmkit, it only
+/// loses its metadata. dmkit's own runs never leave that state (the cut test above).
+#[test]
+fn cryptsetup_cut_after_its_last_hotzone() {
+    if missing() || tools_missing(&[("strace", "strace")]) {
+        return;
+    }
+    let size = 2 << 20;
+    let d = Dev::new(30, size);
+    let trace = d.e.s("fsync.trace");
+    must("strace cryptsetup", d.cryptsetup_traced(&trace, None));
+    let fsyncs = fs::read_to_string(&trace)
+        .unwrap()
+        .matches("fsync(")
+        .count();
+    let cut = (1..=fsyncs).rev().find_map(|n| {
+        let d = Dev::new(30, size);
+        let kill = format!("inject=fsync:signal=SIGKILL:when={n}");
+        let out = d.cryptsetup_traced(&trace, Some(kill));
+        assert!(!out.status.success(), "fsync {n} of {fsyncs}: not killed");
+        d.tail().then_some(d)
+    });
+    let d = cut.expect("no fsync of cryptsetup's run left its tail state");
+    let (hdr, img) = (fs::read(&d.hdr).unwrap(), fs::read(&d.img).unwrap());
+    d.run("cryptsetup", &["--resume-only"]);
+    assert!(d.meta()["config"].get("requirements").is_none());
+    assert!(
+        d.decrypted(1) != d.plain,
+        "cryptsetup resumed its tail state right"
+    );
+    assert!(
+        d.decrypted(2) == d.plain,
+        "cryptsetup's resume of its tail state: not the plaintext encrypted twice either"
+    );
+    fs::write(&d.hdr, hdr).unwrap();
+    fs::write(&d.img, img).unwrap();
+    d.run(DMKIT, &["--resume-only"]);
+    d.encrypted("dmkit --resume-only of cryptsetup's tail state");
 }
 
 #[test]

@@ -22,7 +22,10 @@
 //! copy of a hotzone exists while it is rewritten, so a run cut inside one cannot be
 //! recovered by anyone (cryptsetup 2.6.1's repair fills it with the plaintext found one shift
 //! before it); dmkit refuses such a state instead of guessing. A run stopped between hotzones
-//! resumes in either tool.
+//! resumes in either tool. The last hotzone's closing header write drops the reencryption
+//! metadata: cryptsetup 2.6.1 encrypts a second time a device left with every byte encrypted
+//! and the metadata still there (its own runs cut before their teardown leave that state;
+//! dmkit finishes it by dropping the metadata).
 
 use super::engine::{commit, drop_metadata, keyed, Keys, Progress, RunOutcome};
 use super::init::{check_aligned, only_segment, seal};
@@ -448,8 +451,26 @@ impl Shift<'_> {
         self.install(&mut h.metadata, hot.clone());
         commit(self.hdr_dev, h)?;
         self.write_zone(&mut buf[..length as usize], offset)?;
-        self.install(&mut h.metadata, self.post(&hot, r, offset, length));
-        commit(self.hdr_dev, h)
+        self.done(h, self.post(&hot, r, offset, length))
+    }
+
+    /// Commit `post`, the segments after a hotzone. In place, after the last one (no
+    /// plaintext left) the teardown's header write is that commit instead: cryptsetup commits
+    /// the last hotzone's segments first, and 2.6.1 resumes that state (its own runs cut there
+    /// included) at progress 0 and encrypts the whole device a second time, reporting success.
+    /// The header write puts the secondary copy first, so a cut inside it leaves either the
+    /// hotzone open (which dmkit refuses, see [`Shift::recover`]) or the metadata dropped.
+    /// With a moved segment the two stay apart: the moved copy, plaintext, is wiped between
+    /// them (an open hotzone would read it), and cryptsetup refuses that state without
+    /// writing ("Failed to set device segments").
+    fn done(&self, h: &mut Luks2Header, post: Vec<Segment>) -> Result<(), LuksError> {
+        let last = self.moved.is_none() && post.iter().all(|s| s.kind == "crypt");
+        self.install(&mut h.metadata, post);
+        if last {
+            self.teardown(h)
+        } else {
+            commit(self.hdr_dev, h)
+        }
     }
 
     /// Finish a hotzone a crash left `in-reencryption` (`reencrypt_recover_segment`,
@@ -466,8 +487,7 @@ impl Shift<'_> {
         }
         let mut buf = zeroize::Zeroizing::new(vec![0u8; length as usize]);
         self.write_zone(&mut buf, offset)?;
-        self.install(&mut h.metadata, self.post(&hot, r, offset, length));
-        commit(self.hdr_dev, h)
+        self.done(h, self.post(&hot, r, offset, length))
     }
 
     /// The end (`reencrypt_teardown_ok`): the moved copy of the first segment wiped with
@@ -587,9 +607,21 @@ pub fn run(
             return Ok(RunOutcome::Stopped);
         }
         run.step(h, &mut buf, offset, length)?;
+        if requirement_gone(h) {
+            break;
+        }
     }
     drop(buf);
     progress(Progress { size, done: size });
-    run.teardown(h)?;
+    if !requirement_gone(h) {
+        // Every hotzone committed, the teardown not begun: a state cryptsetup leaves, and
+        // dmkit's own runs with a moved segment.
+        run.teardown(h)?;
+    }
     Ok(RunOutcome::Finished)
+}
+
+/// The last hotzone's commit dropped the reencryption metadata (an encryption in place).
+fn requirement_gone(h: &Luks2Header) -> bool {
+    super::state::requirement_version(&h.metadata).is_none()
 }
