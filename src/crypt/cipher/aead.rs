@@ -402,7 +402,7 @@ impl SectorAead {
     }
 
     /// How many threads a batch of `bytes` is split over: one per core, each with at least
-    /// [`PARALLEL_MIN`] bytes, so that a large request is not bound by one core while a small
+    /// `PARALLEL_MIN` (256 KiB), so that a large request is not bound by one core while a small
     /// one pays no thread start. Callers that fetch or store the sectors themselves split
     /// their own work the same way (the crypt target reads and opens each part on its core).
     pub fn parallel_parts(&self, bytes: usize) -> usize {
