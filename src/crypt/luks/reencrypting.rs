@@ -13,7 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 /// Where the boundary and the hotzone are, and the requests in flight.
 #[derive(Default)]
 struct Zone {
-    /// The boundary between old and new data (see [`Reencrypting::forward`]).
+    /// The boundary between old and new data (see [`Layout`]).
     boundary: u64,
     /// The hotzone being rewritten, `[start, end)`.
     hot: Option<(u64, u64)>,
