@@ -513,6 +513,41 @@ fn attached_header_kill_9_mid_way_is_finished_by_cryptsetup_offline() {
 }
 
 #[test]
+fn attached_header_journal_resilience_decrypts_online_too() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, pass) = attached_image(&e);
+    let (dev, want) = open_attached(&e, &img, &pass, "dmjournal", 19);
+    let hdr = e.s("exported.hdr");
+    let mut args = vec!["--decrypt", "--header", &hdr, "--resilience", "journal"];
+    // A 1 MiB moved segment does not fit a 1 MiB header's journal: refused while the device
+    // is suspended, which resumes it with nothing written.
+    let r = start_reencrypt(&e, "dmjournal", &pass, &args)
+        .wait_with_output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && err.contains("Moved segment too large."),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(&hdr).exists(), "{hdr} written");
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "served data differs after the refusal"
+    );
+    args.extend(["--hotzone-size", "512K"]);
+    let r = start_reencrypt(&e, "dmjournal", &pass, &args)
+        .wait_with_output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(read(&dev, 0, want.len()) == want, "served data differs");
+    e.run.close("dmjournal");
+    assert_moved_down(&hdr, &img, &want);
+}
+
+#[test]
 fn decrypt_of_an_open_device_with_its_header_at_its_start_is_refused_without_a_new_file() {
     if missing_tools(false) {
         return;
@@ -547,6 +582,16 @@ fn decrypt_of_an_open_device_with_its_header_at_its_start_is_refused_without_a_n
     let junk = e.s("junk");
     fs::write(&junk, b"not a header").unwrap();
     refused(&["--header", &junk], "junk");
+    // What the server would refuse once the data moved is refused before anything is written.
+    e.run.ok(&["luks", "resize", "dattached", "--size", "2048"]);
+    refused(
+        &["--header", &newfile],
+        "Active device size and requested reencryption size don't match.",
+    );
+    assert!(
+        !std::path::Path::new(&newfile).exists(),
+        "{newfile} written"
+    );
     assert!(fs::read(&img).unwrap() == before, "the device changed");
     assert!(!e.run.ok(&["status", "dattached"]).contains("reencryption:"));
     e.run.close("dattached");

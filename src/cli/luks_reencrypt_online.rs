@@ -18,11 +18,14 @@ use crate::crypt::luks2::reencrypt::{Mode, Progress};
 use crate::export::{self, daemon::control};
 use std::path::{Path, PathBuf};
 
-/// An open device, as its server tells it: its name, data device and detached header.
+/// An open device, as its server tells it: its name, data device and detached header, the
+/// bytes it serves and whether read-only.
 pub(super) struct Served {
     name: String,
     device: PathBuf,
     header: Option<PathBuf>,
+    size: Option<u64>,
+    read_only: bool,
 }
 
 /// The open crypt device `arg` names, if any (an image or block device nothing serves is
@@ -54,6 +57,8 @@ pub(super) fn served(arg: &Path) -> Result<Option<Served>, CliError> {
         name,
         device: PathBuf::from(device),
         header: d["header"].as_str().map(PathBuf::from),
+        size: st["size"].as_u64(),
+        read_only: st["read_only"].as_bool().unwrap_or(false),
     }))
 }
 
@@ -124,12 +129,39 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
 /// `--decrypt --header NEWFILE` of a device served with its header at its start, NEWFILE
 /// not there yet: the export (see [`decrypt_export`]), then the server's decryption.
 fn export(a: &ReencryptArgs, s: &Served, header: PathBuf) -> CliResult {
+    check_served_whole(s)?;
     let x = export_args(a, &s.device, &header, Some(&s.name));
     let Some((v, pass)) = decrypt_export(&x)? else {
         return Ok(());
     };
     drop(v);
     ask(a, s, pass, Some(header))
+}
+
+/// What the server would refuse once the data moved, refused before anything is written: a
+/// read-only device, or one serving other than all its data (cryptsetup compares the active
+/// mapping with the header's segment likewise).
+fn check_served_whole(s: &Served) -> Result<(), CliError> {
+    if s.read_only {
+        return Err(CliError::invalid(format!(
+            "Device {} is read-only; cannot reencrypt it.",
+            s.name
+        )));
+    }
+    let v = load(&s.device, None, false, Some(2))?;
+    let data = crate::block::open_device(&s.device, true, false)
+        .map_err(|e| CliError::invalid(format!("{}: {e}", s.device.display())))?;
+    let seg = v.header().data_segment(
+        &s.device.display().to_string(),
+        crate::block::BlockDevice::size(&data),
+        false,
+    )?;
+    if s.size != Some(seg.size) {
+        return Err(CliError::invalid(
+            "Active device size and requested reencryption size don't match.",
+        ));
+    }
+    Ok(())
 }
 
 /// Ask the server of `s` to reencrypt with `pass` (`header`: the file its header at its
