@@ -436,6 +436,29 @@ fn attached_header_decrypts_online_while_written_and_read() {
     );
     let st = status(&e, "dmoved");
     assert_eq!(st["reencryption"]["finished"], true, "{st}");
+    let exported = st["reencryption"]["exported_header"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(exported.ends_with("exported.hdr"), "{st}");
+    // The device's start, data now, is claimed by its server as the rest of the data is.
+    let key = e.s("plain.key");
+    fs::write(&key, [7u8; 64]).unwrap();
+    let r = e.run.run(&[
+        "plain",
+        "open",
+        &img,
+        "dsecond",
+        "--key-file",
+        &key,
+        "--size",
+        "2048",
+    ]);
+    e.run.track("dsecond");
+    assert!(
+        r.code != Some(0) && r.stderr.contains("in use"),
+        "{}",
+        r.describe()
+    );
     assert!(
         read(&dev, 0, want.len()) == want,
         "served data differs at the end"

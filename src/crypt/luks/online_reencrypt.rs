@@ -53,6 +53,9 @@ pub(super) struct Reencryptor {
     /// The file the header at the device's start was exported to while it was served (see
     /// [`Reencryptor::adopt`]): the header from then on.
     exported: Mutex<Option<PathBuf>>,
+    /// The device's first bytes, data once the header moved out, claimed as the rest of the
+    /// data is by the server (see [`Reencryptor::adopt`]).
+    head: Mutex<Option<crate::block::Claim>>,
     gate: Arc<Gate>,
     job: Mutex<Job>,
     ended: Condvar,
@@ -73,6 +76,7 @@ impl Reencryptor {
         Reencryptor {
             place,
             exported: Mutex::new(None),
+            head: Mutex::new(None),
             gate,
             job: Mutex::new(Job::default()),
             ended: Condvar::new(),
@@ -135,17 +139,25 @@ impl Reencryptor {
                 vol.uuid()
             )));
         }
-        if !vol
-            .reencryption()
-            .map_err(failure)?
-            .as_ref()
-            .is_some_and(is_moved_decryption)
-        {
+        let st = vol.reencryption().map_err(failure)?;
+        let Some(st) = st.filter(is_moved_decryption) else {
             return Err(OnlineError::invalid(format!(
                 "{}: not in a LUKS2 decryption moving the data down.",
                 header.display()
             )));
-        }
+        };
+        // The header's place is data now: claimed, so that nothing else maps it meanwhile.
+        let dev = &self.place.device;
+        let claim = crate::block::open_device(dev, false, false)
+            .map_err(|e| e.to_string())
+            .and_then(|d| {
+                crate::block::Claim::take(d.file(), dev, 0, st.keyslot.shift, true)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| {
+                OnlineError::invalid(format!("{}: cannot claim its start: {e}", dev.display()))
+            })?;
+        *self.head.lock().unwrap_or_else(|e| e.into_inner()) = Some(claim);
         *ex = Some(header.to_path_buf());
         Ok(())
     }
@@ -449,6 +461,9 @@ impl Reencryptor {
             "done": done,
             "size": j.size,
             "percent": if j.size > 0 { (done as f64 * 1000.0 / j.size as f64).round() / 10.0 } else { 100.0 },
+            // The header the device's was exported to while served (the status's `header`
+            // is the one it was opened with).
+            "exported_header": self.exported().as_deref().map(|p| p.display().to_string()),
         }))
     }
 }
