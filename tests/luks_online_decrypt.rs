@@ -5,8 +5,9 @@
 //! `--resume-only NAME`, or offline by `cryptsetup reencrypt --resume-only`; a close mid-way
 //! is finished by dmkit offline. The end is always the plaintext in the data file from byte
 //! 0 and a header file with one linear segment and no keyslot, as cryptsetup leaves it. A
-//! device whose header is at its start is refused online (`--header NEWFILE`, the data
-//! moving down, is offline only).
+//! device whose header is at its start is decrypted online too with `--header NEWFILE` (the
+//! header exported, the data moving down while it is served): written and read back during
+//! the whole decryption, killed mid-way and finished by the next open or by cryptsetup.
 
 mod common;
 
@@ -320,19 +321,262 @@ fn init_only_then_resume_online_and_close_mid_way_resumed_offline() {
     assert_decrypted(&hdr, &img, Some(&want));
 }
 
+/// The data offset of a device with its header at its start: the shift its data moves
+/// down by, and each hotzone's length (1 MiB, cryptsetup's smallest with room for the moved
+/// segment's checksums).
+const SHIFT: u64 = 1 << 20;
+
+/// A device of `DATA` bytes of data after its LUKS2 header (data offset `SHIFT`), made by
+/// cryptsetup: the image and the passphrase file.
+fn attached_image(e: &Workspace) -> (String, String) {
+    let pass = e.s("pass");
+    fs::write(&pass, PASS).unwrap();
+    let img = e.sparse("img", DATA + SHIFT);
+    let mut args = vec!["luksFormat", "--batch-mode", "--type", "luks2"];
+    args.extend(FAST);
+    let offset = (SHIFT / 512).to_string();
+    args.extend(["--offset", &offset, "--key-file", &pass, &img]);
+    common::run::ok("cryptsetup", &args);
+    (img, pass)
+}
+
+/// Open `img` (its header at its start) as `name` and fill it with pattern `seed`, synced:
+/// the served file and what it holds.
+fn open_attached(e: &Workspace, img: &str, pass: &str, name: &str, seed: u8) -> (String, Vec<u8>) {
+    let out = e.run.ok(&["luks", "open", img, name, "--key-file", pass]);
+    e.run.track(name);
+    let dev = out.lines().next().unwrap().to_string();
+    let want = pattern(DATA as usize, seed);
+    write_synced(&dev, 0, &want);
+    (dev, want)
+}
+
+/// Decrypted to the end with the data moved down: the header file as cryptsetup leaves it
+/// and the device's raw bytes the plaintext from byte 0.
+fn assert_moved_down(hdr: &str, img: &str, want: &[u8]) {
+    assert_decrypted(hdr, img, None);
+    let raw = fs::read(img).unwrap();
+    assert_eq!(raw.len() as u64, DATA + SHIFT);
+    assert!(
+        &raw[..want.len()] == want,
+        "the device's first bytes are not the plaintext"
+    );
+}
+
+/// A device with its header at its start decrypting online mid-way under server `name`
+/// (pattern `seed`, writes fsync'd while it runs), its server killed with SIGKILL and the
+/// exported header checked to be left in decryption: the image, exported header, passphrase
+/// and what the device held.
+fn attached_killed_mid_way(
+    e: &Workspace,
+    name: &str,
+    seed: u8,
+) -> (String, String, String, Vec<u8>) {
+    let (img, pass) = attached_image(e);
+    let (dev, mut want) = open_attached(e, &img, &pass, name, seed);
+    let hdr = e.s("exported.hdr");
+    let child = start_reencrypt(e, name, &pass, &["--decrypt", "--header", &hdr]);
+    wait_mid_way(e, name);
+    for (i, at) in [0u64, 20 << 20, 40 << 20, 63 << 20].into_iter().enumerate() {
+        let data = pattern(1 << 20, 50 + i as u8);
+        write_synced(&dev, at, &data);
+        want[at as usize..at as usize + data.len()].copy_from_slice(&data);
+    }
+    kill_server(e, name);
+    drop(child);
+    assert!(in_decryption(&hdr), "not left in decryption");
+    (img, hdr, pass, want)
+}
+
 #[test]
-fn decrypt_of_an_open_device_with_its_header_at_its_start_is_refused() {
+fn attached_header_decrypts_online_while_written_and_read() {
     if missing_tools(false) {
         return;
     }
     let e = Workspace::new();
-    let pass = e.s("pass");
-    fs::write(&pass, PASS).unwrap();
-    let img = e.sparse("img", 32 << 20);
-    let mut args = vec!["luksFormat", "--batch-mode", "--type", "luks2"];
-    args.extend(FAST);
-    args.extend(["--key-file", &pass, &img]);
-    common::run::ok("cryptsetup", &args);
+    let (img, pass) = attached_image(&e);
+    let (dev, mut want) = open_attached(&e, &img, &pass, "dmoved", 11);
+    let hdr = e.s("exported.hdr");
+    let started = Instant::now();
+    let mut child = start_reencrypt(&e, "dmoved", &pass, &["--decrypt", "--header", &hdr]);
+    // Until it ends: writes all over the device (each fsync'd), and reads compared with
+    // what was written, on both sides of the moving boundary and inside the moved segment.
+    let (mut writes, mut reads, mut x) = (0u32, 0u32, 0x2545_f491u64);
+    while child.try_wait().unwrap().is_none() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let at = (x % (DATA / 4096 - 64)) * 4096;
+        let data = pattern(256 << 10, (x >> 40) as u8);
+        write_synced(&dev, at, &data);
+        want[at as usize..at as usize + data.len()].copy_from_slice(&data);
+        writes += 1;
+        let back_at = (x >> 20) % (DATA / 4096 - 128) * 4096;
+        let back = read(&dev, back_at, 512 << 10);
+        assert!(
+            back[..] == want[back_at as usize..back_at as usize + back.len()],
+            "read back at {back_at} differs during the decryption"
+        );
+        reads += 1;
+        assert!(
+            started.elapsed() < Duration::from_secs(50),
+            "the decryption takes too long"
+        );
+    }
+    let r = child.wait_with_output().unwrap();
+    assert!(
+        r.status.success(),
+        "online decryption failed: {}",
+        String::from_utf8_lossy(&r.stderr)
+    );
+    assert!(writes > 4, "only {writes} writes during the decryption");
+    eprintln!(
+        "online decryption moving 64 MiB down: {:?}, {writes} writes and {reads} reads during it",
+        started.elapsed()
+    );
+    let st = status(&e, "dmoved");
+    assert_eq!(st["reencryption"]["finished"], true, "{st}");
+    let exported = st["reencryption"]["exported_header"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(exported.ends_with("exported.hdr"), "{st}");
+    // The device's start, data now, is claimed by its server as the rest of the data is.
+    let key = e.s("plain.key");
+    fs::write(&key, [7u8; 64]).unwrap();
+    let r = e.run.run(&[
+        "plain",
+        "open",
+        &img,
+        "dsecond",
+        "--key-file",
+        &key,
+        "--size",
+        "2048",
+    ]);
+    e.run.track("dsecond");
+    assert!(
+        r.code != Some(0) && r.stderr.contains("in use"),
+        "{}",
+        r.describe()
+    );
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "served data differs at the end"
+    );
+    e.run.close("dmoved");
+    assert_moved_down(&hdr, &img, &want);
+}
+
+#[test]
+fn attached_header_kill_9_mid_way_is_finished_by_the_next_open() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass, want) = attached_killed_mid_way(&e, "dmkill", 13);
+    let dev = open(&e, &img, &hdr, &pass, "dmkill", &[]).remove(0);
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after the crash"
+    );
+    let r = start_reencrypt(
+        &e,
+        "dmkill",
+        &pass,
+        &["--decrypt", "--resume-only", "--header", &hdr],
+    )
+    .wait_with_output()
+    .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after resume"
+    );
+    e.run.close("dmkill");
+    assert_moved_down(&hdr, &img, &want);
+}
+
+#[test]
+fn attached_header_kill_9_mid_way_is_finished_by_cryptsetup_offline() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass, want) = attached_killed_mid_way(&e, "dmcs", 17);
+    // cryptsetup wants a hotzone the crash left in reencryption repaired first.
+    if meta(&hdr).to_string().contains("in-reencryption") {
+        common::run::ok(
+            "cryptsetup",
+            &[
+                "repair",
+                "--batch-mode",
+                "--key-file",
+                &pass,
+                "--header",
+                &hdr,
+                &img,
+            ],
+        );
+    }
+    common::run::ok(
+        "cryptsetup",
+        &[
+            "reencrypt",
+            "--resume-only",
+            "--force-offline-reencrypt",
+            "--batch-mode",
+            "--key-file",
+            &pass,
+            "--header",
+            &hdr,
+            &img,
+        ],
+    );
+    assert_moved_down(&hdr, &img, &want);
+}
+
+#[test]
+fn attached_header_journal_resilience_decrypts_online_too() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, pass) = attached_image(&e);
+    let (dev, want) = open_attached(&e, &img, &pass, "dmjournal", 19);
+    let hdr = e.s("exported.hdr");
+    let mut args = vec!["--decrypt", "--header", &hdr, "--resilience", "journal"];
+    // A 1 MiB moved segment does not fit a 1 MiB header's journal: refused while the device
+    // is suspended, which resumes it with nothing written.
+    let r = start_reencrypt(&e, "dmjournal", &pass, &args)
+        .wait_with_output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        !r.status.success() && err.contains("Moved segment too large."),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(&hdr).exists(), "{hdr} written");
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "served data differs after the refusal"
+    );
+    args.extend(["--hotzone-size", "512K"]);
+    let r = start_reencrypt(&e, "dmjournal", &pass, &args)
+        .wait_with_output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(read(&dev, 0, want.len()) == want, "served data differs");
+    e.run.close("dmjournal");
+    assert_moved_down(&hdr, &img, &want);
+}
+
+#[test]
+fn decrypt_of_an_open_device_with_its_header_at_its_start_is_refused_without_a_new_file() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, pass) = attached_image(&e);
     e.run
         .ok(&["luks", "open", &img, "dattached", "--key-file", &pass]);
     e.run.track("dattached");
@@ -349,7 +593,24 @@ fn decrypt_of_an_open_device_with_its_header_at_its_start_is_refused() {
     };
     refused(&[], "LUKS2 decryption requires --header option.");
     let newfile = e.s("newhdr");
-    refused(&["--header", &newfile], "is still in use");
+    refused(&["--header", &newfile, "--init-only"], "no --init-only");
+    refused(
+        &["--header", &newfile, "--resume-only"],
+        "Device reencryption not in progress.",
+    );
+    assert!(
+        !std::path::Path::new(&newfile).exists(),
+        "{newfile} written"
+    );
+    let junk = e.s("junk");
+    fs::write(&junk, b"not a header").unwrap();
+    refused(&["--header", &junk], "junk");
+    // What the server would refuse once the data moved is refused before anything is written.
+    e.run.ok(&["luks", "resize", "dattached", "--size", "2048"]);
+    refused(
+        &["--header", &newfile],
+        "Active device size and requested reencryption size don't match.",
+    );
     assert!(
         !std::path::Path::new(&newfile).exists(),
         "{newfile} written"

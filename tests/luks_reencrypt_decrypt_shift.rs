@@ -319,7 +319,7 @@ fn a_cut_at_every_write_resumes_in_both_tools() {
         let mut h = copies::read(&hdr).unwrap().header;
         let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
         let keys = unlock_keys(&hdr, &h, &st, KEY.as_bytes(), None).unwrap();
-        decrypt_shift::run(&hdr, &data, &mut h, &keys, &mut |_| true).unwrap()
+        decrypt_shift::run(&hdr, &data, &mut h, &keys, &mut |_| true, None).unwrap()
     };
     let faulty = FaultyDevice::new(MemoryDevice::from_vec("both", base.clone()));
     faulty.start_log();

@@ -70,14 +70,17 @@ pub trait Online: Send + Sync {
     fn closing(&self);
     /// Reencrypt the volume while it is served (its header already in reencryption), hotzone
     /// by hotzone, with the keys `unlock` opens; `progress` gets (bytes done, bytes in all).
+    /// `header`: the file a volume served with its header at its start had its header
+    /// exported to, while suspended, for a decryption that moves the data down.
     /// Returns when finished, stopped by a close, or failed. Volumes that cannot refuse.
     fn reencrypt(
         &self,
         unlock: &Unlock,
         max_hotzone: Option<u64>,
+        header: Option<&std::path::Path>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> std::result::Result<(), OnlineError> {
-        let _ = (unlock, max_hotzone, progress);
+        let _ = (unlock, max_hotzone, header, progress);
         Err(OnlineError::invalid(
             "this device cannot be reencrypted while it is open",
         ))

@@ -37,6 +37,9 @@ pub(super) struct Export<'a> {
     pub hash: &'a str,
     /// Benchmark the digests' iterations (no `--pbkdf-force-iterations`).
     pub benchmark_digest: bool,
+    /// The name dmkit serves the device as (an online decryption): the device is suspended
+    /// while its header is exported and its first data segment moved.
+    pub served: Option<&'a str>,
 }
 
 /// The volume to run and its passphrase; `None` after `--init-only`.
@@ -76,7 +79,7 @@ pub(super) fn decrypt_header(x: &Export<'_>) -> Option<Result<Started, CliError>
 }
 
 /// Decrypt the device, exporting its header to `x.header` (which does not exist).
-fn decrypt_export(x: &Export<'_>) -> Result<Started, CliError> {
+pub(super) fn decrypt_export(x: &Export<'_>) -> Result<Started, CliError> {
     let header = x.header;
     let device = x.device.display().to_string();
     let gone = || {
@@ -87,6 +90,12 @@ fn decrypt_export(x: &Export<'_>) -> Result<Started, CliError> {
     };
     if x.resume_only {
         return Err(CliError::invalid("Device reencryption not in progress."));
+    }
+    if let Some(name) = x.served.filter(|_| x.init_only) {
+        // The served mapping must change with the data: the server does that when it runs.
+        return Err(CliError::invalid(format!(
+            "{name}: dmkit starts the decryption of an open device whose header is at its start with the decryption itself: no --init-only (close it to initialize offline)."
+        )));
     }
     // cryptsetup exports only the header of a LUKS2 device not in reencryption; anything
     // else reads as the detached header that is missing.
@@ -122,11 +131,51 @@ fn decrypt_export(x: &Export<'_>) -> Result<Started, CliError> {
         device_size: None,
     };
     let pass = passphrase(x.key, &format!("Enter passphrase for {device}: "), false)?;
-    v.reencrypt_init_decrypt_export(header, &pass, x.key_slot, x.moved, &params)?;
+    match x.served {
+        Some(name) => init_served(x, name, &mut v, &pass, &params)?,
+        None => {
+            v.reencrypt_init_decrypt_export(header, &pass, x.key_slot, x.moved, &params)?;
+        }
+    }
     drop(v);
     if x.init_only {
         return Ok(None);
     }
     let v = super::luks_slots::load(x.device, Some(header), true, Some(2))?;
     Ok(Some((v, pass)))
+}
+
+/// The export of a device dmkit serves as `name`, as cryptsetup's of an active device: the
+/// device suspended (requests in flight finish, new ones wait) while the header is exported
+/// and the first data segment moved, so that no request sees the data half moved. A
+/// refusal that wrote nothing resumes it; once the data moved, only the server's decryption,
+/// taking the exported header, serves it again.
+fn init_served(
+    x: &Export<'_>,
+    name: &str,
+    v: &mut LuksVolume,
+    pass: &Passphrase,
+    params: &InitParams,
+) -> Result<(), CliError> {
+    use crate::export::daemon::{self, control};
+    daemon::ask(name, &control::Request::Suspend, |_, _| {})?;
+    let r = v.reencrypt_init_decrypt_export_served(x.header, pass, x.key_slot, x.moved, params);
+    let Err(e) = r else {
+        return Ok(());
+    };
+    if x.header.exists() {
+        eprintln!(
+            "dmkit: {name} stays suspended: close it and open it with --header {}.",
+            x.header.display()
+        );
+    } else {
+        let secret = control::Secret {
+            key_slot: x.key_slot,
+            passphrase: zeroize::Zeroizing::new(pass.to_vec()),
+        };
+        if let Err(r) = daemon::ask(name, &control::Request::Resume(secret), |_, _| {}) {
+            eprintln!("dmkit: {name}: cannot resume: {r}");
+        }
+    }
+    Err(e.into())
 }

@@ -418,20 +418,7 @@ pub fn reencrypt(a: ReencryptArgs) -> CliResult {
         }
     }
     if let Some(header) = a.volume.header.as_deref().filter(|_| a.decrypt) {
-        let x = Export {
-            device: &a.volume.device,
-            header,
-            key: &a.key,
-            key_slot: a.key_slot,
-            batch: a.batch_mode,
-            init_only: a.init_only,
-            resume_only: a.resume_only,
-            resilience: a.resilience.as_deref(),
-            resilience_hash: &a.resilience_hash,
-            moved: a.hotzone_size,
-            hash: &a.pbkdf.hash,
-            benchmark_digest: a.pbkdf.pbkdf_force_iterations.is_none(),
-        };
+        let x = export_args(&a, &a.volume.device, header, None);
         match decrypt_header(&x) {
             Some(Ok(Some((v, pass)))) => return run(&a, v, pass, &device),
             Some(Ok(None)) => return Ok(()),
@@ -593,5 +580,30 @@ impl Shown {
         if self.drawn {
             eprintln!();
         }
+    }
+}
+
+/// What `--decrypt --header HEADER` of `device` was given (`served`: the name dmkit serves
+/// the device as).
+pub(super) fn export_args<'a>(
+    a: &'a ReencryptArgs,
+    device: &'a std::path::Path,
+    header: &'a std::path::Path,
+    served: Option<&'a str>,
+) -> Export<'a> {
+    Export {
+        device,
+        header,
+        key: &a.key,
+        key_slot: a.key_slot,
+        batch: a.batch_mode,
+        init_only: a.init_only,
+        resume_only: a.resume_only,
+        resilience: a.resilience.as_deref(),
+        resilience_hash: &a.resilience_hash,
+        moved: a.hotzone_size,
+        hash: &a.pbkdf.hash,
+        benchmark_digest: a.pbkdf.pbkdf_force_iterations.is_none(),
+        served,
     }
 }

@@ -4,22 +4,28 @@
 //! background while it goes on serving; its progress frames are shown as the offline progress
 //! is. The server unlocks the keys itself: only the passphrase crosses the control socket.
 //! `--decrypt` of a device open with a detached header is decrypted the same way (backward, as
-//! cryptsetup does); one whose header is at its start (`--header NEWFILE`, the data moving
-//! down) is decrypted offline only.
+//! cryptsetup does); one whose header is at its start (`--header NEWFILE`) has its header
+//! exported to NEWFILE and its first data segment moved while its server holds it suspended,
+//! then its server decrypts it forward, moving the data down.
 
-use super::luks_reencrypt::{init, init_params, ReencryptArgs, Shown};
+use super::luks_decrypt_export::decrypt_export;
+use super::luks_reencrypt::{export_args, init, init_params, ReencryptArgs, Shown};
 use super::luks_slots::load;
+use super::passphrase::Passphrase;
 use super::passphrase::{is_tty, passphrase};
 use super::{CliError, CliResult};
 use crate::crypt::luks2::reencrypt::{Mode, Progress};
 use crate::export::{self, daemon::control};
 use std::path::{Path, PathBuf};
 
-/// An open device, as its server tells it: its name, data device and detached header.
+/// An open device, as its server tells it: its name, data device and detached header, the
+/// bytes it serves and whether read-only.
 pub(super) struct Served {
     name: String,
     device: PathBuf,
     header: Option<PathBuf>,
+    size: Option<u64>,
+    read_only: bool,
 }
 
 /// The open crypt device `arg` names, if any (an image or block device nothing serves is
@@ -51,6 +57,8 @@ pub(super) fn served(arg: &Path) -> Result<Option<Served>, CliError> {
         name,
         device: PathBuf::from(device),
         header: d["header"].as_str().map(PathBuf::from),
+        size: st["size"].as_u64(),
+        read_only: st["read_only"].as_bool().unwrap_or(false),
     }))
 }
 
@@ -70,10 +78,19 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
             s.name
         )));
     }
+    let mut header = s.header.clone();
+    let mut exported = None;
     if a.decrypt {
-        check_decrypt_header(&a, &s)?;
+        match check_decrypt_header(&a, &s)? {
+            Plan::Served => {}
+            Plan::Export(h) => return export(&a, &s, h),
+            Plan::Exported(h) => {
+                header = Some(h.clone());
+                exported = Some(h);
+            }
+        }
     }
-    let mut v = load(&s.device, s.header.as_deref(), true, Some(2))?;
+    let mut v = load(&s.device, header.as_deref(), true, Some(2))?;
     let pass = match v.reencryption()? {
         None if a.resume_only => {
             return Err(CliError::invalid("Device reencryption not in progress."))
@@ -106,12 +123,57 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
         Some(_) => passphrase(&a.key, &format!("Enter passphrase for {}: ", s.name), false)?,
     };
     drop(v);
+    ask(&a, &s, pass, exported)
+}
+
+/// `--decrypt --header NEWFILE` of a device served with its header at its start, NEWFILE
+/// not there yet: the export (see [`decrypt_export`]), then the server's decryption.
+fn export(a: &ReencryptArgs, s: &Served, header: PathBuf) -> CliResult {
+    check_served_whole(s)?;
+    let x = export_args(a, &s.device, &header, Some(&s.name));
+    let Some((v, pass)) = decrypt_export(&x)? else {
+        return Ok(());
+    };
+    drop(v);
+    ask(a, s, pass, Some(header))
+}
+
+/// What the server would refuse once the data moved, refused before anything is written: a
+/// read-only device, or one serving other than all its data (cryptsetup compares the active
+/// mapping with the header's segment likewise).
+fn check_served_whole(s: &Served) -> Result<(), CliError> {
+    if s.read_only {
+        return Err(CliError::invalid(format!(
+            "Device {} is read-only; cannot reencrypt it.",
+            s.name
+        )));
+    }
+    let v = load(&s.device, None, false, Some(2))?;
+    let data = crate::block::open_device(&s.device, true, false)
+        .map_err(|e| CliError::invalid(format!("{}: {e}", s.device.display())))?;
+    let seg = v.header().data_segment(
+        &s.device.display().to_string(),
+        crate::block::BlockDevice::size(&data),
+        false,
+    )?;
+    if s.size != Some(seg.size) {
+        return Err(CliError::invalid(
+            "Active device size and requested reencryption size don't match.",
+        ));
+    }
+    Ok(())
+}
+
+/// Ask the server of `s` to reencrypt with `pass` (`header`: the file its header at its
+/// start was exported to), showing its progress.
+fn ask(a: &ReencryptArgs, s: &Served, pass: Passphrase, header: Option<PathBuf>) -> CliResult {
     let req = control::Request::Reencrypt {
         secret: control::Secret {
             key_slot: a.key_slot,
             passphrase: zeroize::Zeroizing::new(pass.to_vec()),
         },
         max_hotzone: a.hotzone_size,
+        header,
     };
     drop(pass);
     let mut shown = Shown::new(&s.name, a.progress_json, !a.batch_mode && is_tty(2));
@@ -124,12 +186,20 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
     Ok(())
 }
 
-/// `--decrypt` of an open device: its header must be the detached one it is served with
-/// (`--header`, when given, names that file). A device whose header is at its start would
-/// have its data moved down while it is served, each request mapped through the moved first
-/// segment and the shifting boundary: dmkit does that offline only, and refuses it here with
-/// the words cryptsetup uses for an active device it cannot reencrypt.
-fn check_decrypt_header(a: &ReencryptArgs, s: &Served) -> Result<(), CliError> {
+/// Which header an online decryption uses.
+enum Plan {
+    /// The detached header the device is served with.
+    Served,
+    /// The device is served with its header at its start: export it to this new file.
+    Export(PathBuf),
+    /// The file the header at the device's start was exported to (its server checks that).
+    Exported(PathBuf),
+}
+
+/// `--decrypt` of an open device: the detached header it is served with (`--header`, when
+/// given, names that file), or, for a device served with its header at its start, the file
+/// `--header` names, to export the header to when it does not exist.
+fn check_decrypt_header(a: &ReencryptArgs, s: &Served) -> Result<Plan, CliError> {
     let same = |x: &Path, y: &Path| {
         std::fs::canonicalize(x)
             .ok()
@@ -140,23 +210,14 @@ fn check_decrypt_header(a: &ReencryptArgs, s: &Served) -> Result<(), CliError> {
         (None, None) => Err(CliError::invalid(
             "LUKS2 decryption requires --header option.",
         )),
-        (None, Some(h)) if !h.exists() => Err(CliError::invalid(format!(
-            "Device {} is still in use. (dmkit decrypts a device whose header is at its start, moving its data, offline only: close {} first.)",
-            s.device.display(),
-            s.name
-        ))),
-        (None, Some(h)) => Err(CliError::invalid(format!(
-            "{}: {} is served with its header at its start, not with {}.",
-            s.name,
-            s.device.display(),
-            h.display()
-        ))),
+        (None, Some(h)) if std::fs::symlink_metadata(h).is_err() => Ok(Plan::Export(h.into())),
+        (None, Some(h)) => Ok(Plan::Exported(h.into())),
         (Some(served), Some(h)) if !same(served, h) => Err(CliError::invalid(format!(
             "{}: served with the header {}, not {}.",
             s.name,
             served.display(),
             h.display()
         ))),
-        (Some(_), _) => Ok(()),
+        (Some(_), _) => Ok(Plan::Served),
     }
 }

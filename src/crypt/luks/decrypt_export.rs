@@ -34,6 +34,32 @@ impl LuksVolume {
         moved: Option<u64>,
         params: &InitParams,
     ) -> Result<u32, LuksError> {
+        self.init_decrypt_export(header, pass, slot, moved, params, true)
+    }
+
+    /// [`LuksVolume::reencrypt_init_decrypt_export`] of a volume its server holds suspended
+    /// (an online decryption, cryptsetup's with an active device): the server claims the
+    /// data already and serves nothing until its reencryption takes the exported header.
+    pub fn reencrypt_init_decrypt_export_served(
+        &mut self,
+        header: &Path,
+        pass: &[u8],
+        slot: Option<u32>,
+        moved: Option<u64>,
+        params: &InitParams,
+    ) -> Result<u32, LuksError> {
+        self.init_decrypt_export(header, pass, slot, moved, params, false)
+    }
+
+    fn init_decrypt_export(
+        &mut self,
+        header: &Path,
+        pass: &[u8],
+        slot: Option<u32>,
+        moved: Option<u64>,
+        params: &InitParams,
+        claim: bool,
+    ) -> Result<u32, LuksError> {
         let super::Header::V2(h) = &self.header else {
             return Err(LuksError::Unsupported(
                 "reencryption of a LUKS1 device (convert it to LUKS2 first)".into(),
@@ -52,8 +78,12 @@ impl LuksVolume {
             ));
         }
         // The header's first 4 KiB are claimed by the writable open; the rest of the device
-        // here, as nobody may map or change its data meanwhile.
-        let _claim = Claim::take(self.dev.file(), &self.device, 4096, 0, true)?;
+        // here, as nobody may map or change its data meanwhile (a served volume's server
+        // holds that claim itself).
+        let _claim = match claim {
+            true => Some(Claim::take(self.dev.file(), &self.device, 4096, 0, true)?),
+            false => None,
+        };
         let backup = self.header_backup_bytes()?;
         let name = self.device.display().to_string();
         let mem = MemoryDevice::from_vec(&name, backup.clone());

@@ -42,6 +42,7 @@ pub mod keyring;
 mod online;
 mod online_reencrypt;
 mod reencrypt;
+mod reencrypting;
 pub mod remote;
 mod volume;
 

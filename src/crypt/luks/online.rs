@@ -190,9 +190,17 @@ impl Online for LuksOnline {
         &self,
         unlock: &Unlock,
         max_hotzone: Option<u64>,
+        header: Option<&std::path::Path>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), OnlineError> {
-        self.served.refuse_suspended()?;
+        match header {
+            // The command line exported the header and moved the first data segment while
+            // the device was suspended; the reencryption's mapping resumes it.
+            Some(h) => self
+                .reenc
+                .adopt(h, self.served.suspended(), &self.src.uuid)?,
+            None => self.served.refuse_suspended()?,
+        }
         let r = self.reenc.run(unlock, max_hotzone, progress);
         if self.reenc.started() {
             self.served.retire();

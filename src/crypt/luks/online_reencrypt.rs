@@ -6,206 +6,26 @@
 //! plaintext), the rest with the old one; a request touching the hotzone waits until it is
 //! committed, the others go on. No request sees a mix: the boundary only moves over the
 //! hotzone, and only while no request touches it. A re-key walks forward (new data below the
-//! boundary), a decryption backward (new data above it), as cryptsetup 2.6 walks them.
+//! boundary), a decryption backward (new data above it), as cryptsetup 2.6 walks them. A
+//! decryption of a device whose header was at its start walks forward with its data moving
+//! down ([`Layout::Moved`]): the served device keeps every byte at its logical offset while
+//! the segment map under it changes hotzone by hotzone.
 
+use super::reencrypting::{Layout, OldViews, Reencrypting};
 use super::LuksError;
 use super::LuksVolume;
 use crate::block::online::{Gate, Online, OnlineError, Unlock};
-use crate::block::{check_range, BlockDevice, BlockError, Result as BlockResult};
+use crate::block::BlockDevice;
 use crate::crypt::luks2::activate::ActivateOptions;
-use crate::crypt::luks2::reencrypt::{engine, Hotzones, Progress, RunOptions, RunOutcome};
+use crate::crypt::luks2::reencrypt::decrypt_shift::{self, is_moved_decryption};
+use crate::crypt::luks2::reencrypt::{
+    engine, Hotzones, Progress, ReencryptState, RunOptions, RunOutcome,
+};
 use crate::crypt::luks2::reencrypt_open::segment_view;
-use std::collections::BTreeMap;
-use std::path::PathBuf;
+use crate::crypt::luks2::Luks2Header;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-
-/// Where the boundary and the hotzone are, and the requests in flight.
-#[derive(Default)]
-struct Zone {
-    /// The boundary between old and new data (see [`Reencrypting::forward`]).
-    boundary: u64,
-    /// The hotzone being rewritten, `[start, end)`.
-    hot: Option<(u64, u64)>,
-    /// The hotzone failed: its content is uncertain, requests touching it fail.
-    failed: bool,
-    next: u64,
-    inflight: BTreeMap<u64, (u64, u64)>,
-}
-
-fn overlaps((s, e): (u64, u64), start: u64, end: u64) -> bool {
-    s < end && start < e
-}
-
-/// The device served during an online reencryption (see the module documentation).
-pub(super) struct Reencrypting {
-    name: String,
-    size: u64,
-    block: u32,
-    read_only: bool,
-    /// A re-key forward: the new data below the boundary; backward (a decryption), above.
-    forward: bool,
-    new: Arc<dyn BlockDevice>,
-    /// The old key's view; dropped (its key schedule with it) once everything is re-keyed.
-    old: RwLock<Option<Arc<dyn BlockDevice>>>,
-    zone: Mutex<Zone>,
-    moved: Condvar,
-}
-
-impl Reencrypting {
-    fn zone(&self) -> MutexGuard<'_, Zone> {
-        self.zone.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn wait<'a>(&self, g: MutexGuard<'a, Zone>) -> MutexGuard<'a, Zone> {
-        self.moved.wait(g).unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Run `f(device, offset on it, offset in the request, length)` over
-    /// `[offset, offset + len)`, each side of the boundary with its own view.
-    fn io(
-        &self,
-        offset: u64,
-        len: u64,
-        mut f: impl FnMut(&dyn BlockDevice, u64, usize, usize) -> BlockResult<()>,
-    ) -> BlockResult<()> {
-        check_range(&self.name, offset, len as usize, self.size)?;
-        let end = offset + len;
-        let (id, boundary) = {
-            let mut z = self.zone();
-            while z.hot.is_some_and(|h| overlaps(h, offset, end)) {
-                if z.failed {
-                    return Err(BlockError::Io {
-                        device: self.name.clone(),
-                        offset,
-                        source: std::io::Error::other("the reencryption hotzone failed"),
-                    });
-                }
-                z = self.wait(z);
-            }
-            let id = z.next;
-            z.next += 1;
-            z.inflight.insert(id, (offset, end));
-            (id, z.boundary)
-        };
-        let r = (|| {
-            let old = || {
-                let old = self.old.read().unwrap_or_else(|e| e.into_inner()).clone();
-                old.ok_or_else(|| BlockError::Io {
-                    device: self.name.clone(),
-                    offset,
-                    source: std::io::Error::other("no old key on the old side of the boundary"),
-                })
-            };
-            if offset < boundary {
-                let n = len.min(boundary - offset);
-                if self.forward {
-                    f(self.new.as_ref(), offset, 0, n as usize)?;
-                } else {
-                    f(old()?.as_ref(), offset, 0, n as usize)?;
-                }
-            }
-            if end > boundary {
-                let s = offset.max(boundary);
-                let (from, n) = ((s - offset) as usize, (end - s) as usize);
-                if self.forward {
-                    f(old()?.as_ref(), s, from, n)?;
-                } else {
-                    f(self.new.as_ref(), s, from, n)?;
-                }
-            }
-            Ok(())
-        })();
-        self.zone().inflight.remove(&id);
-        self.moved.notify_all();
-        r
-    }
-
-    /// The run failed inside a hotzone: requests touching it fail from now on.
-    fn fail(&self) {
-        self.zone().failed = true;
-        self.moved.notify_all();
-    }
-
-    /// Bytes rewritten.
-    fn done(&self) -> u64 {
-        let b = self.zone().boundary;
-        if self.forward {
-            b
-        } else {
-            self.size - b
-        }
-    }
-}
-
-impl Hotzones for Reencrypting {
-    fn start(&self, boundary: u64) {
-        self.zone().boundary = boundary;
-    }
-
-    fn enter(&self, offset: u64, len: u64) {
-        let end = offset + len;
-        let mut z = self.zone();
-        z.hot = Some((offset, end));
-        while z.inflight.values().any(|&r| overlaps(r, offset, end)) {
-            z = self.wait(z);
-        }
-    }
-
-    fn leave(&self, boundary: u64) {
-        {
-            let mut z = self.zone();
-            z.boundary = boundary;
-            z.hot = None;
-        }
-        self.moved.notify_all();
-        let finished = if self.forward {
-            boundary >= self.size
-        } else {
-            boundary == 0
-        };
-        if finished {
-            *self.old.write().unwrap_or_else(|e| e.into_inner()) = None;
-        }
-    }
-}
-
-impl BlockDevice for Reencrypting {
-    fn name(&self) -> &str {
-        &self.name
-    }
-    fn size(&self) -> u64 {
-        self.size
-    }
-    fn logical_block_size(&self) -> u32 {
-        self.block
-    }
-    fn read_only(&self) -> bool {
-        self.read_only
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> BlockResult<()> {
-        self.io(offset, buf.len() as u64, |d, at, from, n| {
-            d.read_at(&mut buf[from..from + n], at)
-        })
-    }
-    fn write_at(&self, buf: &[u8], offset: u64) -> BlockResult<()> {
-        if self.read_only {
-            return Err(BlockError::ReadOnly {
-                device: self.name.clone(),
-            });
-        }
-        self.io(offset, buf.len() as u64, |d, at, from, n| {
-            d.write_at(&buf[from..from + n], at)
-        })
-    }
-    fn flush(&self) -> BlockResult<()> {
-        // Both views write the same backing file: one flush covers both.
-        self.new.flush()
-    }
-    fn discard(&self, offset: u64, len: u64) -> BlockResult<()> {
-        self.io(offset, len, |d, at, _, n| d.discard(at, n as u64))
-    }
-}
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// Where a served volume lives: what its server needs to reencrypt it.
 pub(super) struct Place {
@@ -230,6 +50,12 @@ struct Job {
 /// hotzone boundary by a close.
 pub(super) struct Reencryptor {
     place: Place,
+    /// The file the header at the device's start was exported to while it was served (see
+    /// [`Reencryptor::adopt`]): the header from then on.
+    exported: Mutex<Option<PathBuf>>,
+    /// The device's first bytes, data once the header moved out, claimed as the rest of the
+    /// data is by the server (see [`Reencryptor::adopt`]).
+    head: Mutex<Option<crate::block::Claim>>,
     gate: Arc<Gate>,
     job: Mutex<Job>,
     ended: Condvar,
@@ -249,6 +75,8 @@ impl Reencryptor {
     pub fn new(place: Place, gate: Arc<Gate>) -> Reencryptor {
         Reencryptor {
             place,
+            exported: Mutex::new(None),
+            head: Mutex::new(None),
             gate,
             job: Mutex::new(Job::default()),
             ended: Condvar::new(),
@@ -259,6 +87,79 @@ impl Reencryptor {
 
     fn job(&self) -> MutexGuard<'_, Job> {
         self.job.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn exported(&self) -> MutexGuard<'_, Option<PathBuf>> {
+        self.exported.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The volume's header file now: the detached one it was opened with, or the one its
+    /// header was exported to; `None` while the header is at the device's start.
+    fn header(&self) -> Option<PathBuf> {
+        self.place
+            .header
+            .clone()
+            .or_else(|| self.exported().clone())
+    }
+
+    /// Take `header` as the volume's header from now on: the file the command line exported
+    /// the header at the device's start to, having moved the first data segment to the
+    /// device's start while the device was `suspended` (a decryption moving the data down,
+    /// cryptsetup's `reencrypt --decrypt --header NEWFILE` of an active device). The served
+    /// mapping is stale from then on: only the reencryption's own, installed when its loop
+    /// starts, serves again. Refused unless the volume is served with its header at its start
+    /// and suspended, and `header` holds this volume's (`uuid`) header in such a decryption;
+    /// the file taken already (or the detached header) is accepted again.
+    pub fn adopt(&self, header: &Path, suspended: bool, uuid: &str) -> Result<(), OnlineError> {
+        let name = &self.place.opts.name;
+        let mut ex = self.exported();
+        if let Some(h) = self.place.header.as_ref().or(ex.as_ref()) {
+            if same_file(h, header) {
+                return Ok(());
+            }
+            return Err(OnlineError::invalid(format!(
+                "{name}: served with the header {}, not {}.",
+                h.display(),
+                header.display()
+            )));
+        }
+        if !suspended {
+            return Err(OnlineError::invalid(format!(
+                "{name}: {} is served with its header at its start, not with {}.",
+                self.place.device.display(),
+                header.display()
+            )));
+        }
+        let vol =
+            LuksVolume::open(&self.place.device, Some(header), false, None).map_err(failure)?;
+        if vol.uuid() != uuid {
+            return Err(OnlineError::invalid(format!(
+                "{}: the header of volume {}, not of {name} ({uuid}).",
+                header.display(),
+                vol.uuid()
+            )));
+        }
+        let st = vol.reencryption().map_err(failure)?;
+        let Some(st) = st.filter(is_moved_decryption) else {
+            return Err(OnlineError::invalid(format!(
+                "{}: not in a LUKS2 decryption moving the data down.",
+                header.display()
+            )));
+        };
+        // The header's place is data now: claimed, so that nothing else maps it meanwhile.
+        let dev = &self.place.device;
+        let claim = crate::block::open_device(dev, false, false)
+            .map_err(|e| e.to_string())
+            .and_then(|d| {
+                crate::block::Claim::take(d.file(), dev, 0, st.keyslot.shift, true)
+                    .map_err(|e| e.to_string())
+            })
+            .map_err(|e| {
+                OnlineError::invalid(format!("{}: cannot claim its start: {e}", dev.display()))
+            })?;
+        *self.head.lock().unwrap_or_else(|e| e.into_inner()) = Some(claim);
+        *ex = Some(header.to_path_buf());
+        Ok(())
     }
 
     /// Whether a reencryption runs or ran (the served device is then no longer one crypt
@@ -336,13 +237,14 @@ impl Reencryptor {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<RunOutcome, OnlineError> {
         let p = &self.place;
+        let header = self.header();
         let mut vol =
-            LuksVolume::open(&p.device, p.header.as_deref(), true, None).map_err(failure)?;
+            LuksVolume::open(&p.device, header.as_deref(), true, None).map_err(failure)?;
         let st = vol
             .reencryption()
             .map_err(failure)?
             .ok_or_else(|| OnlineError::invalid("Device reencryption not in progress."))?;
-        let data = match &p.header {
+        let data = match &header {
             Some(_) => Some(
                 crate::block::open_device(&p.device, false, false)
                     .map_err(|e| failure(LuksError::from(e)))?,
@@ -369,6 +271,12 @@ impl Reencryptor {
             })?,
         );
         let hdr_dev: &dyn BlockDevice = dev;
+        if is_moved_decryption(&st) {
+            let devs = (hdr_dev, data_dev, lower);
+            let r = self.run_moved(devs, h, &st, &keys, progress);
+            drop(keys);
+            return r;
+        }
         let run = engine::Run::new(hdr_dev, data_dev, h, &keys).map_err(failure)?;
         let size = run.device_size();
         if size != self.gate.size() {
@@ -401,29 +309,60 @@ impl Reencryptor {
         )
         .map_err(failure)?;
         drop(keys);
-        let dev = Arc::new(Reencrypting {
-            name: p.opts.name.clone(),
+        let layout = match run.ends.forward {
+            true => Layout::Forward,
+            false => Layout::Backward,
+        };
+        let dev = self.reencrypting(layout, size, new, OldViews { old, moved: None });
+        let opts = RunOptions {
+            max_hotzone: Some(max_hotzone.unwrap_or(ONLINE_HOTZONE)),
+            io_block,
+            device_size: None,
+        };
+        self.serve(dev, st.hot.is_some(), progress, |hooks, pr| {
+            run.run_gated(hooks, &opts, pr)
+        })
+    }
+
+    /// The device served during a run of `layout` over `size` bytes, nothing rewritten until
+    /// the loop starts and says where the boundary is.
+    fn reencrypting(
+        &self,
+        layout: Layout,
+        size: u64,
+        new: Arc<dyn BlockDevice>,
+        old: OldViews,
+    ) -> Arc<Reencrypting> {
+        let block = [Some(&new), Some(&old.old), old.moved.as_ref()]
+            .into_iter()
+            .flatten()
+            .map(|d| d.logical_block_size())
+            .fold(self.gate.logical_block_size(), u32::max);
+        Arc::new(Reencrypting::new(
+            &self.place.opts.name,
             size,
-            block: self
-                .gate
-                .logical_block_size()
-                .max(new.logical_block_size())
-                .max(old.logical_block_size()),
-            read_only: false,
-            forward: run.ends.forward,
+            block,
+            layout,
             new,
-            old: RwLock::new(Some(old)),
-            // Nothing rewritten until the loop starts and says where the boundary is.
-            zone: Mutex::new(Zone {
-                boundary: if run.ends.forward { 0 } else { size },
-                ..Zone::default()
-            }),
-            moved: Condvar::new(),
-        });
-        // A hotzone left in reencryption by a crash is recovered before the loop starts:
-        // nothing is served meanwhile. Otherwise the old device serves until the new one,
-        // with the boundary read from the header, replaces it.
-        let held = st.hot.is_some().then(|| self.gate.hold());
+            old,
+        ))
+    }
+
+    /// Run `go` with `dev` served from the loop's start on. A hotzone left in reencryption by
+    /// a crash (`recovering`) is recovered before the loop starts: nothing is served
+    /// meanwhile. Otherwise the old device serves until the new one, with the boundary read
+    /// from the header, replaces it.
+    fn serve(
+        &self,
+        dev: Arc<Reencrypting>,
+        recovering: bool,
+        progress: &mut dyn FnMut(u64, u64),
+        go: impl FnOnce(
+            &dyn Hotzones,
+            &mut dyn FnMut(Progress) -> bool,
+        ) -> Result<RunOutcome, LuksError>,
+    ) -> Result<RunOutcome, OnlineError> {
+        let held = recovering.then(|| self.gate.hold());
         let installer = Installer {
             dev: dev.clone(),
             gate: &self.gate,
@@ -431,15 +370,10 @@ impl Reencryptor {
         };
         {
             let mut j = self.job();
-            j.size = size;
+            j.size = dev.size();
             j.device = Some(dev.clone());
         }
-        let opts = RunOptions {
-            max_hotzone: Some(max_hotzone.unwrap_or(ONLINE_HOTZONE)),
-            io_block,
-            device_size: None,
-        };
-        let r = run.run_gated(&installer, &opts, &mut |pr: Progress| {
+        let r = go(&installer, &mut |pr: Progress| {
             self.done.store(pr.done, Ordering::SeqCst);
             progress(pr.done, pr.size);
             !self.stop.load(Ordering::SeqCst)
@@ -453,6 +387,58 @@ impl Reencryptor {
             dev.fail();
         }
         r.map_err(failure)
+    }
+
+    /// Run the decryption moving the data down (`decrypt_shift`) whose header `h` is in
+    /// `st`: the moved first segment and the old data served with the old key, the plaintext
+    /// at its new place linear, all over `lower` (the data device).
+    fn run_moved(
+        &self,
+        (hdr_dev, data_dev, lower): (&dyn BlockDevice, &dyn BlockDevice, Arc<dyn BlockDevice>),
+        h: &mut Luks2Header,
+        st: &ReencryptState,
+        keys: &engine::Keys,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<RunOutcome, OnlineError> {
+        let p = &self.place;
+        let (prev, fin) = (&st.previous, &st.fin);
+        let moved = st
+            .moved
+            .as_ref()
+            .ok_or_else(|| OnlineError::invalid("reencryption metadata: no moved segment"))?;
+        let shift = st.keyslot.shift;
+        let size = match prev.size {
+            Some(s) => Some(s),
+            None => data_dev.size().checked_sub(fin.offset + shift),
+        }
+        .filter(|&s| s > 0)
+        .ok_or_else(|| {
+            OnlineError::invalid(format!("Device {} is too small.", p.device.display()))
+        })?;
+        let m = moved
+            .size
+            .filter(|&m| m > 0 && m <= size.min(shift))
+            .ok_or_else(|| OnlineError::invalid("reencryption metadata: bad moved segment size"))?;
+        if size != self.gate.size() {
+            return Err(OnlineError::invalid(format!(
+                "{}: {} bytes are served but the decryption covers {size}; resize is not supported during reencryption",
+                p.opts.name,
+                self.gate.size()
+            )));
+        }
+        let old_key = keys.old.as_ref();
+        let view = |seg, at, len, iv, key| {
+            segment_view(seg, lower.clone(), at, len, iv, key, &p.opts).map_err(failure)
+        };
+        let old = OldViews {
+            old: view(prev, prev.offset, size, prev.iv_tweak, old_key)?,
+            moved: Some(view(moved, moved.offset, m, moved.iv_tweak, old_key)?),
+        };
+        let new = view(fin, fin.offset, size, 0, None)?;
+        let dev = self.reencrypting(Layout::Moved(m), size, new, old);
+        self.serve(dev, st.hot.is_some(), progress, |hooks, pr| {
+            decrypt_shift::run(hdr_dev, data_dev, h, keys, pr, Some(hooks))
+        })
     }
 
     /// Stop a running reencryption at its next hotzone boundary and wait for it.
@@ -475,6 +461,9 @@ impl Reencryptor {
             "done": done,
             "size": j.size,
             "percent": if j.size > 0 { (done as f64 * 1000.0 / j.size as f64).round() / 10.0 } else { 100.0 },
+            // The header the device's was exported to while served (the status's `header`
+            // is the one it was opened with).
+            "exported_header": self.exported().as_deref().map(|p| p.display().to_string()),
         }))
     }
 }
@@ -558,8 +547,13 @@ impl Online for InReencryption {
         &self,
         unlock: &Unlock,
         max_hotzone: Option<u64>,
+        header: Option<&Path>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), OnlineError> {
+        if let Some(h) = header {
+            // Opened with its header file: `adopt` accepts that file only.
+            self.reenc.adopt(h, false, "")?;
+        }
         self.reenc.run(unlock, max_hotzone, progress)
     }
     fn reencryption(&self) -> Option<serde_json::Value> {
@@ -577,4 +571,12 @@ impl InReencryption {
             ),
         }
     }
+}
+
+/// Whether `x` and `y` name the same file.
+fn same_file(x: &Path, y: &Path) -> bool {
+    std::fs::canonicalize(x)
+        .ok()
+        .zip(std::fs::canonicalize(y).ok())
+        .is_some_and(|(x, y)| x == y)
 }

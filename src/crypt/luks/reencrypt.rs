@@ -198,7 +198,7 @@ impl LuksVolume {
         {
             reencrypt::datashift::run(&self.dev, data_dev, h, &keys, progress)
         } else if reencrypt::decrypt_shift::is_moved_decryption(&st) {
-            reencrypt::decrypt_shift::run(&self.dev, data_dev, h, &keys, progress)
+            reencrypt::decrypt_shift::run(&self.dev, data_dev, h, &keys, progress, None)
         } else {
             engine::Run::new(&self.dev, data_dev, h, &keys).and_then(|run| run.run(&o, progress))
         };

@@ -446,6 +446,13 @@ impl LuksVolume {
         let hdr_path = self.header_path.as_deref().unwrap_or(&self.device);
         let hdr_dev: Arc<dyn BlockDevice> =
             Arc::new(crate::block::open_device(hdr_path, true, false)?);
+        let recovered = match reencrypt_open::state(h)? {
+            Some(st) if !opts.read_only && st.hot.is_some() => {
+                recover_moved(hdr_path, &dev, h, &st, pass, slot)?
+            }
+            _ => None,
+        };
+        let h = recovered.as_ref().unwrap_or(h);
         let active = reencrypt_open::activate(hdr_dev, h, Arc::new(dev), pass, slot, opts)?;
         let size = active.device.size();
         // Served through a gate: its server may resume the reencryption online.
@@ -471,6 +478,29 @@ impl LuksVolume {
             online: Some(online),
         })
     }
+}
+
+/// A decryption moving the data down (`reencrypt::decrypt_shift`) whose hotzone a crash
+/// interrupted, opened read-write: the hotzone recovered and the metadata moved past it, as
+/// cryptsetup's open recovers it, so that the device is served and its server can resume the
+/// decryption. The header as it is then; `None` for any other reencryption.
+fn recover_moved(
+    hdr_path: &Path,
+    data: &FileDevice,
+    h: &Luks2Header,
+    st: &reencrypt::ReencryptState,
+    pass: &[u8],
+    slot: Option<u32>,
+) -> Result<Option<Luks2Header>, LuksError> {
+    if !reencrypt::decrypt_shift::is_moved_decryption(st) {
+        return Ok(None);
+    }
+    let hdr_dev = crate::block::open_device(hdr_path, false, false)?;
+    let mut next = h.clone();
+    let keys = reencrypt::engine::unlock_keys(&hdr_dev, &next, st, pass, slot)?;
+    // Stopped before the first hotzone: the recovery alone.
+    reencrypt::decrypt_shift::run(&hdr_dev, data, &mut next, &keys, &mut |_| false, None)?;
+    Ok(Some(next))
 }
 
 /// How an activation gets its key.

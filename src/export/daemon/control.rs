@@ -15,7 +15,8 @@
 //!          5 resume          u8 given, u32 key slot, u32 length, passphrase
 //!          6 refresh         u8 given, u32 key slot, u8 allow_discards, u32 length, passphrase
 //!          7 reencrypt       u8 given, u32 key slot, u32 length, passphrase,
-//!                            u8 given, u64 largest hotzone (bytes)
+//!                            u8 given, u64 largest hotzone (bytes),
+//!                            u32 length, exported header path (UTF-8; empty: none)
 //! reply    1 progress        u64 done, u64 total
 //!          2 done            u32 length, JSON text
 //!          3 failed          u8 exit code, u8 kind (0 failed, 1 busy, 2 invalid, 3 not open),
@@ -133,6 +134,9 @@ pub enum Request {
         secret: Secret,
         /// Largest hotzone, bytes.
         max_hotzone: Option<u64>,
+        /// The file the header of a device served with its header at its start was exported
+        /// to (a decryption moving the data down, set up while the device was suspended).
+        header: Option<std::path::PathBuf>,
     },
 }
 
@@ -290,10 +294,17 @@ impl Request {
             Request::Reencrypt {
                 secret,
                 max_hotzone,
+                header,
             } => {
                 write_secret(&mut w, secret);
+                let path = header
+                    .as_deref()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 w.u8(u8::from(max_hotzone.is_some()))
-                    .u64_be(max_hotzone.unwrap_or(0));
+                    .u64_be(max_hotzone.unwrap_or(0))
+                    .u32_be(path.len() as u32)
+                    .bytes(path.as_bytes());
                 7
             }
         };
@@ -339,6 +350,14 @@ impl Request {
             7 => Request::Reencrypt {
                 secret: read_secret(&mut r)?,
                 max_hotzone: optional_u64(&mut r, "hotzone")?,
+                header: {
+                    let p = blob(&mut r, "header path")?;
+                    let p = std::str::from_utf8(p).map_err(|_| ProtocolError::Unknown {
+                        what: "header path",
+                        value: 0,
+                    })?;
+                    (!p.is_empty()).then(|| std::path::PathBuf::from(p))
+                },
             },
             v => {
                 return Err(ProtocolError::Unknown {
@@ -541,8 +560,14 @@ mod tests {
                 persistent: true,
             },
             Request::Reencrypt {
-                secret,
+                secret: secret.clone(),
                 max_hotzone: Some(1 << 20),
+                header: None,
+            },
+            Request::Reencrypt {
+                secret,
+                max_hotzone: None,
+                header: Some("/tmp/exported header".into()),
             },
         ] {
             assert_eq!(Request::decode(&req.encode()).unwrap(), req);

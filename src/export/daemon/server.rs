@@ -604,9 +604,10 @@ impl Server {
             Request::Reencrypt {
                 secret,
                 max_hotzone,
+                header,
             } => match self.online.clone() {
                 Some(o) => {
-                    reencrypt(o, stream, secret, max_hotzone);
+                    reencrypt(o, stream, secret, max_hotzone, header);
                     return None;
                 }
                 None => failed(
@@ -810,6 +811,7 @@ fn reencrypt(
     mut stream: UnixStream,
     secret: control::Secret,
     max_hotzone: Option<u64>,
+    header: Option<std::path::PathBuf>,
 ) {
     eprintln!("dmkit: online reencryption requested");
     let spawned = std::thread::Builder::new()
@@ -821,17 +823,26 @@ fn reencrypt(
             };
             let mut last: Option<Instant> = None;
             let mut gone = false;
-            let r = o.reencrypt(&unlock, max_hotzone, &mut |done, total| {
-                if gone
-                    || last
-                        .is_some_and(|l| l.elapsed() < Duration::from_millis(200) && done < total)
-                {
-                    return;
-                }
-                last = Some(Instant::now());
-                gone = control::write_frame(&mut stream, &Reply::Progress { done, total }.encode())
+            let r = o.reencrypt(
+                &unlock,
+                max_hotzone,
+                header.as_deref(),
+                &mut |done, total| {
+                    if gone
+                        || last.is_some_and(|l| {
+                            l.elapsed() < Duration::from_millis(200) && done < total
+                        })
+                    {
+                        return;
+                    }
+                    last = Some(Instant::now());
+                    gone = control::write_frame(
+                        &mut stream,
+                        &Reply::Progress { done, total }.encode(),
+                    )
                     .is_err();
-            });
+                },
+            );
             drop(unlock);
             let reply = match r {
                 Ok(()) => {

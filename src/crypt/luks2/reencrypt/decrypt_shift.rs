@@ -21,7 +21,7 @@
 //! The header file's requirement is `online-reencrypt-v3`, as cryptsetup marks this mode.
 
 use super::datashift::data_segments;
-use super::engine::{commit, drop_metadata, keyed, Keys, Progress, RunOutcome};
+use super::engine::{commit, drop_metadata, keyed, Hotzones, Keys, Progress, RunOutcome};
 use super::init::{check_aligned, only_segment, seal};
 use super::layout::{crypt, flagged, linear};
 use super::parallel::{self, Keyed};
@@ -471,13 +471,17 @@ impl Shift<'_> {
 
 /// Run (or resume) the decryption with a moved first segment whose header `h` is on
 /// `hdr_dev` (the exported header file) to its end, or until `progress` returns `false`.
-/// `keys` holds the old key.
+/// `keys` holds the old key. Online, `hooks` hears of every hotzone (see [`Hotzones`]): the
+/// boundary is where the ciphertext still `shift` bytes on starts (the plaintext at its new
+/// place runs from the moved segment's end to it), and 0 once the moved segment, the last
+/// hotzone, is plaintext too.
 pub fn run(
     hdr_dev: &dyn BlockDevice,
     data_dev: &dyn BlockDevice,
     h: &mut Luks2Header,
     keys: &Keys,
     progress: &mut dyn FnMut(Progress) -> bool,
+    hooks: Option<&dyn Hotzones>,
 ) -> Result<RunOutcome, LuksError> {
     let st = ReencryptState::read(&h.metadata)?
         .ok_or_else(|| invalid("Device not marked for LUKS2 reencryption.".into()))?;
@@ -529,8 +533,19 @@ pub fn run(
         run.recover(h, r)?;
     }
     if requirement_gone(h) {
+        if let Some(k) = hooks {
+            k.start(0);
+        }
         progress(Progress { size, done: size });
         return Ok(RunOutcome::Finished);
+    }
+    if let Some(k) = hooks {
+        let boundary = match run.next(&data_segments(&h.metadata))? {
+            None => 0,
+            Some((0, _)) => size,
+            Some((o, _)) => o,
+        };
+        k.start(boundary);
     }
     let mut buf = Zeroizing::new(vec![0u8; shift.min(size) as usize]);
     loop {
@@ -546,7 +561,13 @@ pub fn run(
         if !progress(Progress { size, done }) {
             return Ok(RunOutcome::Stopped);
         }
+        if let Some(k) = hooks {
+            k.enter(offset, length);
+        }
         run.step(h, &mut buf, offset, length)?;
+        if let Some(k) = hooks {
+            k.leave(if offset == 0 { 0 } else { offset + length });
+        }
         if requirement_gone(h) {
             break;
         }
