@@ -134,6 +134,21 @@ fn decrypting_mid_way(
     (dev, want, child)
 }
 
+/// Finish a decryption left by a killed server with cryptsetup offline: `repair` first when
+/// the crash left a hotzone in reencryption (cryptsetup wants that), then `reencrypt
+/// --resume-only --force-offline-reencrypt`.
+fn finish_with_cryptsetup(img: &str, hdr: &str, pass: &str) {
+    let with_keys = |verb: &[&str]| {
+        let mut args = verb.to_vec();
+        args.extend(["--batch-mode", "--key-file", pass, "--header", hdr, img]);
+        common::run::ok("cryptsetup", &args);
+    };
+    if meta(hdr).to_string().contains("in-reencryption") {
+        with_keys(&["repair"]);
+    }
+    with_keys(&["reencrypt", "--resume-only", "--force-offline-reencrypt"]);
+}
+
 /// SIGKILL the server of `name` and clear what it left.
 fn kill_server(e: &Workspace, name: &str) {
     let pid = status(e, name)["pid"].as_u64().unwrap() as u32;
@@ -242,35 +257,7 @@ fn kill_9_mid_way_is_finished_by_cryptsetup_offline() {
     }
     let e = Workspace::new();
     let (img, hdr, pass, want) = killed_mid_decryption(&e, "dcs", 7);
-    // cryptsetup wants a hotzone the crash left in reencryption repaired first.
-    if meta(&hdr).to_string().contains("in-reencryption") {
-        common::run::ok(
-            "cryptsetup",
-            &[
-                "repair",
-                "--batch-mode",
-                "--key-file",
-                &pass,
-                "--header",
-                &hdr,
-                &img,
-            ],
-        );
-    }
-    common::run::ok(
-        "cryptsetup",
-        &[
-            "reencrypt",
-            "--resume-only",
-            "--force-offline-reencrypt",
-            "--batch-mode",
-            "--key-file",
-            &pass,
-            "--header",
-            &hdr,
-            &img,
-        ],
-    );
+    finish_with_cryptsetup(&img, &hdr, &pass);
     assert_decrypted(&hdr, &img, Some(&want));
 }
 
@@ -507,35 +494,7 @@ fn attached_header_kill_9_mid_way_is_finished_by_cryptsetup_offline() {
     }
     let e = Workspace::new();
     let (img, hdr, pass, want) = attached_killed_mid_way(&e, "dmcs", 17);
-    // cryptsetup wants a hotzone the crash left in reencryption repaired first.
-    if meta(&hdr).to_string().contains("in-reencryption") {
-        common::run::ok(
-            "cryptsetup",
-            &[
-                "repair",
-                "--batch-mode",
-                "--key-file",
-                &pass,
-                "--header",
-                &hdr,
-                &img,
-            ],
-        );
-    }
-    common::run::ok(
-        "cryptsetup",
-        &[
-            "reencrypt",
-            "--resume-only",
-            "--force-offline-reencrypt",
-            "--batch-mode",
-            "--key-file",
-            &pass,
-            "--header",
-            &hdr,
-            &img,
-        ],
-    );
+    finish_with_cryptsetup(&img, &hdr, &pass);
     assert_moved_down(&hdr, &img, &want);
 }
 
