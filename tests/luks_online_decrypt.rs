@@ -134,6 +134,31 @@ fn decrypting_mid_way(
     (dev, want, child)
 }
 
+/// After a killed server: the next open (with header `hdr`) serves `want`, `luks reencrypt
+/// NAME` with `resume` finishes online, the device still serves `want`, and it is closed.
+fn resume_in_the_next_open(
+    e: &Workspace,
+    (img, hdr, pass): (&str, &str, &str),
+    name: &str,
+    want: &[u8],
+    resume: &[&str],
+) {
+    let dev = open(e, img, hdr, pass, name, &[]).remove(0);
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after the crash"
+    );
+    let r = start_reencrypt(e, name, pass, resume)
+        .wait_with_output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after resume"
+    );
+    e.run.close(name);
+}
+
 /// Finish a decryption left by a killed server with cryptsetup offline: `repair` first when
 /// the crash left a hotzone in reencryption (cryptsetup wants that), then `reencrypt
 /// --resume-only --force-offline-reencrypt`.
@@ -232,21 +257,7 @@ fn kill_9_mid_way_is_finished_by_the_next_open() {
     }
     let e = Workspace::new();
     let (img, hdr, pass, want) = killed_mid_decryption(&e, "dkill", 5);
-
-    let dev = open(&e, &img, &hdr, &pass, "dkill", &[]).remove(0);
-    assert!(
-        read(&dev, 0, want.len()) == want,
-        "read back differs after the crash"
-    );
-    let r = start_reencrypt(&e, "dkill", &pass, &["--resume-only"])
-        .wait_with_output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(
-        read(&dev, 0, want.len()) == want,
-        "read back differs after resume"
-    );
-    e.run.close("dkill");
+    resume_in_the_next_open(&e, (&img, &hdr, &pass), "dkill", &want, &["--resume-only"]);
     assert_decrypted(&hdr, &img, Some(&want));
 }
 
@@ -465,25 +476,8 @@ fn attached_header_kill_9_mid_way_is_finished_by_the_next_open() {
     }
     let e = Workspace::new();
     let (img, hdr, pass, want) = attached_killed_mid_way(&e, "dmkill", 13);
-    let dev = open(&e, &img, &hdr, &pass, "dmkill", &[]).remove(0);
-    assert!(
-        read(&dev, 0, want.len()) == want,
-        "read back differs after the crash"
-    );
-    let r = start_reencrypt(
-        &e,
-        "dmkill",
-        &pass,
-        &["--decrypt", "--resume-only", "--header", &hdr],
-    )
-    .wait_with_output()
-    .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(
-        read(&dev, 0, want.len()) == want,
-        "read back differs after resume"
-    );
-    e.run.close("dmkill");
+    let resume = ["--decrypt", "--resume-only", "--header", &hdr];
+    resume_in_the_next_open(&e, (&img, &hdr, &pass), "dmkill", &want, &resume);
     assert_moved_down(&hdr, &img, &want);
 }
 
