@@ -12,7 +12,9 @@
 mod common;
 
 use common::env::{fuse_missing, loop_missing, tool_missing};
-use common::online::{pattern, read, start_reencrypt, status, wait_mid_way, write_synced, FAST};
+use common::online::{
+    pattern, read, resume_served, start_reencrypt, status, wait_mid_way, write_synced, FAST,
+};
 use common::run::Workspace;
 use common::sys::{kill, pid_gone, wait_until};
 use std::fs;
@@ -134,8 +136,8 @@ fn decrypting_mid_way(
     (dev, want, child)
 }
 
-/// After a killed server: the next open (with header `hdr`) serves `want`, `luks reencrypt
-/// NAME` with `resume` finishes online, the device still serves `want`, and it is closed.
+/// After a killed server: the next open (with header `hdr`) serves `want` and `resume`
+/// finishes online ([`resume_served`]).
 fn resume_in_the_next_open(
     e: &Workspace,
     (img, hdr, pass): (&str, &str, &str),
@@ -144,19 +146,7 @@ fn resume_in_the_next_open(
     resume: &[&str],
 ) {
     let dev = open(e, img, hdr, pass, name, &[]).remove(0);
-    assert!(
-        read(&dev, 0, want.len()) == want,
-        "read back differs after the crash"
-    );
-    let r = start_reencrypt(e, name, pass, resume)
-        .wait_with_output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(
-        read(&dev, 0, want.len()) == want,
-        "read back differs after resume"
-    );
-    e.run.close(name);
+    resume_served(e, &dev, name, pass, want, resume);
 }
 
 /// Finish a decryption left by a killed server with cryptsetup offline: `repair` first when

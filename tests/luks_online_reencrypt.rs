@@ -7,7 +7,9 @@
 mod common;
 
 use common::env::{fuse_missing, loop_missing, tool_missing};
-use common::online::{pattern, read, start_reencrypt, status, wait_mid_way, write_synced, FAST};
+use common::online::{
+    pattern, read, resume_served, start_reencrypt, status, wait_mid_way, write_synced, FAST,
+};
 use common::run::Workspace;
 use common::sys::{kill, pid_gone, wait_until};
 use std::fs;
@@ -164,19 +166,7 @@ fn kill_9_mid_way_loses_no_fsynced_write_and_resume_only_finishes() {
         .run
         .ok(&["luks", "open", &img, "okill", "--key-file", &pass]);
     let dev = out.lines().next().unwrap().to_string();
-    assert!(
-        read(&dev, 0, want.len()) == want,
-        "read back differs after the crash"
-    );
-    let r = start_reencrypt(&e, "okill", &pass, &["--resume-only"])
-        .wait_with_output()
-        .unwrap();
-    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    assert!(
-        read(&dev, 0, want.len()) == want,
-        "read back differs after resume"
-    );
-    e.run.close("okill");
+    resume_served(&e, &dev, "okill", &pass, &want, &["--resume-only"]);
     assert_clean_for_cryptsetup(&img, &pass);
     e.run
         .ok(&["luks", "open", &img, "okill", "--key-file", &pass]);

@@ -87,3 +87,28 @@ pub fn wait_mid_way(e: &Workspace, name: &str) -> u64 {
         std::thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// After a killed server, on the device `dev` reopened as `name`: it serves `want`, `luks
+/// reencrypt NAME` with `resume` finishes online, it still serves `want`, and it is closed.
+pub fn resume_served(
+    e: &Workspace,
+    dev: &str,
+    name: &str,
+    pass: &str,
+    want: &[u8],
+    resume: &[&str],
+) {
+    assert!(
+        read(dev, 0, want.len()) == want,
+        "read back differs after the crash"
+    );
+    let r = start_reencrypt(e, name, pass, resume)
+        .wait_with_output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(
+        read(dev, 0, want.len()) == want,
+        "read back differs after resume"
+    );
+    e.run.close(name);
+}
