@@ -376,10 +376,7 @@ impl SectorAead {
                 let macs = &mut macs[..d.len() / ss * 32];
                 Self::fast_xts(f, ss, at, d, false);
                 self.fast_macs(at, d, macs);
-                for (m, mac) in m.chunks_exact_mut(stride).zip(macs.chunks_exact(32)) {
-                    m[..32].copy_from_slice(mac);
-                    m[32..].fill(0);
-                }
+                Self::put_macs(m, macs, stride);
             }
             return Ok(());
         }
@@ -399,6 +396,64 @@ impl SectorAead {
             self.seal(first + i as u64 * step, d, m, iv)?;
         }
         Ok(())
+    }
+
+    /// Whether sealing whole sectors into buffers of the right sizes cannot fail: the fast
+    /// `authenc(hmac(sha256),xts(aes))-plain64` path draws no random IVs and calls no library
+    /// that can refuse. A caller may then seal straight into memory a device has lent it.
+    pub fn seal_cannot_fail(&self) -> bool {
+        self.fast.is_some()
+    }
+
+    /// [`seal_sectors`](SectorAead::seal_sectors) of the plaintext `src` into `data` (the
+    /// same length), which ends holding the ciphertext: the fast path encrypts from one buffer
+    /// into the other a group at a time, so the plaintext is never copied first.
+    pub fn seal_sectors_from(
+        &self,
+        first: u64,
+        src: &[u8],
+        data: &mut [u8],
+        meta: &mut [u8],
+        stride: usize,
+    ) -> Result<(), AeadError> {
+        if src.len() != data.len() {
+            return Err(AeadError::Buffer(format!(
+                "{} bytes of plaintext for {} bytes of sectors",
+                src.len(),
+                data.len()
+            )));
+        }
+        let Some(f) = &self.fast else {
+            data.copy_from_slice(src);
+            return self.seal_sectors(first, data, meta, stride);
+        };
+        let ss = self.sector_size;
+        self.check_batch(data, meta, stride)?;
+        let step = (ss / 512) as u64;
+        let mut macs = [0u8; FAST_GROUP * 32];
+        let groups = self.groups(first, data, meta.chunks_mut(FAST_GROUP * stride));
+        for ((at, d, m), s) in groups.zip(src.chunks(FAST_GROUP * ss)) {
+            let macs = &mut macs[..d.len() / ss * 32];
+            if step == 1 {
+                f.xts.encrypt_to(s, d, at, ss);
+            } else {
+                let sectors = s.chunks_exact(ss).zip(d.chunks_exact_mut(ss));
+                for (i, (s, d)) in sectors.enumerate() {
+                    f.xts.encrypt_to(s, d, at + i as u64 * step, ss);
+                }
+            }
+            self.fast_macs(at, d, macs);
+            Self::put_macs(m, macs, stride);
+        }
+        Ok(())
+    }
+
+    /// Each 32-byte MAC of `macs` into its `stride`-byte slot of `meta`, zero padded.
+    fn put_macs(meta: &mut [u8], macs: &[u8], stride: usize) {
+        for (m, mac) in meta.chunks_exact_mut(stride).zip(macs.chunks_exact(32)) {
+            m[..32].copy_from_slice(mac);
+            m[32..].fill(0);
+        }
     }
 
     /// How many threads a batch of `bytes` is split over: one per core, each with at least
@@ -839,6 +894,16 @@ mod tests {
                 let mut data = plain.clone();
                 let mut meta = vec![0xeeu8; n * stride];
                 a.seal_sectors(64, &mut data, &mut meta, stride).unwrap();
+                if !kind.stores_iv() {
+                    // Out of place, on every path: what sealing in place gave.
+                    let (mut out, mut out_meta) = (vec![0u8; n * ss], vec![0u8; n * stride]);
+                    a.seal_sectors_from(64, &plain, &mut out, &mut out_meta, stride)
+                        .unwrap();
+                    assert!(
+                        out == data && out_meta == meta,
+                        "{kind:?} {ss}: out of place"
+                    );
+                }
                 let step = (ss / 512) as u64;
                 for i in 0..n {
                     let m = &meta[i * stride..(i + 1) * stride];
@@ -895,6 +960,17 @@ mod tests {
             let plain: Vec<u8> = (0..n * ss).map(|i| (i * 7 % 251) as u8).collect();
             let (mut data, mut meta) = (plain.clone(), vec![0x55u8; n * stride]);
             a.seal_sectors(1000, &mut data, &mut meta, stride).unwrap();
+            // Out of place (the plaintext at an odd address): the same sectors and metadata.
+            let mut src = vec![0u8; n * ss + 1];
+            src[1..].copy_from_slice(&plain);
+            let (mut out, mut out_meta) = (vec![0u8; n * ss], vec![0x55u8; n * stride]);
+            assert!(a.seal_cannot_fail());
+            a.seal_sectors_from(1000, &src[1..], &mut out, &mut out_meta, stride)
+                .unwrap();
+            assert!(out == data && out_meta == meta, "{ss}: seal_sectors_from");
+            assert!(a
+                .seal_sectors_from(1000, &src, &mut out, &mut out_meta, stride)
+                .is_err());
             for i in [0, FAST_GROUP - 1, FAST_GROUP, 2 * FAST_GROUP, n - 1] {
                 let mut s = plain[i * ss..(i + 1) * ss].to_vec();
                 let mut sm = vec![0u8; stride];

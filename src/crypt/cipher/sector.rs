@@ -13,6 +13,13 @@
 pub trait SectorCipher: Send + Sync {
     /// Encrypt `buf` in place.
     fn encrypt(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize);
+    /// Encrypt `src` into `dst` (the same length): what copying `src` to `dst` and
+    /// [`encrypt`](Self::encrypt)ing it gives, without the copy where the implementation can
+    /// read one buffer and write another.
+    fn encrypt_to(&self, src: &[u8], dst: &mut [u8], iv_sector: u64, sector_size: usize) {
+        dst.copy_from_slice(src);
+        self.encrypt(dst, iv_sector, sector_size);
+    }
     /// Decrypt `buf` in place.
     fn decrypt(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize);
     /// Key size in bytes this cipher was made with.

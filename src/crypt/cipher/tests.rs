@@ -250,7 +250,7 @@ fn vaes_handles_odd_lengths_and_sectors_one_call_or_many() {
 /// sizes, sector numbers where plain64 wraps at 2^64 and plain at 2^32, and buffers at odd
 /// addresses, against the portable XTS (itself checked against OpenSSL above).
 #[test]
-fn vaes_tweak_groups_match_the_portable_xts_for_every_count() {
+fn vaes_tweak_groups_match_the_portable_xts_for_every_count_in_and_out_of_place() {
     if !vaes512_available() {
         return;
     }
@@ -278,6 +278,17 @@ fn vaes_tweak_groups_match_the_portable_xts_for_every_count() {
                         v.encrypt(&mut a[skew..], first, ss);
                         o.encrypt(&mut b, first, ss);
                         assert!(a[skew..] == b[..], "{at}");
+                        // Out of place, the source and the destination each at its own
+                        // odd address: the same ciphertext, the source untouched.
+                        let mut src = vec![0u8; ss * n + 3];
+                        src[3..].copy_from_slice(&data);
+                        let mut dst = vec![0u8; ss * n + skew + 1];
+                        v.encrypt_to(&src[3..], &mut dst[skew + 1..], first, ss);
+                        assert!(dst[skew + 1..] == b[..], "{at}: encrypt_to");
+                        assert!(src[3..] == data[..], "{at}: encrypt_to changed its source");
+                        let mut c = vec![0u8; ss * n];
+                        o.encrypt_to(&data, &mut c, first, ss);
+                        assert!(c == b, "{at}: the default encrypt_to");
                         v.decrypt(&mut a[skew..], first, ss);
                         assert!(a[skew..] == data[..], "{at}: decrypt");
                     }

@@ -81,37 +81,81 @@ mod imp {
             })
         }
 
-        fn run(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize, decrypt: bool) {
-            check_buf(buf.len(), sector_size);
+        /// XTS over `len` bytes of whole sectors read at `src` and written at `dst` (the same
+        /// address for in place).
+        ///
+        /// Safety: `src` must be readable and `dst` writable for `len` bytes, and the two
+        /// either the same address or not overlapping.
+        unsafe fn run(
+            &self,
+            src: *const u8,
+            dst: *mut u8,
+            len: usize,
+            iv_sector: u64,
+            sector_size: usize,
+            decrypt: bool,
+        ) {
+            check_buf(len, sector_size);
             let k = &*self.keys;
             let data = if decrypt { &k.dec } else { &k.enc };
+            let io = Io { src, dst, len };
             // SAFETY: `available()` was true in `new`, the only constructor: the CPU has every
-            // feature the callee enables.
+            // feature the callee enables; the caller vouches for the buffers.
             unsafe {
                 match (k.enc.rounds, decrypt) {
                     (14, false) => {
-                        xts::<14, false>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<14, false>(data, &k.tweak, &self.iv, io, iv_sector, sector_size)
                     }
                     (14, true) => {
-                        xts::<14, true>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<14, true>(data, &k.tweak, &self.iv, io, iv_sector, sector_size)
                     }
                     (_, false) => {
-                        xts::<10, false>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<10, false>(data, &k.tweak, &self.iv, io, iv_sector, sector_size)
                     }
                     (_, true) => {
-                        xts::<10, true>(data, &k.tweak, &self.iv, buf, iv_sector, sector_size)
+                        xts::<10, true>(data, &k.tweak, &self.iv, io, iv_sector, sector_size)
                     }
                 }
             }
         }
     }
 
+    /// The bytes one call transforms: `len` bytes read at `src`, written at `dst`.
+    #[derive(Clone, Copy)]
+    struct Io {
+        src: *const u8,
+        dst: *mut u8,
+        len: usize,
+    }
+
     impl SectorCipher for XtsVaes {
         fn encrypt(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize) {
-            self.run(buf, iv_sector, sector_size, false)
+            let p = buf.as_mut_ptr();
+            // SAFETY: in place over one buffer we own for its length.
+            unsafe { self.run(p, p, buf.len(), iv_sector, sector_size, false) }
         }
         fn decrypt(&self, buf: &mut [u8], iv_sector: u64, sector_size: usize) {
-            self.run(buf, iv_sector, sector_size, true)
+            let p = buf.as_mut_ptr();
+            // SAFETY: in place over one buffer we own for its length.
+            unsafe { self.run(p, p, buf.len(), iv_sector, sector_size, true) }
+        }
+        fn encrypt_to(&self, src: &[u8], dst: &mut [u8], iv_sector: u64, sector_size: usize) {
+            assert_eq!(
+                src.len(),
+                dst.len(),
+                "XTS source and destination lengths differ"
+            );
+            // SAFETY: a shared and an exclusive borrow never overlap; both hold `len` bytes.
+            unsafe {
+                self.run(
+                    src.as_ptr(),
+                    dst.as_mut_ptr(),
+                    dst.len(),
+                    iv_sector,
+                    sector_size,
+                    false,
+                )
+            }
         }
         fn key_size(&self) -> usize {
             self.key_size
@@ -192,14 +236,16 @@ mod imp {
         }
     }
 
-    /// XTS over whole sectors of `buf`. `data` is K1's schedule (decryption schedule when
+    /// XTS over the whole sectors of `io`. `data` is K1's schedule (decryption schedule when
     /// `DEC`), `tweak` K2's encryption schedule; `NR` is the number of rounds (10 or 14).
+    ///
+    /// Safety: as [`XtsVaes::run`]'s for `io`.
     #[target_feature(enable = "aes,pclmulqdq,avx512f,avx512vl,avx512bw,vaes,vpclmulqdq")]
-    fn xts<const NR: usize, const DEC: bool>(
+    unsafe fn xts<const NR: usize, const DEC: bool>(
         data: &RoundKeys,
         tweak: &RoundKeys,
         iv: &IvGen,
-        buf: &mut [u8],
+        io: Io,
         iv_sector: u64,
         sector_size: usize,
     ) {
@@ -221,13 +267,9 @@ mod imp {
         let plain64 = iv.is_plain64();
         // The tweaks of four sectors at a time, one in each lane: one chain of AES rounds for
         // four sectors instead of one chain each, which a 512-byte sector otherwise waits on.
-        let mut sectors = buf.chunks_exact_mut(sector_size);
+        let sectors = io.len / sector_size;
         let mut first = iv_sector;
-        loop {
-            let group: [Option<&mut [u8]>; 4] = core::array::from_fn(|_| sectors.next());
-            if group[0].is_none() {
-                break;
-            }
+        for start in (0..sectors).step_by(4) {
             let ivs = if plain64 {
                 let s = |j: u64| first.wrapping_add(j) as i64;
                 _mm512_set_epi64(0, s(3), 0, s(2), 0, s(1), 0, s(0))
@@ -247,16 +289,18 @@ mod imp {
                 t = _mm512_aesenc_epi128(t, *k);
             }
             t = _mm512_aesenclast_epi128(t, tk4[NR]);
-            let [s0, s1, s2, s3] = group;
             let lanes = [
                 _mm512_shuffle_i32x4::<0x00>(t, t),
                 _mm512_shuffle_i32x4::<0x55>(t, t),
                 _mm512_shuffle_i32x4::<0xaa>(t, t),
                 _mm512_shuffle_i32x4::<0xff>(t, t),
             ];
-            for (sector, tw) in [s0, s1, s2, s3].into_iter().zip(lanes) {
-                if let Some(sector) = sector {
-                    sector_xts::<NR, DEC>(&rk, &rk1, tw, poly, sector);
+            for (j, tw) in lanes.into_iter().enumerate().take(sectors - start) {
+                let at = (start + j) * sector_size;
+                // SAFETY: sector `start + j` lies inside `io` (fewer than `sectors`).
+                unsafe {
+                    let (src, dst) = (io.src.add(at), io.dst.add(at));
+                    sector_xts::<NR, DEC>(&rk, &rk1, tw, poly, src, dst, sector_size);
                 }
             }
             first = first.wrapping_add(4);
@@ -276,15 +320,17 @@ mod imp {
     /// function over an array: with arrays the vectors went through memory and XTS ran at half
     /// the speed here.
     ///
-    /// Safety: `$p` must point to 64 bytes per tweak vector that the caller may read and
-    /// write, in a function with AVX-512F and VAES enabled.
+    /// Safety: `$src` must point to 64 readable bytes per tweak vector and `$dst` to as many
+    /// writable ones (the same address, or not overlapping), in a function with AVX-512F and
+    /// VAES enabled.
     macro_rules! xts_blocks {
-        ($nr:ident, $dec:ident, $rk:expr, $p:expr; $($b:ident: $t:expr, $off:literal);+) => {{
-            let p: *mut u8 = $p;
+        ($nr:ident, $dec:ident, $rk:expr, $src:expr, $dst:expr;
+         $($b:ident: $t:expr, $off:literal);+) => {{
+            let (src, dst): (*const u8, *mut u8) = ($src, $dst);
             let rk: &[__m512i; 15] = $rk;
             $(
                 // SAFETY: inside the caller's bytes (see the macro's safety note).
-                let $b = unsafe { _mm512_loadu_si512(p.add($off).cast()) };
+                let $b = unsafe { _mm512_loadu_si512(src.add($off).cast()) };
                 let mut $b = _mm512_ternarylogic_epi64::<0x96>($b, $t, rk[0]);
             )+
             for k in &rk[1..$nr] {
@@ -293,19 +339,25 @@ mod imp {
             $(
                 let x = _mm512_xor_si512(last::<$dec>($b, rk[$nr]), $t);
                 // SAFETY: inside the caller's bytes (see the macro's safety note).
-                unsafe { _mm512_storeu_si512(p.add($off).cast(), x) };
+                unsafe { _mm512_storeu_si512(dst.add($off).cast(), x) };
             )+
         }};
     }
 
     #[inline]
     #[target_feature(enable = "aes,pclmulqdq,avx512f,avx512vl,avx512bw,vaes,vpclmulqdq")]
-    fn sector_xts<const NR: usize, const DEC: bool>(
+    /// XTS over one sector of `sector_size` bytes read at `src` and written at `dst`.
+    ///
+    /// Safety: `src` readable and `dst` writable for `sector_size` bytes, the same address or
+    /// not overlapping.
+    unsafe fn sector_xts<const NR: usize, const DEC: bool>(
         rk: &[__m512i; 15],
         rk1: &[__m128i; 15],
         t: __m512i,
         poly: __m512i,
-        sector: &mut [u8],
+        src: *const u8,
+        dst: *mut u8,
+        sector_size: usize,
     ) {
         // `t` holds the sector's tweak T in every lane. Lane j of vector k becomes
         // T * x^(4k + j): a shift of 4k + j bits per lane, the bits carried out of each 64-bit
@@ -317,30 +369,30 @@ mod imp {
         let v2 = mul_xn(t, at(8), poly);
         let v3 = mul_xn(t, at(12), poly);
         let (mut v0, mut v1, mut v2, mut v3) = (v0, v1, v2, v3);
-        let mut chunks = sector.chunks_exact_mut(256);
-        for c in &mut chunks {
-            // `c` is exactly 256 bytes.
-            xts_blocks!(NR, DEC, rk, c.as_mut_ptr();
+        let whole = sector_size / 256 * 256;
+        for at in (0..whole).step_by(256) {
+            // SAFETY: 256 bytes at `at`, inside the sector.
+            let (s, d) = unsafe { (src.add(at), dst.add(at)) };
+            xts_blocks!(NR, DEC, rk, s, d;
                 b0: v0, 0; b1: v1, 64; b2: v2, 128; b3: v3, 192);
             v0 = next16(v0, poly);
             v1 = next16(v1, poly);
             v2 = next16(v2, poly);
             v3 = next16(v3, poly);
         }
-        let rest = chunks.into_remainder();
         // Sectors that are not a multiple of 256 bytes (never for dm-crypt's 512..4096):
         // one block at a time from the current tweak.
-        if rest.is_empty() {
+        if whole == sector_size {
             return;
         }
         let t0 = _mm512_castsi512_si128(v0);
         let mut x = (_mm_cvtsi128_si64(t0) as u64 as u128)
             | ((_mm_extract_epi64::<1>(t0) as u64 as u128) << 64);
-        for blk in rest.chunks_exact_mut(16) {
+        for at in (whole..sector_size).step_by(16) {
             let tv = _mm_set_epi64x((x >> 64) as u64 as i64, x as u64 as i64);
-            // SAFETY: `blk` is exactly 16 bytes.
+            // SAFETY: 16 bytes at `at`, inside the sector (its size is a multiple of 16).
             unsafe {
-                let mut b = _mm_xor_si128(_mm_loadu_si128(blk.as_ptr().cast()), tv);
+                let mut b = _mm_xor_si128(_mm_loadu_si128(src.add(at).cast()), tv);
                 b = _mm_xor_si128(b, rk1[0]);
                 for k in &rk1[1..NR] {
                     b = if DEC {
@@ -354,7 +406,7 @@ mod imp {
                 } else {
                     _mm_aesenclast_si128(b, rk1[NR])
                 };
-                _mm_storeu_si128(blk.as_mut_ptr().cast(), _mm_xor_si128(b, tv));
+                _mm_storeu_si128(dst.add(at).cast(), _mm_xor_si128(b, tv));
             }
             x = mul_x(x);
         }
