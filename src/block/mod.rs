@@ -182,6 +182,39 @@ pub trait TaggedBlockDevice: BlockDevice {
     fn read_tagged(&self, buf: &mut [u8], tags: &mut [u8], offset: u64) -> Result<()>;
     /// Write `buf` at `offset` with its `tags`; a block and its tag change together.
     fn write_tagged(&self, buf: &[u8], tags: &[u8], offset: u64) -> Result<()>;
+    /// Write `len` bytes of whole blocks at `offset` that `fill` produces where the device
+    /// keeps them (a journal's memory), so the layer above writes its output once instead of
+    /// into a buffer that is then copied. `fill` gets the pieces of the write, possibly in
+    /// several calls, and must set every byte of each piece's data and tags; it cannot fail
+    /// (callers check what could fail before they write). The default fills a buffer and
+    /// hands it to [`write_tagged`](TaggedBlockDevice::write_tagged).
+    fn write_tagged_with(
+        &self,
+        offset: u64,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [TaggedPiece<'_>]),
+    ) -> Result<()> {
+        let bs = self.logical_block_size() as usize;
+        let mut data = vec![0u8; len];
+        let mut tags = vec![0u8; len / bs.max(1) * self.tag_size()];
+        fill(&mut [TaggedPiece {
+            offset,
+            data: &mut data,
+            tags: &mut tags,
+        }]);
+        self.write_tagged(&data, &tags, offset)
+    }
+}
+
+/// Part of a [`TaggedBlockDevice::write_tagged_with`] write: whole blocks starting at byte
+/// `offset` of the device, to be filled in place.
+pub struct TaggedPiece<'a> {
+    /// Byte offset on the device of the piece's first block.
+    pub offset: u64,
+    /// The blocks' bytes.
+    pub data: &'a mut [u8],
+    /// Their tags, one tag-size slice per block.
+    pub tags: &'a mut [u8],
 }
 
 /// Check that `[offset, offset + len)` lies inside a device of `size` bytes.

@@ -27,7 +27,7 @@ use super::rw_meta::{
 };
 use super::tag_cache::TagCache;
 use super::tags::{TagAlgorithm, TagHasher};
-use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice};
+use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice, TaggedPiece};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -1005,6 +1005,30 @@ impl TaggedBlockDevice for IntegrityDevice {
         self.check_tags(buf.len(), tags.len(), offset)?;
         self.write_blocks(buf, tags, offset)
     }
+    /// With a journal, `fill` writes into the journal's memory: the data is not copied there
+    /// from a buffer of the layer above.
+    fn write_tagged_with(
+        &self,
+        offset: u64,
+        len: usize,
+        fill: &mut dyn FnMut(&mut [TaggedPiece<'_>]),
+    ) -> Result<()> {
+        let l = &self.inner.layout;
+        self.check_tags(len, len / l.block_size() * l.tag_size as usize, offset)?;
+        self.check(offset, len)?;
+        let Some(j) = &self.inner.journal else {
+            let mut data = vec![0u8; len];
+            let mut tags = vec![0u8; len / l.block_size() * l.tag_size as usize];
+            fill(&mut [TaggedPiece {
+                offset,
+                data: &mut data,
+                tags: &mut tags,
+            }]);
+            return self.write_blocks(&data, &tags, offset);
+        };
+        self.begin_write(offset, len)?;
+        journal::journal_write_with(&self.inner, j, offset / 512, len / l.block_size(), fill)
+    }
 }
 
 impl IntegrityDevice {
@@ -1056,22 +1080,29 @@ impl IntegrityDevice {
         Ok(())
     }
 
-    /// Write whole blocks at `offset` with their `tags`.
-    fn write_blocks(&self, buf: &[u8], tags: &[u8], offset: u64) -> Result<()> {
+    /// What every write does first: refused on a read-only device or outside whole blocks of
+    /// the device; the commit timer started and the blocks counted.
+    fn begin_write(&self, offset: u64, len: usize) -> Result<()> {
         if self.read_only {
             return Err(BlockError::ReadOnly {
                 device: self.inner.name.clone(),
             });
         }
-        self.check(offset, buf.len())?;
+        self.check(offset, len)?;
         self.start_timer();
+        self.inner.stats.blocks_written.fetch_add(
+            (len / self.inner.layout.block_size()) as u64,
+            Ordering::Relaxed,
+        );
+        Ok(())
+    }
+
+    /// Write whole blocks at `offset` with their `tags`.
+    fn write_blocks(&self, buf: &[u8], tags: &[u8], offset: u64) -> Result<()> {
+        self.begin_write(offset, buf.len())?;
         let inner = &self.inner;
         let l = &inner.layout;
         let ts = l.tag_size as usize;
-        inner
-            .stats
-            .blocks_written
-            .fetch_add((buf.len() / l.block_size()) as u64, Ordering::Relaxed);
         if let Some(j) = &inner.journal {
             return journal::journal_write(inner, j, offset / 512, buf, tags);
         }

@@ -12,7 +12,7 @@
 use super::device::Inner;
 pub use super::newest_map::NewestMap;
 use super::rw_meta::{Layout, JOURNAL_BLOCK_SECTORS, JOURNAL_SECTOR_DATA};
-use crate::block::Result;
+use crate::block::{Result, TaggedPiece};
 use std::sync::atomic::Ordering;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::Instant;
@@ -239,25 +239,44 @@ fn write_section(inner: &Inner, sec: &[u8], i: u32) -> Result<()> {
 }
 
 /// A write of `data` (whole blocks, `tags` computed) at logical `sector` into the journal.
+pub fn journal_write(
+    inner: &Inner,
+    j: &Journal,
+    sector: u64,
+    data: &[u8],
+    tags: &[u8],
+) -> Result<()> {
+    let l = &inner.layout;
+    let (bs, ts) = (l.block_size(), l.tag_size as usize);
+    let blocks = data.len() / bs;
+    journal_write_with(inner, j, sector, blocks, &mut |pieces| {
+        for p in pieces {
+            let b = ((p.offset / 512 - sector) >> l.log2_spb) as usize;
+            p.data.copy_from_slice(&data[b * bs..b * bs + p.data.len()]);
+            p.tags.copy_from_slice(&tags[b * ts..b * ts + p.tags.len()]);
+        }
+    })
+}
+
+/// A write of `blocks` whole blocks at logical `sector` into the journal, their data and tags
+/// produced by `fill` straight into the journal's memory (one piece per section touched).
 ///
 /// As the kernel's `dm_integrity_map_continue`: entries are reserved with the state locked
 /// (positions and the newest-entry map), then filled with only their sections locked, so
 /// other writers, commits and write-backs are not held up by the copy. A commit or a reader
 /// that reaches a section still being filled waits for its lock (the kernel's
 /// `journal_entry_is_inprogress` wait).
-pub fn journal_write(
+pub fn journal_write_with(
     inner: &Inner,
     j: &Journal,
     mut sector: u64,
-    data: &[u8],
-    tags: &[u8],
+    blocks: usize,
+    fill: &mut dyn FnMut(&mut [TaggedPiece<'_>]),
 ) -> Result<()> {
     let l = &inner.layout;
-    let bs = l.block_size();
     let ts = l.tag_size as usize;
     let m = JournalMap(l);
     let per_section = l.journal_section_entries;
-    let blocks = data.len() / bs;
     let mut done = 0usize;
     while done < blocks {
         let mut st = j.lock();
@@ -312,19 +331,20 @@ pub fn journal_write(
         }
         let full = st.free_sectors <= j.threshold;
         drop(st);
+        let mut tags = vec![0u8; n as usize * ts];
+        fill_sections(l, &mut secs, first_entry, n, sector, &mut tags, fill);
         for k in 0..n as usize {
             let e = (first_entry as usize + k) % per_section as usize;
             let sec = &mut secs[(first_entry as usize + k) / per_section as usize];
-            let b = done + k;
             let eo = m.entry(0, e as u32);
             let d = m.data(0, e as u32);
-            sec[d..d + bs].copy_from_slice(&data[b * bs..(b + 1) * bs]);
+            // The last bytes of each sector go to the entry: the commit ids take their place.
             for s in 0..l.spb() as usize {
                 let from = d + s * 512 + JOURNAL_SECTOR_DATA;
                 sec.copy_within(from..from + 8, eo + 8 + 8 * s);
             }
             let t = m.tag(0, e as u32);
-            sec[t..t + ts].copy_from_slice(&tags[b * ts..(b + 1) * ts]);
+            sec[t..t + ts].copy_from_slice(&tags[k * ts..(k + 1) * ts]);
             sec[eo..eo + 8].copy_from_slice(&sector.to_le_bytes());
             sector += l.spb();
         }
@@ -336,6 +356,39 @@ pub fn journal_write(
         }
     }
     Ok(())
+}
+
+/// Hand `fill` the data of the `n` entries reserved from `first_entry` of the locked
+/// sections `secs` (contiguous inside each section), the first at logical `sector`, with
+/// their slices of `tags`.
+fn fill_sections(
+    l: &Layout,
+    secs: &mut [MutexGuard<'_, Vec<u8>>],
+    first_entry: u32,
+    n: u32,
+    sector: u64,
+    tags: &mut [u8],
+    fill: &mut dyn FnMut(&mut [TaggedPiece<'_>]),
+) {
+    let m = JournalMap(l);
+    let (bs, ts) = (l.block_size(), l.tag_size as usize);
+    let mut pieces = Vec::with_capacity(secs.len());
+    let mut tags = tags;
+    let mut placed = 0u32;
+    for (i, sec) in secs.iter_mut().enumerate() {
+        let e0 = if i == 0 { first_entry } else { 0 };
+        let count = (l.journal_section_entries - e0).min(n - placed);
+        let d = m.data(0, e0);
+        let (t, rest) = std::mem::take(&mut tags).split_at_mut(count as usize * ts);
+        tags = rest;
+        pieces.push(TaggedPiece {
+            offset: (sector + u64::from(placed) * l.spb()) * 512,
+            data: &mut sec[d..d + count as usize * bs],
+            tags: t,
+        });
+        placed += count;
+    }
+    fill(&mut pieces);
 }
 
 /// How long a write waits for the background thread to free journal space before doing the

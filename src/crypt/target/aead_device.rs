@@ -10,7 +10,8 @@
 //! and sealed) by its own thread, so that the copy out of the lower device is not a serial step
 //! beside the hashing.
 
-use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice};
+use super::side_by_side;
+use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice, TaggedPiece};
 use crate::crypt::cipher::SectorAead;
 use std::cell::RefCell;
 use std::io;
@@ -169,6 +170,9 @@ impl BlockDevice for AeadCryptDevice {
             });
         }
         self.check(offset, buf.len())?;
+        if self.aead.seal_cannot_fail() {
+            return self.seal_into_lower(buf, offset);
+        }
         let ss = self.aead.sector_size();
         let ts = self.lower.tag_size();
         let most = buf.len().min(self.chunk());
@@ -179,9 +183,8 @@ impl BlockDevice for AeadCryptDevice {
                 let off = offset + done as u64;
                 let (s, t) = (&mut scratch[..n], &mut tags[..n / ss * ts]);
                 let results = self.in_parts(&buf[done..done + n], s, t, off, &|at, src, s, t| {
-                    s.copy_from_slice(src);
                     self.aead
-                        .seal_sectors(at / 512, s, t, ts)
+                        .seal_sectors_from(at / 512, src, s, t, ts)
                         .map_err(|e| self.crypto_error(at, e))
                 });
                 results.into_iter().collect::<Result<Vec<()>>>()?;
@@ -223,33 +226,88 @@ impl AeadCryptDevice {
             return vec![work(offset, src, data, tags)];
         }
         let per = (data.len() / ss).div_ceil(parts);
-        let mut results: Vec<Option<Result<R>>> = (0..parts).map(|_| None).collect();
-        rayon::in_place_scope(|s| {
-            let mut jobs = data
-                .chunks_mut(per * ss)
-                .zip(tags.chunks_mut(per * ts))
-                .zip(results.iter_mut())
-                .enumerate()
-                .map(|(i, ((d, t), slot))| {
-                    let at = offset + (i * per * ss) as u64;
-                    let from = (i * per * ss).min(src.len());
-                    let to = (from + d.len()).min(src.len());
-                    (at, &src[from..to], d, t, slot)
-                });
-            let head = jobs.next();
-            for (at, src, d, t, slot) in jobs {
-                s.spawn(move |_| *slot = Some(work(at, src, d, t)));
-            }
-            if let Some((at, src, d, t, slot)) = head {
-                *slot = Some(work(at, src, d, t));
-            }
-        });
-        results
-            .into_iter()
-            .map(|r| {
-                r.unwrap_or_else(|| Err(self.crypto_error(offset, "a crypto thread panicked")))
+        let jobs: Vec<_> = data
+            .chunks_mut(per * ss)
+            .zip(tags.chunks_mut(per * ts))
+            .enumerate()
+            .map(|(i, (d, t))| {
+                let at = offset + (i * per * ss) as u64;
+                let from = (i * per * ss).min(src.len());
+                let to = (from + d.len()).min(src.len());
+                (at, &src[from..to], d, t)
             })
+            .collect();
+        side_by_side::run(jobs, &|(at, src, d, t)| work(at, src, d, t))
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(self.panicked(offset))))
             .collect()
+    }
+
+    fn panicked(&self, offset: u64) -> BlockError {
+        self.crypto_error(offset, "a crypto thread panicked")
+    }
+
+    /// Seal `buf` (whole sectors at `offset`) straight into the lower device's memory, a chunk
+    /// at a time, the sectors of a chunk split over the cores: the ciphertext is written once,
+    /// where the journal keeps it, and the plaintext is never copied. Only for a mode whose
+    /// sealing cannot fail, since the lower device has taken the sectors once it lends them;
+    /// if a seal fails all the same, the chunk's sectors are stored zeroed with zero tags,
+    /// so they fail to verify rather than read back wrong.
+    fn seal_into_lower(&self, buf: &[u8], offset: u64) -> Result<()> {
+        let ss = self.aead.sector_size();
+        let ts = self.lower.tag_size();
+        let mut done = 0;
+        while done < buf.len() {
+            let n = self.chunk().min(buf.len() - done);
+            let off = offset + done as u64;
+            let src = &buf[done..done + n];
+            let mut failed = None;
+            self.lower.write_tagged_with(off, n, &mut |pieces| {
+                failed = self.seal_pieces(src, off, pieces, ss, ts).err();
+                if failed.is_some() {
+                    for p in pieces.iter_mut() {
+                        p.data.fill(0);
+                        p.tags.fill(0);
+                    }
+                }
+            })?;
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            self.stats
+                .sectors_encrypted
+                .fetch_add((n / ss) as u64, Ordering::Relaxed);
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Seal the plaintext `src` (at byte `offset`) into `pieces`, split over the cores.
+    fn seal_pieces(
+        &self,
+        src: &[u8],
+        offset: u64,
+        pieces: &mut [TaggedPiece<'_>],
+        ss: usize,
+        ts: usize,
+    ) -> Result<()> {
+        let parts = self.aead.parallel_parts(src.len());
+        let groups = side_by_side::split_pieces(pieces, parts, ss, ts);
+        let work = |group: Vec<side_by_side::Span<'_>>| -> Result<()> {
+            for (at, d, t) in group {
+                let from = (at - offset) as usize;
+                let plain = src.get(from..from + d.len()).ok_or_else(|| {
+                    self.crypto_error(at, "the lower device lent sectors outside the write")
+                })?;
+                self.aead
+                    .seal_sectors_from(at / 512, plain, d, t, ts)
+                    .map_err(|e| self.crypto_error(at, e))?;
+            }
+            Ok(())
+        };
+        side_by_side::run(groups, &work)
+            .into_iter()
+            .try_for_each(|r| r.unwrap_or_else(|| Err(self.panicked(offset))))
     }
 
     /// Read, verify and decrypt `buf` at `offset` a chunk at a time, with `tags` for a

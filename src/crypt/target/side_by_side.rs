@@ -1,0 +1,119 @@
+//! Work on the parts of one request side by side, one part per core: scoped threads of the
+//! global pool, the first part on the calling thread, no queue. The AEAD target splits a
+//! large request this way, whether its parts are slices of one buffer or the pieces a
+//! tagged device lends for a write in place.
+
+use crate::block::TaggedPiece;
+
+/// `work` on each of `jobs` at once (the first on the calling thread); the results in order.
+/// A job whose thread panicked gives `None`.
+pub fn run<T: Send, R: Send>(jobs: Vec<T>, work: &(dyn Fn(T) -> R + Sync)) -> Vec<Option<R>> {
+    let mut results: Vec<Option<R>> = (0..jobs.len()).map(|_| None).collect();
+    if jobs.len() <= 1 {
+        for (job, slot) in jobs.into_iter().zip(results.iter_mut()) {
+            *slot = Some(work(job));
+        }
+        return results;
+    }
+    rayon::in_place_scope(|s| {
+        let mut jobs = jobs.into_iter().zip(results.iter_mut());
+        let head = jobs.next();
+        for (job, slot) in jobs {
+            s.spawn(move |_| *slot = Some(work(job)));
+        }
+        if let Some((job, slot)) = head {
+            *slot = Some(work(job));
+        }
+    });
+    results
+}
+
+/// A run of whole sectors of a piece: its byte offset on the device, its data and its tags.
+pub type Span<'a> = (u64, &'a mut [u8], &'a mut [u8]);
+
+/// `pieces` cut at sector boundaries into `parts` groups of about the same number of sectors
+/// (`ss` bytes of data and `ts` of tags each), in order.
+pub fn split_pieces<'a>(
+    pieces: &'a mut [TaggedPiece<'_>],
+    parts: usize,
+    ss: usize,
+    ts: usize,
+) -> Vec<Vec<Span<'a>>> {
+    let total: usize = pieces.iter().map(|p| p.data.len() / ss).sum();
+    let per = total.div_ceil(parts.max(1)).max(1);
+    let mut groups: Vec<Vec<Span<'a>>> = vec![Vec::new()];
+    let mut room = per;
+    for p in pieces.iter_mut() {
+        let (mut at, mut data, mut tags) = (p.offset, &mut *p.data, &mut *p.tags);
+        while !data.is_empty() {
+            if room == 0 {
+                groups.push(Vec::new());
+                room = per;
+            }
+            let take = (data.len() / ss).min(room);
+            let (d, d_rest) = data.split_at_mut(take * ss);
+            let (t, t_rest) = tags.split_at_mut(take * ts);
+            groups
+                .last_mut()
+                .expect("one group at least")
+                .push((at, d, t));
+            (data, tags) = (d_rest, t_rest);
+            at += (take * ss) as u64;
+            room -= take;
+        }
+    }
+    groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every sector lands in exactly one group, in order, with its own tags; the groups are
+    /// as even as whole sectors allow.
+    #[test]
+    fn pieces_split_evenly_at_sector_boundaries() {
+        let (ss, ts) = (512, 32);
+        for sizes in [&[7usize, 3, 9][..], &[1], &[16], &[5, 5], &[2, 1, 1, 1, 6]] {
+            for parts in 1..=4 {
+                let mut data: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0; n * ss]).collect();
+                let mut tags: Vec<Vec<u8>> = sizes.iter().map(|&n| vec![0; n * ts]).collect();
+                let mut offset = 4096;
+                let mut pieces: Vec<TaggedPiece> = data
+                    .iter_mut()
+                    .zip(tags.iter_mut())
+                    .map(|(d, t)| {
+                        let p = TaggedPiece {
+                            offset,
+                            data: d,
+                            tags: t,
+                        };
+                        offset += p.data.len() as u64;
+                        p
+                    })
+                    .collect();
+                let groups = split_pieces(&mut pieces, parts, ss, ts);
+                let total: usize = sizes.iter().sum();
+                let per = total.div_ceil(parts);
+                let mut next = 4096;
+                for (g, group) in groups.iter().enumerate() {
+                    let n: usize = group.iter().map(|s| s.1.len() / ss).sum();
+                    assert!(n <= per, "{sizes:?} in {parts}: group {g} has {n} > {per}");
+                    for (at, d, t) in group {
+                        assert_eq!(*at, next, "{sizes:?} in {parts}: out of order");
+                        assert_eq!(d.len() / ss, t.len() / ts, "tags follow the data");
+                        next += d.len() as u64;
+                    }
+                }
+                assert_eq!(next, 4096 + (total * ss) as u64, "{sizes:?}: all sectors");
+                assert_eq!(groups.len(), total.div_ceil(per), "{sizes:?} in {parts}");
+            }
+        }
+    }
+
+    #[test]
+    fn jobs_run_in_order_on_any_thread() {
+        let out = run((0..5u32).collect(), &|x| x * 2);
+        assert_eq!(out, (0..5).map(|x| Some(x * 2)).collect::<Vec<_>>());
+    }
+}
