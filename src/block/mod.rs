@@ -14,6 +14,7 @@ pub mod linear;
 mod memory;
 pub mod online;
 pub mod open;
+pub mod side_by_side;
 pub mod signature;
 mod window;
 

@@ -976,6 +976,14 @@ impl BlockDevice for IntegrityDevice {
             // write_blocks refuses it with the error the caller expects.
             return self.write_blocks(buf, &[], offset);
         }
+        if let Some(j) = &self.inner.journal {
+            // Copied and tagged straight into the journal's memory, on the cores.
+            self.begin_write(offset, buf.len())?;
+            let blocks = buf.len() / l.block_size();
+            return journal::journal_write_with(&self.inner, j, offset / 512, blocks, &mut |p| {
+                tagger.fill_pieces(buf, offset, p)
+            });
+        }
         let need = buf.len() / l.block_size() * l.tag_size as usize;
         super::scratch::with_scratch(need, |tags| {
             tagger.tag_blocks_pooled(offset / 512, buf, tags);

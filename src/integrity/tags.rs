@@ -16,6 +16,7 @@
 
 use super::error::{IntegrityError, Result};
 use super::superblock::SALT_SIZE;
+use crate::block::{side_by_side, TaggedPiece};
 use sha2::Digest;
 use zeroize::Zeroizing;
 
@@ -464,6 +465,27 @@ impl TagHasher {
         });
     }
 
+    /// Fill the `pieces` a journal lends for a write of `src` at byte `offset`: each piece's
+    /// data copied from `src` and its tags computed from that copy while it is in the cache,
+    /// the pieces split over the cores as [`tag_blocks_pooled`](TagHasher::tag_blocks_pooled)
+    /// splits a request.
+    pub fn fill_pieces(&self, src: &[u8], offset: u64, pieces: &mut [TaggedPiece<'_>]) {
+        let cheap = matches!(self.alg, TagAlgorithm::Crc32c | TagAlgorithm::Crc32);
+        let parts = if cheap {
+            1
+        } else {
+            (src.len() / POOLED_MIN).clamp(1, cores())
+        };
+        let groups = side_by_side::split_pieces(pieces, parts, self.block_size, self.tag_size);
+        side_by_side::run(groups, &|group| {
+            for (at, data, tags) in group {
+                let from = (at - offset) as usize;
+                data.copy_from_slice(&src[from..from + data.len()]);
+                self.tag_blocks(at / 512, data, tags);
+            }
+        });
+    }
+
     /// [`tag_blocks`](TagHasher::tag_blocks) split into `threads` contiguous parts hashed at
     /// once (scoped threads, no queues).
     pub fn tag_blocks_parallel(
@@ -565,6 +587,45 @@ mod tests {
         }
         assert_eq!(kernel_crc32(&[b"1234", b"56789"]), reg);
         assert_eq!(kernel_crc32(&[&[0u8; 64]]), 0);
+    }
+
+    /// Pieces filled on the cores (a request large enough to split, pieces of ragged sizes)
+    /// hold the source's bytes and the tags `tag_blocks` gives the whole request.
+    #[test]
+    fn filled_pieces_equal_the_whole_request_tagged() {
+        let bs = 512;
+        let src: Vec<u8> = (0..bs * 2300).map(|i| (i * 13 % 253) as u8).collect();
+        for alg in [
+            TagAlgorithm::Crc32c,
+            TagAlgorithm::HmacSha256,
+            TagAlgorithm::Sha256,
+        ] {
+            let key: Option<&[u8]> = alg.keyed().then_some(b"0123456789abcdef".as_slice());
+            let h = TagHasher::new(alg, key, None, alg.digest_size().min(32), bs).unwrap();
+            let ts = h.tag_size();
+            let mut want = vec![0u8; src.len() / bs * ts];
+            h.tag_blocks(40, &src, &mut want);
+            let sizes = [1usize, 700, 3, 1100, 496];
+            let mut data: Vec<Vec<u8>> = sizes.iter().map(|n| vec![0u8; n * bs]).collect();
+            let mut tags: Vec<Vec<u8>> = sizes.iter().map(|n| vec![0u8; n * ts]).collect();
+            let mut at = 40 * 512;
+            let mut pieces: Vec<TaggedPiece> = data
+                .iter_mut()
+                .zip(tags.iter_mut())
+                .map(|(d, t)| {
+                    let p = TaggedPiece {
+                        offset: at,
+                        data: d,
+                        tags: t,
+                    };
+                    at += p.data.len() as u64;
+                    p
+                })
+                .collect();
+            h.fill_pieces(&src, 40 * 512, &mut pieces);
+            assert!(data.concat() == src, "{alg}: data");
+            assert!(tags.concat() == want, "{alg}: tags");
+        }
     }
 
     #[test]

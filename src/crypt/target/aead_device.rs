@@ -10,8 +10,9 @@
 //! and sealed) by its own thread, so that the copy out of the lower device is not a serial step
 //! beside the hashing.
 
-use super::side_by_side;
-use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice, TaggedPiece};
+use crate::block::{
+    check_range, side_by_side, BlockDevice, BlockError, Result, TaggedBlockDevice, TaggedPiece,
+};
 use crate::crypt::cipher::SectorAead;
 use std::cell::RefCell;
 use std::io;

@@ -7,7 +7,6 @@ mod aead_device;
 mod device;
 mod segment_map;
 mod served;
-mod side_by_side;
 
 pub use aead_device::{AeadCryptDevice, AeadStats};
 pub use device::{CryptDevice, CryptError, CryptParams, CryptStats};

@@ -1,7 +1,7 @@
 //! Work on the parts of one request side by side, one part per core: scoped threads of the
-//! global pool, the first part on the calling thread, no queue. The AEAD target splits a
-//! large request this way, whether its parts are slices of one buffer or the pieces a
-//! tagged device lends for a write in place.
+//! global pool, the first part on the calling thread, no queue. The AEAD target and
+//! dm-integrity's hashed tags split a large request this way, whether its parts are slices of
+//! one buffer or the pieces a journal lends for a write in place.
 
 use crate::block::TaggedPiece;
 
