@@ -12,9 +12,9 @@
 //! the order they were made. The devices are small (two hotzones of 64 KiB) so that every
 //! distinct state goes to both tools (a state a later cut leaves again is handed over once).
 //! Every state is finished right by both, but one: a decryption cut in its last hotzone,
-//! which cryptsetup 2.6.1 decrypts a second time (see [`Case::decrypts_twice`]; its own runs
-//! meet it too). `none` resilience is not cut: by design (and in cryptsetup) a cut inside
-//! one of its hotzones loses that hotzone, and its one header write ends the run.
+//! which cryptsetup 2.6.1 decrypts a second time (see [`Case::decrypts_twice`]). `none`
+//! resilience is not cut: by design (and in cryptsetup) a cut inside one of its hotzones
+//! loses that hotzone, and its one header write ends the run.
 //!
 //! Needs cryptsetup: skips without it, fails under CI=1.
 
@@ -267,8 +267,10 @@ impl Case {
     /// before `reencrypt_load_crashed` shrinks `length` to the hotzone's), so the run does not
     /// look finished; resumed, a lone segment backward is started again from the device's
     /// end and the plaintext is "decrypted" with the old key a second time, reported as a
-    /// success. Its own runs hit it as well whenever the last hotzone is shorter than the
-    /// rest (a size that is not a multiple of it). Asserted exactly: that verdict.
+    /// success. By the same code its own runs would meet it whenever their last hotzone is
+    /// shorter than the rest (not tried here). No write order avoids it: only a last hotzone
+    /// as long as cryptsetup's default would (not with a smaller `--hotzone-size`, as here).
+    /// Asserted exactly: that verdict.
     fn decrypts_twice(&self, what: &str) {
         let st = self
             .state(&self.files_image())
