@@ -184,3 +184,38 @@ pub fn logged_run(
         .count();
     (log, writes)
 }
+
+/// Resume, as `luks reencrypt --resume-only` does (hotzones of at most `hotzone` bytes), the
+/// re-key, encryption or decryption without a data shift whose header is on `hdr` and data on
+/// `data` (the same device when the header is attached): a run cryptsetup left in its
+/// teardown is only finished, anything else has both keys unlocked with `pass` and runs to
+/// its end.
+pub fn resume_in_place(
+    hdr: &dyn dmkit::block::BlockDevice,
+    data: &dyn dmkit::block::BlockDevice,
+    pass: &[u8],
+    hotzone: u64,
+) -> Result<dmkit::crypt::luks2::reencrypt::RunOutcome, dmkit::crypt::luks::LuksError> {
+    use dmkit::crypt::luks2::reencrypt::{engine, ReencryptState, RunOptions, RunOutcome};
+    let mut h = dmkit::crypt::luks2::copies::read(hdr)?.header;
+    let st = ReencryptState::read(&h.metadata)?.expect("a reencryption to resume");
+    if engine::finish_orphaned(hdr, &mut h, &st, pass, None)? {
+        return Ok(RunOutcome::Finished);
+    }
+    let keys = engine::unlock_keys(hdr, &h, &st, pass, None)?;
+    let opts = RunOptions {
+        max_hotzone: Some(hotzone),
+        io_block: 4096,
+        device_size: None,
+    };
+    engine::Run::new(hdr, data, &mut h, &keys)?.run(&opts, &mut |_| true)
+}
+
+/// `cmd` (a `--resume-only` of a device not in reencryption) refuses with exit 1 and says
+/// the reencryption is not in progress (`what` names the case).
+pub fn not_in_progress(mut cmd: Command, what: &str) {
+    let out = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{what}: {err}");
+    assert!(err.contains("not in progress"), "{what}: {err}");
+}

@@ -6,7 +6,8 @@
 //! 3. its protection is stored (checksum: one hash per block; journal: the ciphertext itself)
 //!    and flushed, then the header saying "this hotzone is being rewritten" is written;
 //! 4. the hotzone is re-keyed on all cores and written, and the data flushed;
-//! 5. the header saying "done up to here" is written.
+//! 5. the header saying "done up to here" is written; offline, the last hotzone's is the
+//!    teardown's header write, which drops the metadata too.
 //!
 //! Without resilience (`none`) steps 3 and 5 are skipped, as cryptsetup does, and the
 //! header is written once, when the loop ends or is stopped.
@@ -445,7 +446,15 @@ impl<'a> Run<'a> {
                 if let Some(h) = self.hooks {
                     h.enter(offset, length);
                 }
-                self.step(&mut buf.all()[..length as usize], offset)?;
+                // Offline, the last hotzone's "done" commit is the teardown's header write:
+                // a state with every byte rewritten and the metadata still there is one
+                // cryptsetup 2.6.1 resumes from the first byte (its offset of a lone segment
+                // is 0 forward, the last hotzone backward), rewriting the device a second
+                // time. Online the server writes the hotzone as soon as it is left, so it must
+                // be committed first (a journal recovery would overwrite those writes).
+                let end = if forward { offset + length } else { offset };
+                let last = self.hooks.is_none() && self.done(end) == size;
+                self.step(&mut buf.all()[..length as usize], offset, last)?;
                 boundary = if forward { offset + length } else { offset };
                 if let Some(h) = self.hooks {
                     h.leave(boundary);
@@ -541,7 +550,9 @@ impl<'a> Run<'a> {
     /// One hotzone, `buf.len()` bytes at `offset`, in cryptsetup's commit order. Reads,
     /// hashing, journal writes, re-keying and data writes each run on all cores, piece by
     /// piece; the header commits between them keep the order.
-    fn step(&mut self, buf: &mut [u8], offset: u64) -> Result<(), LuksError> {
+    /// The `last` hotzone of an offline run is left `in-reencryption` on disk: the teardown's
+    /// header write commits it.
+    fn step(&mut self, buf: &mut [u8], offset: u64, last: bool) -> Result<(), LuksError> {
         let length = buf.len() as u64;
         let (segs, rseg) = self.ends.hot(offset, length);
         self.ends.install(&mut self.h.metadata, segs, Some(rseg));
@@ -685,7 +696,7 @@ impl<'a> Run<'a> {
             offset
         });
         self.ends.install(&mut self.h.metadata, post, None);
-        if protected {
+        if protected && !last {
             commit_unflushed(hdr_dev, self.h)?;
             self.unflushed = true;
             if self.hooks.is_some() {

@@ -15,7 +15,9 @@
 //!
 //! Every hotzone is committed in cryptsetup's order ([`engine`]): the segments with the
 //! hotzone flagged `in-reencryption` and its protection are written first, then the data,
-//! then the segments that say the hotzone is done. A crash leaves either state, and
+//! then the segments that say the hotzone is done (offline, the last hotzone's is the
+//! teardown's write: cryptsetup 2.6.1 would start a device left with every byte rewritten and
+//! the metadata still there again from its first byte). A crash leaves either state, and
 //! `recover` finishes a hotzone left `in-reencryption` with cryptsetup's rules.
 
 mod area;
