@@ -196,15 +196,29 @@ pub trait TaggedBlockDevice: BlockDevice {
         fill: &mut dyn FnMut(&mut [TaggedPiece<'_>]),
     ) -> Result<()> {
         let bs = self.logical_block_size() as usize;
-        let mut data = vec![0u8; len];
-        let mut tags = vec![0u8; len / bs.max(1) * self.tag_size()];
-        fill(&mut [TaggedPiece {
-            offset,
-            data: &mut data,
-            tags: &mut tags,
-        }]);
+        let (data, tags) = fill_buffers(offset, len, bs, self.tag_size(), fill);
         self.write_tagged(&data, &tags, offset)
     }
+}
+
+/// A [`TaggedBlockDevice::write_tagged_with`] write filled into buffers of its own (for a
+/// device with no memory to lend): `len` bytes of data at `offset` and the tags of their
+/// `block_size`-byte blocks.
+pub fn fill_buffers(
+    offset: u64,
+    len: usize,
+    block_size: usize,
+    tag_size: usize,
+    fill: &mut dyn FnMut(&mut [TaggedPiece<'_>]),
+) -> (Vec<u8>, Vec<u8>) {
+    let mut data = vec![0u8; len];
+    let mut tags = vec![0u8; len / block_size.max(1) * tag_size];
+    fill(&mut [TaggedPiece {
+        offset,
+        data: &mut data,
+        tags: &mut tags,
+    }]);
+    (data, tags)
 }
 
 /// Part of a [`TaggedBlockDevice::write_tagged_with`] write: whole blocks starting at byte

@@ -1025,13 +1025,8 @@ impl TaggedBlockDevice for IntegrityDevice {
         self.check_tags(len, len / l.block_size() * l.tag_size as usize, offset)?;
         self.check(offset, len)?;
         let Some(j) = &self.inner.journal else {
-            let mut data = vec![0u8; len];
-            let mut tags = vec![0u8; len / l.block_size() * l.tag_size as usize];
-            fill(&mut [TaggedPiece {
-                offset,
-                data: &mut data,
-                tags: &mut tags,
-            }]);
+            let (bs, ts) = (l.block_size(), l.tag_size as usize);
+            let (data, tags) = crate::block::fill_buffers(offset, len, bs, ts, fill);
             return self.write_blocks(&data, &tags, offset);
         };
         self.begin_write(offset, len)?;
