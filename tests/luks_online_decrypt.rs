@@ -151,7 +151,8 @@ fn resume_in_the_next_open(
 
 /// Finish a decryption left by a killed server with cryptsetup offline: `repair` first when
 /// the crash left a hotzone in reencryption (cryptsetup wants that), then `reencrypt
-/// --resume-only --force-offline-reencrypt`.
+/// --resume-only --force-offline-reencrypt` unless the repair finished it (cryptsetup 2.6.1's
+/// repair of the last hotzone of a decryption moving the data down does).
 fn finish_with_cryptsetup(img: &str, hdr: &str, pass: &str) {
     let with_keys = |verb: &[&str]| {
         let mut args = verb.to_vec();
@@ -160,6 +161,9 @@ fn finish_with_cryptsetup(img: &str, hdr: &str, pass: &str) {
     };
     if meta(hdr).to_string().contains("in-reencryption") {
         with_keys(&["repair"]);
+        if !in_decryption(hdr) {
+            return;
+        }
     }
     with_keys(&["reencrypt", "--resume-only", "--force-offline-reencrypt"]);
 }
@@ -321,12 +325,18 @@ const MOVED: u64 = 192 << 20;
 /// A device of `MOVED` bytes of data after its LUKS2 header (data offset `SHIFT`), made by
 /// cryptsetup: the image and the passphrase file.
 fn attached_image(e: &Workspace) -> (String, String) {
+    attached_image_of(e, MOVED, SHIFT)
+}
+
+/// A device of `data` bytes of data after its LUKS2 header (data offset `shift`), made by
+/// cryptsetup: the image and the passphrase file.
+fn attached_image_of(e: &Workspace, data: u64, shift: u64) -> (String, String) {
     let pass = e.s("pass");
     fs::write(&pass, PASS).unwrap();
-    let img = e.sparse("img", MOVED + SHIFT);
+    let img = e.sparse("img", data + shift);
     let mut args = vec!["luksFormat", "--batch-mode", "--type", "luks2"];
     args.extend(FAST);
-    let offset = (SHIFT / 512).to_string();
+    let offset = (shift / 512).to_string();
     args.extend(["--offset", &offset, "--key-file", &pass, &img]);
     common::run::ok("cryptsetup", &args);
     (img, pass)
@@ -335,10 +345,23 @@ fn attached_image(e: &Workspace) -> (String, String) {
 /// Open `img` (its header at its start) as `name` and fill it with pattern `seed`, synced:
 /// the served file and what it holds.
 fn open_attached(e: &Workspace, img: &str, pass: &str, name: &str, seed: u8) -> (String, Vec<u8>) {
+    open_attached_of(e, img, pass, name, seed, MOVED)
+}
+
+/// Open `img` (its header at its start, `data` bytes of data) as `name` and fill it with
+/// pattern `seed`, synced: the served file and what it holds.
+fn open_attached_of(
+    e: &Workspace,
+    img: &str,
+    pass: &str,
+    name: &str,
+    seed: u8,
+    data: u64,
+) -> (String, Vec<u8>) {
     let out = e.run.ok(&["luks", "open", img, name, "--key-file", pass]);
     e.run.track(name);
     let dev = out.lines().next().unwrap().to_string();
-    let want = pattern(MOVED as usize, seed);
+    let want = pattern(data as usize, seed);
     write_synced(&dev, 0, &want);
     (dev, want)
 }
@@ -346,9 +369,14 @@ fn open_attached(e: &Workspace, img: &str, pass: &str, name: &str, seed: u8) -> 
 /// Decrypted to the end with the data moved down: the header file as cryptsetup leaves it
 /// and the device's raw bytes the plaintext from byte 0.
 fn assert_moved_down(hdr: &str, img: &str, want: &[u8]) {
+    assert_moved_down_by(hdr, img, want, SHIFT);
+}
+
+/// [`assert_moved_down`] of a device whose data moved down by `shift`.
+fn assert_moved_down_by(hdr: &str, img: &str, want: &[u8], shift: u64) {
     assert_decrypted(hdr, img, None);
     let raw = fs::read(img).unwrap();
-    assert_eq!(raw.len() as u64, MOVED + SHIFT);
+    assert_eq!(raw.len() as u64, want.len() as u64 + shift);
     assert!(
         &raw[..want.len()] == want,
         "the device's first bytes are not the plaintext"
@@ -631,4 +659,158 @@ fn journal_and_none_resilience_decrypt_online_too() {
         e.run.close("dres");
         assert_decrypted(&hdr, &img, Some(&want));
     }
+}
+
+/// The data offset of a device whose moved segment, its last hotzone, is big enough (16 MiB
+/// decrypted in place, each write fsync'd) for a kill to land in it reliably.
+const BIG_SHIFT: u64 = 16 << 20;
+
+/// That device's data: three hotzones before the moved segment.
+const BIG_DATA: u64 = 64 << 20;
+
+/// The header file `path`'s JSON metadata (primary copy) as it is on disk now; `None` while
+/// it is not there or half written.
+fn json_on_disk(path: &str) -> Option<serde_json::Value> {
+    use std::os::unix::fs::FileExt;
+    // The header alone (its JSON area ends at 16 KiB here), not the whole 16 MiB file.
+    let mut b = vec![0u8; 16 << 10];
+    let n = fs::File::open(path).ok()?.read_at(&mut b, 0).ok()?;
+    let size = u64::from_be_bytes(b.get(8..16)?.try_into().ok()?) as usize;
+    let area = b.get(4096..size.min(n))?;
+    let end = area.iter().position(|&c| c == 0).unwrap_or(area.len());
+    serde_json::from_slice(&area[..end]).ok()
+}
+
+/// Whether `meta` says the moved segment (the hotzone at data offset 0) is being rewritten.
+fn moved_segment_hot(meta: &serde_json::Value) -> bool {
+    meta["segments"].as_object().is_some_and(|segs| {
+        segs.values().any(|s| {
+            s["offset"] == "0"
+                && s["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "in-reencryption"))
+        })
+    })
+}
+
+/// A device with its header at its start decrypting online (`extra` options), its server
+/// killed with SIGKILL while it rewrites the moved segment in place, its last hotzone: the
+/// exported header polled until it says so, and checked to say so after the kill. Writes
+/// fsync'd while it runs, inside the moved segment once the header is exported and after it
+/// until the kill, are in what the device held.
+fn killed_in_the_last_hotzone(
+    e: &Workspace,
+    name: &str,
+    seed: u8,
+    extra: &[&str],
+) -> (String, String, String, Vec<u8>) {
+    let (img, pass) = attached_image_of(e, BIG_DATA, BIG_SHIFT);
+    let (dev, mut want) = open_attached_of(e, &img, &pass, name, seed, BIG_DATA);
+    let pid = status(e, name)["pid"].as_u64().unwrap() as u32;
+    let hdr = e.s("exported.hdr");
+    let mut args = vec!["--decrypt", "--header", &hdr];
+    args.extend(extra);
+    let child = start_reencrypt(e, name, &pass, &args);
+    let mut write = |at: u64, n: u8| {
+        let data = pattern(256 << 10, 70 + n);
+        write_synced(&dev, at, &data);
+        want[at as usize..at as usize + data.len()].copy_from_slice(&data);
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let poll = |what: &str, done: &dyn Fn(&serde_json::Value) -> bool| loop {
+        if let Some(m) = json_on_disk(&hdr) {
+            if done(&m) {
+                return m;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {:?}",
+            json_on_disk(&hdr)
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    // Once exported: served by the moved segment (at the device's start, the old key).
+    poll("never exported", &|m| {
+        m["keyslots"].to_string().contains("decrypt")
+    });
+    write(0, 0);
+    write(9 << 20, 1);
+    // Then, until the moved segment is being rewritten, on the plaintext or old side.
+    let mut n = 2;
+    let mut at = BIG_SHIFT;
+    loop {
+        if json_on_disk(&hdr).is_some_and(|m| moved_segment_hot(&m)) {
+            break;
+        }
+        if n < 10 {
+            write(at, n);
+            at += 5 << 20;
+            n += 1;
+        } else {
+            poll("the last hotzone never started", &moved_segment_hot);
+            break;
+        }
+    }
+    kill(pid, libc::SIGKILL);
+    wait_until("the server's death", || pid_gone(pid));
+    drop(child);
+    e.run.ok(&["close", name]);
+    let m = meta(&hdr);
+    assert!(
+        in_decryption(&hdr) && moved_segment_hot(&m),
+        "the kill missed the last hotzone: {m}"
+    );
+    eprintln!("killed in the last hotzone after {n} writes");
+    (img, hdr, pass, want)
+}
+
+#[test]
+fn attached_header_kill_9_in_the_last_hotzone_is_finished_by_the_next_open() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlast", 23, &[]);
+    // The open recovers the moved segment, which finishes the decryption (as cryptsetup's
+    // repair does there): it serves the plaintext, and there is nothing left to resume.
+    let dev = open(&e, &img, &hdr, &pass, "dmlast", &[]).remove(0);
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after the crash"
+    );
+    assert_moved_down_by(&hdr, &img, &want, BIG_SHIFT);
+    let st = status(&e, "dmlast");
+    assert_eq!(st["details"]["reencryption"]["status"], "finished", "{st}");
+    let mut args = vec!["luks", "reencrypt", "dmlast", "--key-file", &pass];
+    args.extend([
+        "--batch-mode",
+        "--decrypt",
+        "--resume-only",
+        "--header",
+        &hdr,
+    ]);
+    let r = e.run.run(&args);
+    assert!(
+        r.code != Some(0) && r.stderr.contains("Device reencryption not in progress."),
+        "{}",
+        r.describe()
+    );
+    write_synced(&dev, 5 << 20, &pattern(1 << 20, 99));
+    let mut want = want;
+    want[5 << 20..6 << 20].copy_from_slice(&pattern(1 << 20, 99));
+    assert!(read(&dev, 0, want.len()) == want, "served data differs");
+    e.run.close("dmlast");
+    assert_moved_down_by(&hdr, &img, &want, BIG_SHIFT);
+}
+
+#[test]
+fn attached_header_kill_9_in_the_last_hotzone_is_finished_by_cryptsetup_offline() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlastcs", 29, &[]);
+    finish_with_cryptsetup(&img, &hdr, &pass);
+    assert_moved_down_by(&hdr, &img, &want, BIG_SHIFT);
 }
