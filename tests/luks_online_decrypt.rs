@@ -772,23 +772,33 @@ fn attached_header_kill_9_in_the_last_hotzone_is_finished_by_the_next_open() {
     }
     let e = Workspace::new();
     let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlast", 23, &[]);
-    // The open recovers the moved segment, which finishes the decryption (as cryptsetup's
-    // repair does there): it serves the plaintext, and there is nothing left to resume.
-    let dev = open(&e, &img, &hdr, &pass, "dmlast", &[]).remove(0);
+    finished_by_the_next_open(&e, (&img, &hdr, &pass), "dmlast", want);
+}
+
+/// After a kill in the last hotzone: the next open (as `name`) recovers the moved segment,
+/// which finishes the decryption (as cryptsetup's repair does there): it serves `want` and
+/// takes writes, there is nothing left to resume, and the device's bytes are the plaintext.
+fn finished_by_the_next_open(
+    e: &Workspace,
+    (img, hdr, pass): (&str, &str, &str),
+    name: &str,
+    mut want: Vec<u8>,
+) {
+    let dev = open(e, img, hdr, pass, name, &[]).remove(0);
     assert!(
         read(&dev, 0, want.len()) == want,
         "read back differs after the crash"
     );
-    assert_moved_down_by(&hdr, &img, &want, BIG_SHIFT);
-    let st = status(&e, "dmlast");
+    assert_moved_down_by(hdr, img, &want, BIG_SHIFT);
+    let st = status(e, name);
     assert_eq!(st["details"]["reencryption"]["status"], "finished", "{st}");
-    let mut args = vec!["luks", "reencrypt", "dmlast", "--key-file", &pass];
+    let mut args = vec!["luks", "reencrypt", name, "--key-file", pass];
     args.extend([
         "--batch-mode",
         "--decrypt",
         "--resume-only",
         "--header",
-        &hdr,
+        hdr,
     ]);
     let r = e.run.run(&args);
     assert!(
@@ -796,12 +806,12 @@ fn attached_header_kill_9_in_the_last_hotzone_is_finished_by_the_next_open() {
         "{}",
         r.describe()
     );
-    write_synced(&dev, 5 << 20, &pattern(1 << 20, 99));
-    let mut want = want;
-    want[5 << 20..6 << 20].copy_from_slice(&pattern(1 << 20, 99));
+    let data = pattern(1 << 20, 99);
+    write_synced(&dev, 5 << 20, &data);
+    want[5 << 20..6 << 20].copy_from_slice(&data);
     assert!(read(&dev, 0, want.len()) == want, "served data differs");
-    e.run.close("dmlast");
-    assert_moved_down_by(&hdr, &img, &want, BIG_SHIFT);
+    e.run.close(name);
+    assert_moved_down_by(hdr, img, &want, BIG_SHIFT);
 }
 
 #[test]
@@ -813,4 +823,16 @@ fn attached_header_kill_9_in_the_last_hotzone_is_finished_by_cryptsetup_offline(
     let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlastcs", 29, &[]);
     finish_with_cryptsetup(&img, &hdr, &pass);
     assert_moved_down_by(&hdr, &img, &want, BIG_SHIFT);
+}
+
+#[test]
+fn attached_header_kill_9_in_the_last_hotzone_of_journal_resilience_is_finished_by_the_next_open() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    // The journal holds a copy of the moved segment: 8 MiB of it fits the reencrypt area.
+    let extra = ["--resilience", "journal", "--hotzone-size", "8M"];
+    let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlastj", 31, &extra);
+    finished_by_the_next_open(&e, (&img, &hdr, &pass), "dmlastj", want);
 }
