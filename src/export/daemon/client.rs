@@ -132,9 +132,15 @@ pub fn ask(name: &str, req: &Request, progress: impl FnMut(u64, u64)) -> Result<
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             Err(ExportError::Permission(e.to_string()))
         }
-        Err(e) => Err(ExportError::Failed(format!(
-            "{name}: the server does not answer: {e}"
-        ))),
+        Err(e) => Err(ExportError::Failed(answer_error(name, &e))),
+    }
+}
+
+/// What a user is told when the server of `name` gave no answer `call` could read.
+fn answer_error(name: &str, e: &io::Error) -> String {
+    match control::other_version(e) {
+        Some(v) => control::mismatch(name, v, control::VERSION),
+        None => format!("{name}: the server does not answer: {e}"),
     }
 }
 
@@ -316,7 +322,10 @@ pub fn status(name: Option<&str>) -> Result<Vec<Value>> {
                     } else {
                         "starting"
                     });
-                    base["error"] = json!(e.to_string());
+                    base["error"] = json!(match control::other_version(&e) {
+                        Some(v) => control::mismatch(n, v, control::VERSION),
+                        None => e.to_string(),
+                    });
                     out.push(base);
                 }
             }
