@@ -836,3 +836,77 @@ fn attached_header_kill_9_in_the_last_hotzone_of_journal_resilience_is_finished_
     let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlastj", 31, &extra);
     finished_by_the_next_open(&e, (&img, &hdr, &pass), "dmlastj", want);
 }
+
+/// `len` bytes at `off` of `path`, read with O_DIRECT (past the page cache, from its server).
+fn read_direct(path: &str, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)?;
+    let (mut buf, at) = common::sys::aligned(len);
+    f.read_exact_at(&mut buf[at..at + len], off)?;
+    Ok(buf[at..at + len].to_vec())
+}
+
+#[test]
+fn attached_header_server_failure_after_the_data_moved_fails_requests_until_retried() {
+    if missing_tools(false) || tool_missing("unshare", "util-linux") {
+        return;
+    }
+    let e = Workspace::new();
+    let data = 8 << 20;
+    let (img, pass) = attached_image_of(&e, data, SHIFT);
+    let (dev, want) = open_attached_of(&e, &img, &pass, "dmfail", 37, data);
+    // The server cannot take the exported header once the data moved: the command runs in
+    // a mount namespace of its own where NEWFILE's directory is another one, so the path
+    // it sends names nothing the server sees (a failure no hook makes: any failure of the
+    // server between the move and its new map, which no other request provokes, takes this
+    // path).
+    let (seen, real) = (e.s("seen"), e.s("real"));
+    fs::create_dir(&seen).unwrap();
+    fs::create_dir(&real).unwrap();
+    let newfile = format!("{seen}/new.hdr");
+    let script = format!("mount --bind {real} {seen} && exec \"$0\" \"$@\"");
+    let mut args = vec!["--mount", "--propagation", "private", "sh", "-c", &script];
+    args.extend([
+        common::DMKIT,
+        "luks",
+        "reencrypt",
+        "dmfail",
+        "--key-file",
+        &pass,
+    ]);
+    args.extend(["--batch-mode", "--decrypt", "--header", &newfile]);
+    args.extend(FAST);
+    let r = common::run::command("unshare", &args, Some(e.run.path()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "{err}");
+    assert!(
+        err.contains("moved its data for the decryption but does not serve it")
+            && err.contains(&newfile),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let hdr = format!("{real}/new.hdr");
+    assert!(in_decryption(&hdr), "not left in decryption");
+    // Requests fail (they would wait for ever on the suspended device otherwise).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dev.clone();
+    std::thread::spawn(move || tx.send(read_direct(&d, 0, 4096).map_err(|e| e.raw_os_error())));
+    let got = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a read of the device hangs");
+    assert_eq!(got.map(|_| ()), Err(Some(libc::EIO)));
+    // The same command, with the header where the server sees it, decrypts it.
+    let r = start_reencrypt(&e, "dmfail", &pass, &["--decrypt", "--header", &hdr])
+        .wait_with_output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(read(&dev, 0, want.len()) == want, "served data differs");
+    e.run.close("dmfail");
+    assert_moved_down_by(&hdr, &img, &want, SHIFT);
+}
