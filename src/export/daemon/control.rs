@@ -6,9 +6,11 @@
 //! Every message is a frame: the magic `DMKC`, the protocol version (u16, big-endian), a kind
 //! byte, the body length (u32, big-endian) and the body. A server refuses a frame of another
 //! version with a [`Reply::Failed`] in the requester's version, naming both versions
-//! ([`mismatch`]); a command reading a frame of another version says the same. So the
-//! header and the `failed` reply's body must never change; any other change of a body is a
-//! new version (2: `reencrypt` gained the exported header path). Bodies:
+//! ([`mismatch`]); a command reading a frame of another (older) version sends its request
+//! again in that version when its body is the same there ([`same_since`]), and otherwise
+//! says the same line. So the header and the `failed` reply's body must never change; any
+//! other change of a body is a new version (2: `reencrypt` gained the exported header path).
+//! Bodies:
 //!
 //! ```text
 //! request  1 status          (empty)
@@ -516,6 +518,39 @@ pub fn read_frame(s: &mut impl Read) -> io::Result<Zeroizing<Vec<u8>>> {
     Ok(buf)
 }
 
+/// The oldest version whose body of `req` is this version's: a request may be sent in any
+/// version from it on (to a server of an older dmkit), only `reencrypt` changed in 2.
+pub fn same_since(req: &Request) -> u16 {
+    match req {
+        Request::Reencrypt { .. } => 2,
+        _ => 1,
+    }
+}
+
+/// `frame` (of this version) as a frame of protocol `version`, whose body is the same (see
+/// [`same_since`]).
+pub fn in_version(frame: &[u8], version: u16) -> Zeroizing<Vec<u8>> {
+    let mut f = Zeroizing::new(frame.to_vec());
+    f[4..6].copy_from_slice(&version.to_be_bytes());
+    f
+}
+
+/// [`read_frame`] of a frame of protocol `version` (an older server's, whose replies have
+/// this version's bodies), returned as a frame of this version.
+pub fn read_frame_in(s: &mut impl Read, version: u16) -> io::Result<Zeroizing<Vec<u8>>> {
+    let mut h = [0u8; HEADER_LEN];
+    s.read_exact(&mut h)?;
+    let got = u16::from_be_bytes([h[4], h[5]]);
+    if &h[..4] == MAGIC.as_slice() && got == version {
+        h[4..6].copy_from_slice(&VERSION.to_be_bytes());
+    }
+    let (_, len) = parse_header(&h).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let mut buf = Zeroizing::new(vec![0u8; HEADER_LEN + len]);
+    buf[..HEADER_LEN].copy_from_slice(&h);
+    s.read_exact(&mut buf[HEADER_LEN..])?;
+    Ok(buf)
+}
+
 /// Write one frame to `s`.
 pub fn write_frame(s: &mut impl Write, frame: &[u8]) -> io::Result<()> {
     s.write_all(frame)?;
@@ -658,6 +693,34 @@ mod tests {
         assert_eq!(other_version(&read_frame(&mut &bad[..]).unwrap_err()), None);
         let io = io::Error::other("reset");
         assert_eq!(other_version(&io), None);
+    }
+
+    /// A `close` goes to a server of version 1 in its version, and its answer is read.
+    #[test]
+    fn requests_of_an_unchanged_body_go_in_an_older_version() {
+        let close = Request::Close(CloseHow::Now);
+        assert_eq!(same_since(&close), 1);
+        let reenc = Request::Reencrypt {
+            secret: Secret {
+                key_slot: None,
+                passphrase: Zeroizing::new(b"p".to_vec()),
+            },
+            max_hotzone: None,
+            header: None,
+        };
+        assert_eq!(same_since(&reenc), 2);
+        let f = in_version(&close.encode(), 1);
+        assert_eq!(&f[4..6], &1u16.to_be_bytes());
+        let answer = in_version(&Reply::Done(serde_json::json!({"ok": true})).encode(), 1);
+        let back = read_frame_in(&mut &answer[..], 1).unwrap();
+        assert_eq!(
+            Reply::decode(&back).unwrap(),
+            Reply::Done(serde_json::json!({"ok": true}))
+        );
+        // A frame of yet another version is still refused by its version.
+        let other = in_version(&Reply::Done(serde_json::json!(1)).encode(), 3);
+        let e = read_frame_in(&mut &other[..], 1).unwrap_err();
+        assert_eq!(other_version(&e), Some(3));
     }
 
     /// Version 1's `reencrypt` body (without the header path) is refused by its version,
