@@ -151,7 +151,8 @@ fn resume_in_the_next_open(
 
 /// Finish a decryption left by a killed server with cryptsetup offline: `repair` first when
 /// the crash left a hotzone in reencryption (cryptsetup wants that), then `reencrypt
-/// --resume-only --force-offline-reencrypt`.
+/// --resume-only --force-offline-reencrypt` unless the repair finished it (cryptsetup 2.6.1's
+/// repair of the last hotzone of a decryption moving the data down does).
 fn finish_with_cryptsetup(img: &str, hdr: &str, pass: &str) {
     let with_keys = |verb: &[&str]| {
         let mut args = verb.to_vec();
@@ -160,6 +161,9 @@ fn finish_with_cryptsetup(img: &str, hdr: &str, pass: &str) {
     };
     if meta(hdr).to_string().contains("in-reencryption") {
         with_keys(&["repair"]);
+        if !in_decryption(hdr) {
+            return;
+        }
     }
     with_keys(&["reencrypt", "--resume-only", "--force-offline-reencrypt"]);
 }
@@ -321,12 +325,18 @@ const MOVED: u64 = 192 << 20;
 /// A device of `MOVED` bytes of data after its LUKS2 header (data offset `SHIFT`), made by
 /// cryptsetup: the image and the passphrase file.
 fn attached_image(e: &Workspace) -> (String, String) {
+    attached_image_of(e, MOVED, SHIFT)
+}
+
+/// A device of `data` bytes of data after its LUKS2 header (data offset `shift`), made by
+/// cryptsetup: the image and the passphrase file.
+fn attached_image_of(e: &Workspace, data: u64, shift: u64) -> (String, String) {
     let pass = e.s("pass");
     fs::write(&pass, PASS).unwrap();
-    let img = e.sparse("img", MOVED + SHIFT);
+    let img = e.sparse("img", data + shift);
     let mut args = vec!["luksFormat", "--batch-mode", "--type", "luks2"];
     args.extend(FAST);
-    let offset = (SHIFT / 512).to_string();
+    let offset = (shift / 512).to_string();
     args.extend(["--offset", &offset, "--key-file", &pass, &img]);
     common::run::ok("cryptsetup", &args);
     (img, pass)
@@ -335,10 +345,23 @@ fn attached_image(e: &Workspace) -> (String, String) {
 /// Open `img` (its header at its start) as `name` and fill it with pattern `seed`, synced:
 /// the served file and what it holds.
 fn open_attached(e: &Workspace, img: &str, pass: &str, name: &str, seed: u8) -> (String, Vec<u8>) {
+    open_attached_of(e, img, pass, name, seed, MOVED)
+}
+
+/// Open `img` (its header at its start, `data` bytes of data) as `name` and fill it with
+/// pattern `seed`, synced: the served file and what it holds.
+fn open_attached_of(
+    e: &Workspace,
+    img: &str,
+    pass: &str,
+    name: &str,
+    seed: u8,
+    data: u64,
+) -> (String, Vec<u8>) {
     let out = e.run.ok(&["luks", "open", img, name, "--key-file", pass]);
     e.run.track(name);
     let dev = out.lines().next().unwrap().to_string();
-    let want = pattern(MOVED as usize, seed);
+    let want = pattern(data as usize, seed);
     write_synced(&dev, 0, &want);
     (dev, want)
 }
@@ -346,9 +369,14 @@ fn open_attached(e: &Workspace, img: &str, pass: &str, name: &str, seed: u8) -> 
 /// Decrypted to the end with the data moved down: the header file as cryptsetup leaves it
 /// and the device's raw bytes the plaintext from byte 0.
 fn assert_moved_down(hdr: &str, img: &str, want: &[u8]) {
+    assert_moved_down_by(hdr, img, want, SHIFT);
+}
+
+/// [`assert_moved_down`] of a device whose data moved down by `shift`.
+fn assert_moved_down_by(hdr: &str, img: &str, want: &[u8], shift: u64) {
     assert_decrypted(hdr, img, None);
     let raw = fs::read(img).unwrap();
-    assert_eq!(raw.len() as u64, MOVED + SHIFT);
+    assert_eq!(raw.len() as u64, want.len() as u64 + shift);
     assert!(
         &raw[..want.len()] == want,
         "the device's first bytes are not the plaintext"
@@ -631,4 +659,254 @@ fn journal_and_none_resilience_decrypt_online_too() {
         e.run.close("dres");
         assert_decrypted(&hdr, &img, Some(&want));
     }
+}
+
+/// The data offset of a device whose moved segment, its last hotzone, is big enough (16 MiB
+/// decrypted in place, each write fsync'd) for a kill to land in it reliably.
+const BIG_SHIFT: u64 = 16 << 20;
+
+/// That device's data: three hotzones before the moved segment.
+const BIG_DATA: u64 = 64 << 20;
+
+/// The header file `path`'s JSON metadata (primary copy) as it is on disk now; `None` while
+/// it is not there or half written.
+fn json_on_disk(path: &str) -> Option<serde_json::Value> {
+    use std::os::unix::fs::FileExt;
+    // The header alone (its JSON area ends at 16 KiB here), not the whole 16 MiB file.
+    let mut b = vec![0u8; 16 << 10];
+    let n = fs::File::open(path).ok()?.read_at(&mut b, 0).ok()?;
+    let size = u64::from_be_bytes(b.get(8..16)?.try_into().ok()?) as usize;
+    let area = b.get(4096..size.min(n))?;
+    let end = area.iter().position(|&c| c == 0).unwrap_or(area.len());
+    serde_json::from_slice(&area[..end]).ok()
+}
+
+/// Whether `meta` says the moved segment (the hotzone at data offset 0) is being rewritten.
+fn moved_segment_hot(meta: &serde_json::Value) -> bool {
+    meta["segments"].as_object().is_some_and(|segs| {
+        segs.values().any(|s| {
+            s["offset"] == "0"
+                && s["flags"]
+                    .as_array()
+                    .is_some_and(|f| f.iter().any(|x| x == "in-reencryption"))
+        })
+    })
+}
+
+/// A device with its header at its start decrypting online (`extra` options), its server
+/// killed with SIGKILL while it rewrites the moved segment in place, its last hotzone: the
+/// exported header polled until it says so, and checked to say so after the kill. Writes
+/// fsync'd while it runs, inside the moved segment once the header is exported and after it
+/// until the kill, are in what the device held.
+fn killed_in_the_last_hotzone(
+    e: &Workspace,
+    name: &str,
+    seed: u8,
+    extra: &[&str],
+) -> (String, String, String, Vec<u8>) {
+    let (img, pass) = attached_image_of(e, BIG_DATA, BIG_SHIFT);
+    let (dev, mut want) = open_attached_of(e, &img, &pass, name, seed, BIG_DATA);
+    let pid = status(e, name)["pid"].as_u64().unwrap() as u32;
+    let hdr = e.s("exported.hdr");
+    let mut args = vec!["--decrypt", "--header", &hdr];
+    args.extend(extra);
+    let child = start_reencrypt(e, name, &pass, &args);
+    let mut write = |at: u64, n: u8| {
+        let data = pattern(256 << 10, 70 + n);
+        write_synced(&dev, at, &data);
+        want[at as usize..at as usize + data.len()].copy_from_slice(&data);
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let poll = |what: &str, done: &dyn Fn(&serde_json::Value) -> bool| loop {
+        if let Some(m) = json_on_disk(&hdr) {
+            if done(&m) {
+                return m;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {:?}",
+            json_on_disk(&hdr)
+        );
+        std::thread::sleep(Duration::from_micros(100));
+    };
+    // Once exported: served by the moved segment (at the device's start, the old key).
+    poll("never exported", &|m| {
+        m["keyslots"].to_string().contains("decrypt")
+    });
+    write(0, 0);
+    write(9 << 20, 1);
+    // Then, until the moved segment is being rewritten, on the plaintext or old side.
+    let mut n = 2;
+    let mut at = BIG_SHIFT;
+    loop {
+        if json_on_disk(&hdr).is_some_and(|m| moved_segment_hot(&m)) {
+            break;
+        }
+        if n < 10 {
+            write(at, n);
+            at += 5 << 20;
+            n += 1;
+        } else {
+            poll("the last hotzone never started", &moved_segment_hot);
+            break;
+        }
+    }
+    kill(pid, libc::SIGKILL);
+    wait_until("the server's death", || pid_gone(pid));
+    drop(child);
+    e.run.ok(&["close", name]);
+    let m = meta(&hdr);
+    assert!(
+        in_decryption(&hdr) && moved_segment_hot(&m),
+        "the kill missed the last hotzone: {m}"
+    );
+    eprintln!("killed in the last hotzone after {n} writes");
+    (img, hdr, pass, want)
+}
+
+#[test]
+fn attached_header_kill_9_in_the_last_hotzone_is_finished_by_the_next_open() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlast", 23, &[]);
+    finished_by_the_next_open(&e, (&img, &hdr, &pass), "dmlast", want);
+}
+
+/// After a kill in the last hotzone: the next open (as `name`) recovers the moved segment,
+/// which finishes the decryption (as cryptsetup's repair does there): it serves `want` and
+/// takes writes, there is nothing left to resume, and the device's bytes are the plaintext.
+fn finished_by_the_next_open(
+    e: &Workspace,
+    (img, hdr, pass): (&str, &str, &str),
+    name: &str,
+    mut want: Vec<u8>,
+) {
+    let dev = open(e, img, hdr, pass, name, &[]).remove(0);
+    assert!(
+        read(&dev, 0, want.len()) == want,
+        "read back differs after the crash"
+    );
+    assert_moved_down_by(hdr, img, &want, BIG_SHIFT);
+    let st = status(e, name);
+    assert_eq!(st["details"]["reencryption"]["status"], "finished", "{st}");
+    let mut args = vec!["luks", "reencrypt", name, "--key-file", pass];
+    args.extend([
+        "--batch-mode",
+        "--decrypt",
+        "--resume-only",
+        "--header",
+        hdr,
+    ]);
+    let r = e.run.run(&args);
+    assert!(
+        r.code != Some(0) && r.stderr.contains("Device reencryption not in progress."),
+        "{}",
+        r.describe()
+    );
+    let data = pattern(1 << 20, 99);
+    write_synced(&dev, 5 << 20, &data);
+    want[5 << 20..6 << 20].copy_from_slice(&data);
+    assert!(read(&dev, 0, want.len()) == want, "served data differs");
+    e.run.close(name);
+    assert_moved_down_by(hdr, img, &want, BIG_SHIFT);
+}
+
+#[test]
+fn attached_header_kill_9_in_the_last_hotzone_is_finished_by_cryptsetup_offline() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlastcs", 29, &[]);
+    finish_with_cryptsetup(&img, &hdr, &pass);
+    assert_moved_down_by(&hdr, &img, &want, BIG_SHIFT);
+}
+
+#[test]
+fn attached_header_kill_9_in_the_last_hotzone_of_journal_resilience_is_finished_by_the_next_open() {
+    if missing_tools(false) {
+        return;
+    }
+    let e = Workspace::new();
+    // The journal holds a copy of the moved segment: 8 MiB of it fits the reencrypt area.
+    let extra = ["--resilience", "journal", "--hotzone-size", "8M"];
+    let (img, hdr, pass, want) = killed_in_the_last_hotzone(&e, "dmlastj", 31, &extra);
+    finished_by_the_next_open(&e, (&img, &hdr, &pass), "dmlastj", want);
+}
+
+/// `len` bytes at `off` of `path`, read with O_DIRECT (past the page cache, from its server).
+fn read_direct(path: &str, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)?;
+    let (mut buf, at) = common::sys::aligned(len);
+    f.read_exact_at(&mut buf[at..at + len], off)?;
+    Ok(buf[at..at + len].to_vec())
+}
+
+#[test]
+fn attached_header_server_failure_after_the_data_moved_fails_requests_until_retried() {
+    if missing_tools(false) || tool_missing("unshare", "util-linux") {
+        return;
+    }
+    let e = Workspace::new();
+    let data = 8 << 20;
+    let (img, pass) = attached_image_of(&e, data, SHIFT);
+    let (dev, want) = open_attached_of(&e, &img, &pass, "dmfail", 37, data);
+    // The server cannot take the exported header once the data moved: the command runs in
+    // a mount namespace of its own where NEWFILE's directory is another one, so the path
+    // it sends names nothing the server sees (a failure no hook makes: any failure of the
+    // server between the move and its new map, which no other request provokes, takes this
+    // path).
+    let (seen, real) = (e.s("seen"), e.s("real"));
+    fs::create_dir(&seen).unwrap();
+    fs::create_dir(&real).unwrap();
+    let newfile = format!("{seen}/new.hdr");
+    let script = format!("mount --bind {real} {seen} && exec \"$0\" \"$@\"");
+    let mut args = vec!["--mount", "--propagation", "private", "sh", "-c", &script];
+    args.extend([
+        common::DMKIT,
+        "luks",
+        "reencrypt",
+        "dmfail",
+        "--key-file",
+        &pass,
+    ]);
+    args.extend(["--batch-mode", "--decrypt", "--header", &newfile]);
+    args.extend(FAST);
+    let r = common::run::command("unshare", &args, Some(e.run.path()))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success(), "{err}");
+    assert!(
+        err.contains("moved its data for the decryption but does not serve it")
+            && err.contains(&newfile),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let hdr = format!("{real}/new.hdr");
+    assert!(in_decryption(&hdr), "not left in decryption");
+    // Requests fail (they would wait for ever on the suspended device otherwise).
+    let (tx, rx) = std::sync::mpsc::channel();
+    let d = dev.clone();
+    std::thread::spawn(move || tx.send(read_direct(&d, 0, 4096).map_err(|e| e.raw_os_error())));
+    let got = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("a read of the device hangs");
+    assert_eq!(got.map(|_| ()), Err(Some(libc::EIO)));
+    // The same command, with the header where the server sees it, decrypts it.
+    let r = start_reencrypt(&e, "dmfail", &pass, &["--decrypt", "--header", &hdr])
+        .wait_with_output()
+        .unwrap();
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(read(&dev, 0, want.len()) == want, "served data differs");
+    e.run.close("dmfail");
+    assert_moved_down_by(&hdr, &img, &want, SHIFT);
 }

@@ -80,6 +80,29 @@ pub(super) fn decrypt_header(x: &Export<'_>) -> Option<Result<Started, CliError>
 
 /// Decrypt the device, exporting its header to `x.header` (which does not exist).
 pub(super) fn decrypt_export(x: &Export<'_>) -> Result<Started, CliError> {
+    let (mut v, params, pass) = prepare(x)?;
+    v.reencrypt_init_decrypt_export(x.header, &pass, x.key_slot, x.moved, &params)?;
+    drop(v);
+    if x.init_only {
+        return Ok(None);
+    }
+    let v = super::luks_slots::load(x.device, Some(x.header), true, Some(2))?;
+    Ok(Some((v, pass)))
+}
+
+/// [`decrypt_export`] of the device dmkit serves as `name` (see [`init_served`]): the
+/// passphrase for its server's decryption, which takes the exported header; nothing here
+/// reads the device once its data moved, so that nothing but that request can fail
+/// between the two.
+pub(super) fn decrypt_export_served(x: &Export<'_>, name: &str) -> Result<Passphrase, CliError> {
+    let (mut v, params, pass) = prepare(x)?;
+    init_served(x, name, &mut v, &pass, &params)?;
+    Ok(pass)
+}
+
+/// What both exports do before writing: cryptsetup's refusals and question, the
+/// parameters, the passphrase; the device's volume (opened writable) with them.
+fn prepare(x: &Export<'_>) -> Result<(LuksVolume, InitParams, Passphrase), CliError> {
     let header = x.header;
     let device = x.device.display().to_string();
     let gone = || {
@@ -131,18 +154,7 @@ pub(super) fn decrypt_export(x: &Export<'_>) -> Result<Started, CliError> {
         device_size: None,
     };
     let pass = passphrase(x.key, &format!("Enter passphrase for {device}: "), false)?;
-    match x.served {
-        Some(name) => init_served(x, name, &mut v, &pass, &params)?,
-        None => {
-            v.reencrypt_init_decrypt_export(header, &pass, x.key_slot, x.moved, &params)?;
-        }
-    }
-    drop(v);
-    if x.init_only {
-        return Ok(None);
-    }
-    let v = super::luks_slots::load(x.device, Some(header), true, Some(2))?;
-    Ok(Some((v, pass)))
+    Ok((v, params, pass))
 }
 
 /// The export of a device dmkit serves as `name`, as cryptsetup's of an active device: the

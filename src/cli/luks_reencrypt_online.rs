@@ -8,7 +8,7 @@
 //! exported to NEWFILE and its first data segment moved while its server holds it suspended,
 //! then its server decrypts it forward, moving the data down.
 
-use super::luks_decrypt_export::decrypt_export;
+use super::luks_decrypt_export::decrypt_export_served;
 use super::luks_reencrypt::{export_args, init, init_params, ReencryptArgs, Shown};
 use super::luks_slots::load;
 use super::passphrase::Passphrase;
@@ -85,6 +85,8 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
             Plan::Served => {}
             Plan::Export(h) => return export(&a, &s, h),
             Plan::Exported(h) => {
+                let h = std::path::absolute(&h)
+                    .map_err(|e| CliError::invalid(format!("{}: {e}", h.display())))?;
                 header = Some(h.clone());
                 exported = Some(h);
             }
@@ -127,41 +129,16 @@ pub(super) fn reencrypt(a: ReencryptArgs, s: Served) -> CliResult {
 }
 
 /// `--decrypt --header NEWFILE` of a device served with its header at its start, NEWFILE
-/// not there yet: the export (see [`decrypt_export`]), then the server's decryption.
+/// not there yet: the export (see [`decrypt_export_served`]), then the server's decryption.
+/// NEWFILE goes to the server as an absolute path: the server resolves it from its own
+/// working directory.
 fn export(a: &ReencryptArgs, s: &Served, header: PathBuf) -> CliResult {
-    check_served_whole(s)?;
+    let header = std::path::absolute(&header)
+        .map_err(|e| CliError::invalid(format!("{}: {e}", header.display())))?;
+    load(&s.device, None, false, Some(2))?.check_served_whole(&s.name, s.size, s.read_only)?;
     let x = export_args(a, &s.device, &header, Some(&s.name));
-    let Some((v, pass)) = decrypt_export(&x)? else {
-        return Ok(());
-    };
-    drop(v);
+    let pass = decrypt_export_served(&x, &s.name)?;
     ask(a, s, pass, Some(header))
-}
-
-/// What the server would refuse once the data moved, refused before anything is written: a
-/// read-only device, or one serving other than all its data (cryptsetup compares the active
-/// mapping with the header's segment likewise).
-fn check_served_whole(s: &Served) -> Result<(), CliError> {
-    if s.read_only {
-        return Err(CliError::invalid(format!(
-            "Device {} is read-only; cannot reencrypt it.",
-            s.name
-        )));
-    }
-    let v = load(&s.device, None, false, Some(2))?;
-    let data = crate::block::open_device(&s.device, true, false)
-        .map_err(|e| CliError::invalid(format!("{}: {e}", s.device.display())))?;
-    let seg = v.header().data_segment(
-        &s.device.display().to_string(),
-        crate::block::BlockDevice::size(&data),
-        false,
-    )?;
-    if s.size != Some(seg.size) {
-        return Err(CliError::invalid(
-            "Active device size and requested reencryption size don't match.",
-        ));
-    }
-    Ok(())
 }
 
 /// Ask the server of `s` to reencrypt with `pass` (`header`: the file its header at its

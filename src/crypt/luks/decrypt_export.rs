@@ -51,6 +51,35 @@ impl LuksVolume {
         self.init_decrypt_export(header, pass, slot, moved, params, false)
     }
 
+    /// Refuse what the server of the volume served as `name` (`served` bytes when it says,
+    /// `read_only`) would refuse once its data moved, before anything is written: a
+    /// read-only device, or one serving other than all its data segment (cryptsetup
+    /// compares the active mapping with the header's segment likewise). This volume is
+    /// the one served, opened with its header at its start.
+    pub fn check_served_whole(
+        &self,
+        name: &str,
+        served: Option<u64>,
+        read_only: bool,
+    ) -> Result<(), LuksError> {
+        if read_only {
+            return Err(LuksError::Invalid(format!(
+                "Device {name} is read-only; cannot reencrypt it."
+            )));
+        }
+        let seg = self.header.data_segment(
+            &self.device.display().to_string(),
+            self.dev.size(),
+            self.header_path.is_some(),
+        )?;
+        if served != Some(seg.size) {
+            return Err(LuksError::Invalid(
+                "Active device size and requested reencryption size don't match.".into(),
+            ));
+        }
+        Ok(())
+    }
+
     fn init_decrypt_export(
         &mut self,
         header: &Path,

@@ -44,6 +44,7 @@ mod online_reencrypt;
 mod reencrypt;
 mod reencrypting;
 pub mod remote;
+mod unserved;
 mod volume;
 
 pub use admin::Priority;

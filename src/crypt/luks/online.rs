@@ -193,19 +193,26 @@ impl Online for LuksOnline {
         header: Option<&std::path::Path>,
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<(), OnlineError> {
-        match header {
+        let r = match header {
             // The command line exported the header and moved the first data segment while
-            // the device was suspended; the reencryption's mapping resumes it.
-            Some(h) => self
-                .reenc
-                .adopt(h, self.served.suspended(), &self.src.uuid)?,
-            None => self.served.refuse_suspended()?,
+            // the device was suspended; the reencryption's mapping resumes it. A device left
+            // serving nothing by a failure of that is taken as a suspended one.
+            Some(h) => {
+                let suspended = self.served.suspended() || self.reenc.unserved();
+                self.reenc.adopt(h, suspended, &self.src.uuid)
+            }
+            None => self.served.refuse_suspended(),
         }
-        let r = self.reenc.run(unlock, max_hotzone, progress);
+        .and_then(|()| self.reenc.run(unlock, max_hotzone, progress));
         if self.reenc.started() {
             self.served.retire();
         }
-        r
+        r.map_err(
+            |e| match header.and_then(|h| self.reenc.fail_unserved(&e.message, h)) {
+                Some(message) => OnlineError { message, ..e },
+                None => e,
+            },
+        )
     }
 
     fn reencryption(&self) -> Option<serde_json::Value> {

@@ -61,6 +61,8 @@ pub(super) struct Reencryptor {
     ended: Condvar,
     stop: AtomicBool,
     done: AtomicU64,
+    /// The data moved but nothing serves it (see [`Reencryptor::fail_unserved`]).
+    unserved: AtomicBool,
 }
 
 fn failure(e: LuksError) -> OnlineError {
@@ -82,6 +84,7 @@ impl Reencryptor {
             ended: Condvar::new(),
             stop: AtomicBool::new(false),
             done: AtomicU64::new(0),
+            unserved: AtomicBool::new(false),
         }
     }
 
@@ -160,6 +163,57 @@ impl Reencryptor {
         *self.head.lock().unwrap_or_else(|e| e.into_inner()) = Some(claim);
         *ex = Some(header.to_path_buf());
         Ok(())
+    }
+
+    /// After a failed online decryption of a volume served with its header at its start
+    /// (its [`Reencryptor::adopt`] or its [`Reencryptor::run`]): when its data moved (the
+    /// header exported, its magic wiped from the device's start) and no reencryption map
+    /// was ever served, requests are held on the stale map for ever; they fail from now on
+    /// with an I/O error naming `why` instead (see [`super::unserved`]), and so does every
+    /// later one until a run serves its map (the same command again: its `adopt` accepts
+    /// such a device as it accepts a suspended one). Returns `why` with what the user can
+    /// do, for the command line; `None` (nothing changed) otherwise.
+    pub fn fail_unserved(&self, why: &str, header: &Path) -> Option<String> {
+        if self.place.header.is_some() || self.started() {
+            return None;
+        }
+        if !self.gate.is_held() && !self.unserved.load(Ordering::SeqCst) {
+            return None;
+        }
+        let header = self.exported().clone().unwrap_or(header.to_path_buf());
+        if !self.data_moved() {
+            return None;
+        }
+        let name = &self.place.opts.name;
+        let told = format!(
+            "{why} ({name} moved its data for the decryption but does not serve it: it fails every request until `dmkit luks reencrypt --decrypt --header {h} {name}` succeeds, or it is closed and opened with --header {h})",
+            h = header.display()
+        );
+        // Held requests wake up with the error (no request was served by this map).
+        self.gate.replace(Arc::new(super::unserved::Unserved::new(
+            name,
+            self.gate.size(),
+            self.gate.logical_block_size(),
+            format!("the online decryption failed: {why}"),
+        )));
+        self.unserved.store(true, Ordering::SeqCst);
+        Some(told)
+    }
+
+    /// Whether the device serves nothing after a failed decryption ([`Reencryptor::fail_unserved`]).
+    pub fn unserved(&self) -> bool {
+        self.unserved.load(Ordering::SeqCst)
+    }
+
+    /// Whether the volume's data moved for a decryption: its header was taken from a file
+    /// ([`Reencryptor::adopt`]), or the device's start holds no LUKS header any more (the
+    /// export wipes its magic before it moves any data).
+    fn data_moved(&self) -> bool {
+        self.exported().is_some()
+            || matches!(
+                LuksVolume::open(&self.place.device, None, false, None),
+                Err(LuksError::NotLuks { .. })
+            )
     }
 
     /// Whether a reencryption runs or ran (the served device is then no longer one crypt

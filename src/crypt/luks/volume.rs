@@ -446,14 +446,18 @@ impl LuksVolume {
         let hdr_path = self.header_path.as_deref().unwrap_or(&self.device);
         let hdr_dev: Arc<dyn BlockDevice> =
             Arc::new(crate::block::open_device(hdr_path, true, false)?);
-        let recovered = match reencrypt_open::state(h)? {
+        let before = reencrypt_open::state(h)?;
+        let recovered = match &before {
             Some(st) if !opts.read_only && st.hot.is_some() => {
-                recover_moved(hdr_path, &dev, h, &st, pass, slot)?
+                recover_moved(hdr_path, &dev, h, st, pass, slot)?
             }
             _ => None,
         };
         let h = recovered.as_ref().unwrap_or(h);
-        let active = reencrypt_open::activate(hdr_dev, h, Arc::new(dev), pass, slot, opts)?;
+        let active = match (reencrypt_open::state(h)?, &before) {
+            (None, Some(st)) if recovered.is_some() => finished_by_recovery(h, st, dev, opts)?,
+            _ => reencrypt_open::activate(hdr_dev, h, Arc::new(dev), pass, slot, opts)?,
+        };
         let size = active.device.size();
         // Served through a gate: its server may resume the reencryption online.
         let place = super::online_reencrypt::Place {
@@ -501,6 +505,49 @@ fn recover_moved(
     // Stopped before the first hotzone: the recovery alone.
     reencrypt::decrypt_shift::run(&hdr_dev, data, &mut next, &keys, &mut |_| false, None)?;
     Ok(Some(next))
+}
+
+/// The volume whose decryption moving the data down `st` was, finished by the recovery of its
+/// last hotzone (the moved segment) when it was opened, `h` its header now, as cryptsetup's
+/// `repair` finishes it there: the plaintext at its new place, as many bytes as were served
+/// during the decryption (the rest of the device is wiped old ciphertext), no key, no
+/// keyslot (the teardown destroyed them), nothing left to resume.
+fn finished_by_recovery(
+    h: &Luks2Header,
+    st: &reencrypt::ReencryptState,
+    data: FileDevice,
+    opts: &ActivateOptions,
+) -> Result<reencrypt_open::ReencryptActivation, LuksError> {
+    let seg = h
+        .metadata
+        .segments
+        .get(&0)
+        .filter(|s| s.kind == "linear")
+        .ok_or_else(|| {
+            LuksError::Invalid("the finished decryption left no linear segment".into())
+        })?;
+    let too_small = || LuksError::Invalid(format!("Device {} is too small.", data.name()));
+    let size = match st.previous.size {
+        Some(s) => s,
+        None => data
+            .size()
+            .checked_sub(st.fin.offset + st.keyslot.shift)
+            .ok_or_else(too_small)?,
+    };
+    let device =
+        reencrypt_open::segment_view(seg, Arc::new(data), seg.offset, size, 0, None, opts)?;
+    Ok(reencrypt_open::ReencryptActivation {
+        device,
+        keyslot: 0,
+        details: serde_json::json!({
+            "keyslot": null,
+            "reencryption": {
+                "status": "finished",
+                "mode": "decrypt",
+                "note": "the recovery of its last hotzone finished the decryption on open",
+            }
+        }),
+    })
 }
 
 /// How an activation gets its key.

@@ -52,12 +52,33 @@ pub enum Closed {
 
 /// Send one request to a server and read its replies: progress frames go to `progress`, the
 /// final reply is returned. A request carrying a passphrase goes only to a server of our own
-/// user (or root), checked with `SO_PEERCRED`.
+/// user (or root), checked with `SO_PEERCRED`. A server of an older dmkit that refused this
+/// protocol version gets the request again in its own when the request's body is the same
+/// there (so that a `close` of it checks its users as ever, instead of a signal).
 fn call(
     sock: &Path,
     req: &Request,
     timeout: Duration,
     mut progress: impl FnMut(u64, u64),
+) -> io::Result<Reply> {
+    match call_in(sock, req, timeout, &mut progress, control::VERSION) {
+        Err(e) => match control::other_version(&e) {
+            Some(v) if (control::same_since(req)..control::VERSION).contains(&v) => {
+                call_in(sock, req, timeout, &mut progress, v)
+            }
+            _ => Err(e),
+        },
+        r => r,
+    }
+}
+
+/// [`call`] in protocol `version`.
+fn call_in(
+    sock: &Path,
+    req: &Request,
+    timeout: Duration,
+    progress: &mut dyn FnMut(u64, u64),
+    version: u16,
 ) -> io::Result<Reply> {
     let mut s = UnixStream::connect(sock)?;
     s.set_read_timeout(Some(timeout))?;
@@ -74,7 +95,7 @@ fn call(
             ));
         }
     }
-    let frame = req.encode();
+    let frame = control::in_version(&req.encode(), version);
     let mut sent = 0;
     while sent < frame.len() {
         // MSG_NOSIGNAL: a server that died between connect and send is an error, not a SIGPIPE
@@ -94,7 +115,7 @@ fn call(
         sent += n as usize;
     }
     loop {
-        let f = control::read_frame(&mut s)?;
+        let f = control::read_frame_in(&mut s, version)?;
         match Reply::decode(&f).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
@@ -132,9 +153,15 @@ pub fn ask(name: &str, req: &Request, progress: impl FnMut(u64, u64)) -> Result<
         Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
             Err(ExportError::Permission(e.to_string()))
         }
-        Err(e) => Err(ExportError::Failed(format!(
-            "{name}: the server does not answer: {e}"
-        ))),
+        Err(e) => Err(ExportError::Failed(answer_error(name, &e))),
+    }
+}
+
+/// What a user is told when the server of `name` gave no answer `call` could read.
+fn answer_error(name: &str, e: &io::Error) -> String {
+    match control::other_version(e) {
+        Some(v) => control::mismatch(name, v, control::VERSION),
+        None => format!("{name}: the server does not answer: {e}"),
     }
 }
 
@@ -316,7 +343,10 @@ pub fn status(name: Option<&str>) -> Result<Vec<Value>> {
                     } else {
                         "starting"
                     });
-                    base["error"] = json!(e.to_string());
+                    base["error"] = json!(match control::other_version(&e) {
+                        Some(v) => control::mismatch(n, v, control::VERSION),
+                        None => e.to_string(),
+                    });
                     out.push(base);
                 }
             }

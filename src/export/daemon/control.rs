@@ -5,7 +5,12 @@
 //!
 //! Every message is a frame: the magic `DMKC`, the protocol version (u16, big-endian), a kind
 //! byte, the body length (u32, big-endian) and the body. A server refuses a frame of another
-//! version with a [`Reply::Failed`] naming both versions. Bodies:
+//! version with a [`Reply::Failed`] in the requester's version, naming both versions
+//! ([`mismatch`]); a command reading a frame of another (older) version sends its request
+//! again in that version when its body is the same there ([`same_since`]), and otherwise
+//! says the same line. So the header and the `failed` reply's body must never change; any
+//! other change of a body is a new version (2: `reencrypt` gained the exported header path).
+//! Bodies:
 //!
 //! ```text
 //! request  1 status          (empty)
@@ -34,7 +39,7 @@ use zeroize::Zeroizing;
 /// The frame magic.
 pub const MAGIC: [u8; 4] = *b"DMKC";
 /// The protocol version this build speaks.
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 /// Bytes before a frame's body: magic, version, kind, length.
 pub const HEADER_LEN: usize = 11;
 /// The largest body accepted (a key file of cryptsetup's 8 MiB maximum, and room).
@@ -49,7 +54,7 @@ pub enum ProtocolError {
     /// Not a frame of this protocol.
     #[error("control message: bad magic {0:02x?}")]
     Magic([u8; 4]),
-    /// A frame of another protocol version.
+    /// A frame of another protocol version (see [`mismatch`] for what a user is told).
     #[error("control message: protocol version {got} (this dmkit speaks {VERSION}): the server and the command are different dmkit versions")]
     Version {
         /// The version in the frame.
@@ -174,6 +179,37 @@ pub enum Reply {
         /// One line saying why.
         message: String,
     },
+}
+
+/// The one line a user reads when the server of `name` speaks protocol `server` and the
+/// command `command`: the server was started by another dmkit build.
+pub fn mismatch(name: &str, server: u16, command: u16) -> String {
+    format!(
+        "dmkit server for {name} speaks control protocol {server}, this dmkit speaks {command}: close and reopen the device with this dmkit"
+    )
+}
+
+/// The protocol version of a frame whose header (magic, version) is `err`'s reason for being
+/// refused, when that is the only reason: another version.
+pub fn other_version(err: &io::Error) -> Option<u16> {
+    match err.get_ref()?.downcast_ref::<ProtocolError>()? {
+        ProtocolError::Version { got } => Some(*got),
+        _ => None,
+    }
+}
+
+/// A server's answer to a request of protocol `version` (not this one) for the device
+/// `name`: a `failed` reply in that version, whose layout every version shares, so that the
+/// other command can read why.
+pub fn refuse_version(name: &str, version: u16) -> Vec<u8> {
+    let rep = Reply::Failed {
+        code: 1,
+        kind: FailKind::Invalid,
+        message: mismatch(name, VERSION, version),
+    };
+    let mut f = rep.encode();
+    f[4..6].copy_from_slice(&version.to_be_bytes());
+    f
 }
 
 fn frame(kind: u8, body: &[u8]) -> Vec<u8> {
@@ -482,6 +518,39 @@ pub fn read_frame(s: &mut impl Read) -> io::Result<Zeroizing<Vec<u8>>> {
     Ok(buf)
 }
 
+/// The oldest version whose body of `req` is this version's: a request may be sent in any
+/// version from it on (to a server of an older dmkit), only `reencrypt` changed in 2.
+pub fn same_since(req: &Request) -> u16 {
+    match req {
+        Request::Reencrypt { .. } => 2,
+        _ => 1,
+    }
+}
+
+/// `frame` (of this version) as a frame of protocol `version`, whose body is the same (see
+/// [`same_since`]).
+pub fn in_version(frame: &[u8], version: u16) -> Zeroizing<Vec<u8>> {
+    let mut f = Zeroizing::new(frame.to_vec());
+    f[4..6].copy_from_slice(&version.to_be_bytes());
+    f
+}
+
+/// [`read_frame`] of a frame of protocol `version` (an older server's, whose replies have
+/// this version's bodies), returned as a frame of this version.
+pub fn read_frame_in(s: &mut impl Read, version: u16) -> io::Result<Zeroizing<Vec<u8>>> {
+    let mut h = [0u8; HEADER_LEN];
+    s.read_exact(&mut h)?;
+    let got = u16::from_be_bytes([h[4], h[5]]);
+    if &h[..4] == MAGIC.as_slice() && got == version {
+        h[4..6].copy_from_slice(&VERSION.to_be_bytes());
+    }
+    let (_, len) = parse_header(&h).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    let mut buf = Zeroizing::new(vec![0u8; HEADER_LEN + len]);
+    buf[..HEADER_LEN].copy_from_slice(&h);
+    s.read_exact(&mut buf[HEADER_LEN..])?;
+    Ok(buf)
+}
+
 /// Write one frame to `s`.
 pub fn write_frame(s: &mut impl Write, frame: &[u8]) -> io::Result<()> {
     s.write_all(frame)?;
@@ -522,11 +591,11 @@ mod tests {
     use super::*;
 
     /// A status answer holding a float survives encode and decode (the fuzz target's crash
-    /// `DMKC 0 1 2 ... "6E88 "`: without serde_json's `float_roundtrip`, parsing rounds
+    /// `DMKC 0 1 2 ... "6E88 "`, here in version 2: without serde_json's `float_roundtrip`, parsing rounds
     /// `6E88` one way and the shortest text of that float back another).
     #[test]
     fn float_answers_round_trip() {
-        let f = b"DMKC\x00\x01\x02\x00\x00\x00\x09\x00\x00\x00\x056E88 ";
+        let f = b"DMKC\x00\x02\x02\x00\x00\x00\x09\x00\x00\x00\x056E88 ";
         let rep = Reply::decode(f).unwrap();
         assert_eq!(Reply::decode(&rep.encode()).unwrap(), rep);
         for text in [
@@ -583,6 +652,87 @@ mod tests {
         ] {
             assert_eq!(Reply::decode(&rep.encode()).unwrap(), rep);
         }
+    }
+
+    /// A frame header of protocol `version`, as another build sends it.
+    fn header_of(version: u16) -> Vec<u8> {
+        let mut f = Request::Status.encode().to_vec();
+        f[4..6].copy_from_slice(&version.to_be_bytes());
+        f
+    }
+
+    #[test]
+    fn another_version_is_one_clear_line_both_ways() {
+        let want_old = "dmkit server for vol speaks control protocol 1, this dmkit speaks 2: close and reopen the device with this dmkit";
+        // A server of version 1 answers in its version: this command reads the frame's
+        // version, not a decode error of its body.
+        let e = read_frame(&mut &header_of(1)[..]).unwrap_err();
+        assert_eq!(other_version(&e), Some(1));
+        assert_eq!(mismatch("vol", 1, VERSION), want_old);
+        // A request of version 7 is answered in version 7, the reply readable with version
+        // 7's header and the shared `failed` body.
+        let e = read_frame(&mut &header_of(7)[..]).unwrap_err();
+        let v = other_version(&e).unwrap();
+        let mut f = refuse_version("vol", v);
+        assert_eq!(&f[4..6], &7u16.to_be_bytes());
+        f[4..6].copy_from_slice(&VERSION.to_be_bytes());
+        match Reply::decode(&f).unwrap() {
+            Reply::Failed { code, message, .. } => {
+                assert_eq!(code, 1);
+                assert_eq!(
+                    message,
+                    "dmkit server for vol speaks control protocol 2, this dmkit speaks 7: close and reopen the device with this dmkit"
+                );
+                assert_eq!(message.lines().count(), 1);
+            }
+            r => panic!("{r:?}"),
+        }
+        // Other refusals are not taken for a version.
+        let mut bad = header_of(VERSION);
+        bad[0] = b'X';
+        assert_eq!(other_version(&read_frame(&mut &bad[..]).unwrap_err()), None);
+        let io = io::Error::other("reset");
+        assert_eq!(other_version(&io), None);
+    }
+
+    /// A `close` goes to a server of version 1 in its version, and its answer is read.
+    #[test]
+    fn requests_of_an_unchanged_body_go_in_an_older_version() {
+        let close = Request::Close(CloseHow::Now);
+        assert_eq!(same_since(&close), 1);
+        let reenc = Request::Reencrypt {
+            secret: Secret {
+                key_slot: None,
+                passphrase: Zeroizing::new(b"p".to_vec()),
+            },
+            max_hotzone: None,
+            header: None,
+        };
+        assert_eq!(same_since(&reenc), 2);
+        let f = in_version(&close.encode(), 1);
+        assert_eq!(&f[4..6], &1u16.to_be_bytes());
+        let answer = in_version(&Reply::Done(serde_json::json!({"ok": true})).encode(), 1);
+        let back = read_frame_in(&mut &answer[..], 1).unwrap();
+        assert_eq!(
+            Reply::decode(&back).unwrap(),
+            Reply::Done(serde_json::json!({"ok": true}))
+        );
+        // A frame of yet another version is still refused by its version.
+        let other = in_version(&Reply::Done(serde_json::json!(1)).encode(), 3);
+        let e = read_frame_in(&mut &other[..], 1).unwrap_err();
+        assert_eq!(other_version(&e), Some(3));
+    }
+
+    /// Version 1's `reencrypt` body (without the header path) is refused by its version,
+    /// never decoded as this version's body.
+    #[test]
+    fn a_version_1_reencrypt_is_refused_by_its_version() {
+        let mut w = Writer::new();
+        w.u8(0).u32_be(0).u32_be(4).bytes(b"pass").u8(0).u64_be(0);
+        let body = w.into_inner();
+        let mut f = frame(7, &body);
+        f[4..6].copy_from_slice(&1u16.to_be_bytes());
+        assert_eq!(Request::decode(&f), Err(ProtocolError::Version { got: 1 }));
     }
 
     #[test]

@@ -544,9 +544,21 @@ impl Server {
         let _ = stream.set_write_timeout(Some(Duration::from_secs(5)));
         let mut stream = stream;
         let peer = control::peer_uid(stream.as_fd());
-        let req = control::read_frame(&mut stream)
-            .map_err(|e| e.to_string())
-            .and_then(|f| Request::decode(&f).map_err(|e| e.to_string()));
+        let req = match control::read_frame(&mut stream) {
+            Err(e) => match control::other_version(&e) {
+                // Another dmkit build: told in its own version, which it can read.
+                Some(v) => {
+                    eprintln!("dmkit: control request of protocol version {v} refused");
+                    let _ = control::write_frame(
+                        &mut stream,
+                        &control::refuse_version(&self.state.name, v),
+                    );
+                    return None;
+                }
+                None => Err(e.to_string()),
+            },
+            Ok(f) => Request::decode(&f).map_err(|e| e.to_string()),
+        };
         let req = match (req, peer) {
             (Err(e), _) => {
                 send(&mut stream, failed(1, FailKind::Invalid, e));
