@@ -173,7 +173,10 @@ fn is_server(st: &State) -> bool {
         return false;
     }
     match (state::process_state(st.pid), state::start_ticks(st.pid)) {
-        (Some('Z') | None, _) | (_, None) => false,
+        (None, _) | (_, None) => false,
+        // A zombie main thread whose other threads still exit: they hold the device's files,
+        // so the server is not gone yet (the next open would find its backing in use).
+        (Some('Z'), Some(t)) => t == st.start_ticks && state::threads(st.pid) > 1,
         (Some(_), Some(t)) => t == st.start_ticks,
     }
 }

@@ -79,6 +79,13 @@ pub(super) fn start_ticks(pid: u32) -> Option<u64> {
     rest.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// How many threads of process `pid` are still there (0 if it is gone). A process whose main
+/// thread has exited shows as a zombie while its other threads finish, and those still hold
+/// its files.
+pub(super) fn threads(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(0, |d| d.count())
+}
+
 /// The one-letter state of process `pid` (R, S, D, T, Z, ...), `None` if it is gone.
 pub(super) fn process_state(pid: u32) -> Option<char> {
     let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -97,5 +104,12 @@ mod tests {
         assert_eq!(start_ticks(me), Some(t));
         // The main thread's state: the test harness may be waiting (S) or running (R).
         assert!(matches!(process_state(me), Some('R' | 'S')));
+        assert!(threads(me) >= 1);
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let t = std::thread::spawn(move || rx.recv());
+        assert!(threads(me) >= 2, "this thread and the one it started");
+        drop(tx);
+        t.join().unwrap().ok();
+        assert_eq!(threads(u32::MAX), 0, "a process that is not there has none");
     }
 }
