@@ -28,6 +28,48 @@ pub fn run<T: Send, R: Send>(jobs: Vec<T>, work: &(dyn Fn(T) -> R + Sync)) -> Ve
     results
 }
 
+/// `work` on every one of `jobs` (more of them than `threads`), taken in order by the calling
+/// thread and `threads - 1` threads of the pool, each taking the next job as it finishes one:
+/// a core that the rest of the process (a journal's write-back, another request) keeps busy
+/// takes fewer, so no thread waits long for the last part. The results in order; a job whose
+/// thread panicked gives `None`.
+pub fn share<T: Send, R: Send>(
+    jobs: Vec<T>,
+    threads: usize,
+    work: &(dyn Fn(T) -> R + Sync),
+) -> Vec<Option<R>> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+    let n = jobs.len();
+    let jobs: Vec<Mutex<Option<T>>> = jobs.into_iter().map(|j| Mutex::new(Some(j))).collect();
+    let results: Vec<Mutex<Option<R>>> = (0..n).map(|_| Mutex::new(None)).collect();
+    let next = AtomicUsize::new(0);
+    let take = || loop {
+        let i = next.fetch_add(1, Ordering::Relaxed);
+        let Some(job) = jobs.get(i) else { break };
+        let job = job.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(job) = job {
+            let r = work(job);
+            *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+        }
+    };
+    let helpers = threads.min(n).saturating_sub(1);
+    if helpers == 0 {
+        take();
+    } else {
+        rayon::in_place_scope(|s| {
+            for _ in 0..helpers {
+                s.spawn(|_| take());
+            }
+            take();
+        });
+    }
+    results
+        .into_iter()
+        .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
+}
+
 /// A run of whole sectors of a piece: its byte offset on the device, its data and its tags.
 pub type Span<'a> = (u64, &'a mut [u8], &'a mut [u8]);
 
@@ -115,5 +157,9 @@ mod tests {
     fn jobs_run_in_order_on_any_thread() {
         let out = run((0..5u32).collect(), &|x| x * 2);
         assert_eq!(out, (0..5).map(|x| Some(x * 2)).collect::<Vec<_>>());
+        for threads in 0..4 {
+            let out = share((0..37u32).collect(), threads, &|x| x * 3);
+            assert_eq!(out, (0..37).map(|x| Some(x * 3)).collect::<Vec<_>>());
+        }
     }
 }

@@ -207,10 +207,11 @@ impl BlockDevice for AeadCryptDevice {
 }
 
 impl AeadCryptDevice {
-    /// Run `work` on the parts of one chunk side by side, as many as
-    /// [`SectorAead::parallel_parts`] gives for its size (scoped threads, the first part on
-    /// the calling thread; no queue). `work` gets each part's byte offset on the device, its
-    /// slice of `src` (empty when `src` is), of `data` and of `tags`.
+    /// Run `work` on the parts of one chunk side by side, on as many threads as
+    /// [`SectorAead::parallel_parts`] gives for its size (the calling thread and scoped threads
+    /// of the pool, each taking the next part as it finishes one; no queue). `work` gets each
+    /// part's byte offset on the device, its slice of `src` (empty when `src` is), of `data`
+    /// and of `tags`.
     #[allow(clippy::type_complexity)]
     fn in_parts<R: Send>(
         &self,
@@ -226,7 +227,8 @@ impl AeadCryptDevice {
         if parts <= 1 {
             return vec![work(offset, src, data, tags)];
         }
-        let per = (data.len() / ss).div_ceil(parts);
+        // Four shares per core, each core taking the next as it finishes one.
+        let per = (data.len() / ss).div_ceil(parts * 4);
         let jobs: Vec<_> = data
             .chunks_mut(per * ss)
             .zip(tags.chunks_mut(per * ts))
@@ -238,7 +240,7 @@ impl AeadCryptDevice {
                 (at, &src[from..to], d, t)
             })
             .collect();
-        side_by_side::run(jobs, &|(at, src, d, t)| work(at, src, d, t))
+        side_by_side::share(jobs, parts, &|(at, src, d, t)| work(at, src, d, t))
             .into_iter()
             .map(|r| r.unwrap_or_else(|| Err(self.panicked(offset))))
             .collect()
@@ -293,7 +295,8 @@ impl AeadCryptDevice {
         ts: usize,
     ) -> Result<()> {
         let parts = self.aead.parallel_parts(src.len());
-        let groups = side_by_side::split_pieces(pieces, parts, ss, ts);
+        // Four shares per core, each core taking the next as it finishes one.
+        let groups = side_by_side::split_pieces(pieces, parts * 4, ss, ts);
         let work = |group: Vec<side_by_side::Span<'_>>| -> Result<()> {
             for (at, d, t) in group {
                 let from = (at - offset) as usize;
@@ -306,7 +309,7 @@ impl AeadCryptDevice {
             }
             Ok(())
         };
-        side_by_side::run(groups, &work)
+        side_by_side::share(groups, parts, &work)
             .into_iter()
             .try_for_each(|r| r.unwrap_or_else(|| Err(self.panicked(offset))))
     }
