@@ -333,6 +333,12 @@ impl Inner {
         tags_out: Option<&mut [u8]>,
     ) -> Result<()> {
         let l = &self.layout;
+        if let Some(tagger) = self.tagger.as_ref().filter(|_| check) {
+            let parts = tagger.parallel_parts(buf.len());
+            if parts > 1 {
+                return self.read_checked_in_parts(tagger, parts, sector, buf);
+            }
+        }
         self.lower.read_at(buf, l.data_sector(sector) * 512)?;
         let blocks = buf.len() / l.block_size();
         self.stats
@@ -378,6 +384,66 @@ impl Inner {
         } else {
             super::scratch::with_scratch(2 * need, check_with)
         }
+    }
+
+    /// [`read_checked`](Inner::read_checked) of a large request with hashed tags, checked: the
+    /// stored tags read first, then each share of the data read and hashed by the core that
+    /// takes it (the calling thread and `parts - 1` of the pool), so the copy out of the lower
+    /// device is not a serial step before the hashing.
+    fn read_checked_in_parts(
+        &self,
+        tagger: &TagHasher,
+        parts: usize,
+        sector: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let l = &self.layout;
+        let (bs, ts) = (l.block_size(), l.tag_size as usize);
+        let blocks = buf.len() / bs;
+        super::scratch::with_scratch(blocks * ts, |stored| {
+            self.tag_cache
+                .read(&*self.lower, l.tag_offset(sector), stored)?;
+            // Four shares per core, each core taking the next as it finishes one.
+            let per = blocks.div_ceil(parts * 4);
+            let jobs: Vec<_> = buf
+                .chunks_mut(per * bs)
+                .zip(stored.chunks(per * ts))
+                .enumerate()
+                .map(|(i, (d, t))| (sector + (i * per) as u64 * l.spb(), d, t))
+                .collect();
+            let check = |(s, data, stored): (u64, &mut [u8], &[u8])| -> Result<Option<u64>> {
+                self.lower.read_at(data, l.data_sector(s) * 512)?;
+                let mut computed = vec![0u8; stored.len()];
+                tagger.tag_blocks(s, data, &mut computed);
+                let bad = computed
+                    .chunks_exact(ts)
+                    .zip(stored.chunks_exact(ts))
+                    .position(|(c, s)| c != s);
+                Ok(bad.map(|k| s + k as u64 * l.spb()))
+            };
+            let results = crate::block::side_by_side::share(jobs, parts, &check);
+            self.stats
+                .blocks_read
+                .fetch_add(blocks as u64, Ordering::Relaxed);
+            for r in results {
+                let bad = r.unwrap_or_else(|| {
+                    Err(BlockError::Io {
+                        device: self.name.clone(),
+                        offset: sector * 512,
+                        source: std::io::Error::other("a hashing thread panicked"),
+                    })
+                })?;
+                if let Some(sec) = bad {
+                    self.stats.mismatches.fetch_add(1, Ordering::Relaxed);
+                    return Err(BlockError::Corrupt {
+                        device: self.name.clone(),
+                        what: "data",
+                        block: sec >> l.log2_spb,
+                    });
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Read one area's piece, from the journal where it holds newer data; `tags` (external

@@ -441,11 +441,8 @@ impl TagHasher {
         let bs = self.block_size;
         let ts = self.tag_size;
         let n = data.len() / bs;
-        let cheap = matches!(self.alg, TagAlgorithm::Crc32c | TagAlgorithm::Crc32);
-        // Small requests (as the reads at open, before a daemon forks, where it must have no
-        // threads) never start the pool.
-        let parts = (data.len() / POOLED_MIN).min(cores());
-        if cheap || parts < 2 {
+        let parts = self.parallel_parts(data.len());
+        if parts < 2 {
             return self.tag_blocks(first_sector, data, out);
         }
         let per = n.div_ceil(parts);
@@ -465,19 +462,28 @@ impl TagHasher {
         });
     }
 
+    /// How many threads a request of `bytes` is tagged on: one per core, each with at least
+    /// 256 KiB, for a hash tag (SHA, HMAC); one for CRC tags and small requests (as the reads
+    /// at open, before a daemon forks, where it must have no threads), where the hand-off
+    /// would cost more than it saves.
+    pub fn parallel_parts(&self, bytes: usize) -> usize {
+        let cheap = matches!(self.alg, TagAlgorithm::Crc32c | TagAlgorithm::Crc32);
+        if cheap {
+            return 1;
+        }
+        (bytes / POOLED_MIN).clamp(1, cores())
+    }
+
     /// Fill the `pieces` a journal lends for a write of `src` at byte `offset`: each piece's
     /// data copied from `src` and its tags computed from that copy while it is in the cache,
     /// the pieces split over the cores as [`tag_blocks_pooled`](TagHasher::tag_blocks_pooled)
     /// splits a request.
     pub fn fill_pieces(&self, src: &[u8], offset: u64, pieces: &mut [TaggedPiece<'_>]) {
-        let cheap = matches!(self.alg, TagAlgorithm::Crc32c | TagAlgorithm::Crc32);
-        let parts = if cheap {
-            1
-        } else {
-            (src.len() / POOLED_MIN).clamp(1, cores())
-        };
-        let groups = side_by_side::split_pieces(pieces, parts, self.block_size, self.tag_size);
-        side_by_side::run(groups, &|group| {
+        let parts = self.parallel_parts(src.len());
+        // Four shares per core, each core taking the next as it finishes one.
+        let (bs, ts) = (self.block_size, self.tag_size);
+        let groups = side_by_side::split_pieces(pieces, parts * 4, bs, ts);
+        side_by_side::share(groups, parts, &|group| {
             for (at, data, tags) in group {
                 let from = (at - offset) as usize;
                 data.copy_from_slice(&src[from..from + data.len()]);

@@ -386,6 +386,43 @@ fn flipped_data_and_tag_bits_are_reported_at_their_block() {
     }
 }
 
+/// A large read with hashed tags is read and checked in shares on the cores: it returns the
+/// data written, and a flipped bit fails it at the first bad block in the request, whichever
+/// share finds it first.
+#[test]
+fn a_large_read_checked_in_shares_fails_at_its_first_bad_block() {
+    for alg in [TagAlgorithm::Sha256, TagAlgorithm::HmacSha256] {
+        let mut f = Fmt::new(512, alg);
+        f.key = alg.keyed().then(|| b"a key of the test".to_vec());
+        // One area for the whole device, so a read is one piece large enough to split.
+        f.interleave = 1 << 14;
+        let mem = Arc::new(MemoryDevice::new("m", 4 << 20));
+        let l = format(&*mem, &f);
+        let d = IntegrityDevice::open(mem.clone(), opts(Mode::Direct, &f)).unwrap();
+        let bs = l.block_size();
+        let len = (d.size() as usize).min(2 << 20);
+        assert!(len >= 1 << 20, "{len}");
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
+        d.write_at(&data, 0).unwrap();
+        let mut back = vec![0u8; len];
+        d.read_at(&mut back, 0).unwrap();
+        assert!(back == data, "{alg}: read back");
+        let last = (len / bs) as u64 - 3;
+        flip(&mem, l.data_sector(last << l.log2_spb) * 512 + 100);
+        let first_bad = |d: &IntegrityDevice| match d.read_at(&mut vec![0u8; len], 0) {
+            Err(BlockError::Corrupt { block, .. }) => block,
+            other => panic!("{alg}: expected a corruption, got {other:?}"),
+        };
+        assert_eq!(first_bad(&d), last, "{alg}: the last share");
+        flip(&mem, l.data_sector(2 << l.log2_spb) * 512);
+        assert_eq!(
+            first_bad(&d),
+            2,
+            "{alg}: the first bad block of the request"
+        );
+    }
+}
+
 #[test]
 fn flipped_journal_bits_fail_the_replay_at_their_sector() {
     let f = Fmt::new(512, TagAlgorithm::Crc32c);
