@@ -294,20 +294,26 @@ impl AeadCryptDevice {
         ss: usize,
         ts: usize,
     ) -> Result<()> {
+        let seal = |at: u64, d: &mut [u8], t: &mut [u8]| -> Result<()> {
+            let from = (at - offset) as usize;
+            let plain = src.get(from..from + d.len()).ok_or_else(|| {
+                self.crypto_error(at, "the lower device lent sectors outside the write")
+            })?;
+            self.aead
+                .seal_sectors_from(at / 512, plain, d, t, ts)
+                .map_err(|e| self.crypto_error(at, e))
+        };
         let parts = self.aead.parallel_parts(src.len());
+        if parts == 1 {
+            // A small write: on this thread, nothing to split.
+            return pieces
+                .iter_mut()
+                .try_for_each(|p| seal(p.offset, p.data, p.tags));
+        }
         // Four shares per core, each core taking the next as it finishes one.
         let groups = side_by_side::split_pieces(pieces, parts * 4, ss, ts);
         let work = |group: Vec<side_by_side::Span<'_>>| -> Result<()> {
-            for (at, d, t) in group {
-                let from = (at - offset) as usize;
-                let plain = src.get(from..from + d.len()).ok_or_else(|| {
-                    self.crypto_error(at, "the lower device lent sectors outside the write")
-                })?;
-                self.aead
-                    .seal_sectors_from(at / 512, plain, d, t, ts)
-                    .map_err(|e| self.crypto_error(at, e))?;
-            }
-            Ok(())
+            group.into_iter().try_for_each(|(at, d, t)| seal(at, d, t))
         };
         side_by_side::share(groups, parts, &work)
             .into_iter()
