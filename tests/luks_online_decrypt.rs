@@ -851,7 +851,10 @@ fn read_direct(path: &str, off: u64, len: usize) -> std::io::Result<Vec<u8>> {
 
 #[test]
 fn attached_header_server_failure_after_the_data_moved_fails_requests_until_retried() {
-    if missing_tools(false) || tool_missing("unshare", "util-linux") {
+    if missing_tools(false)
+        || tool_missing("unshare", "util-linux")
+        || common::env::private_mounts_missing("unshare --mount")
+    {
         return;
     }
     let e = Workspace::new();

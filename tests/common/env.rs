@@ -96,3 +96,19 @@ pub fn tools_missing(tools: &[(&str, &str)]) -> bool {
     }
     tools.iter().any(|(cmd, pkg)| tool_missing(cmd, pkg))
 }
+
+/// Whether a private mount namespace cannot be made here because `/` is not a mount point (a
+/// chroot): `unshare --mount` and systemd's tools then fail to change the root's propagation.
+/// Not something CI could install: this machine truly lacks it, so even under CI the test is
+/// skipped, saying why (a real machine, CI's included, has `/` mounted).
+pub fn private_mounts_missing(who: &str) -> bool {
+    let root_mounted = std::fs::read_to_string("/proc/self/mountinfo")
+        .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(4) == Some("/")));
+    if !root_mounted {
+        eprintln!(
+            "{}: skipped: / is not a mount point (a chroot): {who} cannot make a private mount namespace",
+            test_name()
+        );
+    }
+    !root_mounted
+}

@@ -107,18 +107,7 @@ pub fn dissect_missing() -> bool {
     if super::env::tool_missing("systemd-dissect", "systemd-container") {
         return true;
     }
-    let root_mounted = std::fs::read_to_string("/proc/self/mountinfo")
-        .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(4) == Some("/")));
-    if !root_mounted {
-        // Not something CI could install: this machine truly lacks it, so even under CI the
-        // test is skipped, saying why (a real machine, CI's included, has / mounted).
-        eprintln!(
-            "{}: skipped: / is not a mount point (a chroot): systemd-dissect cannot make its private mount namespace",
-            super::env::test_name()
-        );
-        return true;
-    }
-    false
+    super::env::private_mounts_missing("systemd-dissect")
 }
 
 /// `systemd-dissect --json=short IMAGE [--root-hash=H]`.
