@@ -18,7 +18,10 @@
 mod common;
 
 use common::env::{tool_missing, tools_missing};
-use common::reencrypt::{kill_when_under_way, logged_run, must, offline_command, run_must, shape};
+use common::reencrypt::{
+    kill_when_under_way, logged_run, must, not_in_progress, offline_command, refuses, run_must,
+    shape,
+};
 use common::rng::SplitMix64;
 use common::run::Workspace;
 use common::DMKIT;
@@ -412,13 +415,8 @@ fn a_cut_at_every_write_resumes_in_both_tools() {
             // secondary copy first): cryptsetup finds no reencryption to resume, says so and
             // changes nothing, and opens the data as dmkit would have finished it.
             to_files(img);
-            let out = d.output("cryptsetup", &["--resume-only"]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(1), "cryptsetup after {what}: {err}");
-            assert!(
-                err.contains("not in progress"),
-                "cryptsetup after {what}: {err}"
-            );
+            let cmd = d.command("cryptsetup", &["--resume-only"]);
+            not_in_progress(cmd, &format!("cryptsetup after {what}"));
             let now = [fs::read(&d.hdr).unwrap(), fs::read(&d.img).unwrap()].concat();
             encrypted_bytes(&now[..SHIFT], &now[SHIFT..], &vk, &d.plain, what);
             assert!(
@@ -449,13 +447,8 @@ fn a_cut_at_every_write_resumes_in_both_tools() {
             // from the secondary); dmkit finishes (checked above).
             to_files(img);
             let meta = d.meta();
-            let out = d.output("cryptsetup", &["--resume-only"]);
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert_eq!(out.status.code(), Some(1), "cryptsetup after {what}: {err}");
-            assert!(
-                err.contains("is too small."),
-                "cryptsetup after {what}: {err}"
-            );
+            let cmd = d.command("cryptsetup", &["--resume-only"]);
+            refuses(cmd, "is too small.", &format!("cryptsetup after {what}"));
             let now = fs::read(&d.img).unwrap();
             assert!(now == img[SHIFT..], "cryptsetup after {what}: data changed");
             assert_eq!(d.meta(), meta, "cryptsetup after {what}: metadata changed");

@@ -213,9 +213,14 @@ pub fn resume_in_place(
 
 /// `cmd` (a `--resume-only` of a device not in reencryption) refuses with exit 1 and says
 /// the reencryption is not in progress (`what` names the case).
-pub fn not_in_progress(mut cmd: Command, what: &str) {
+pub fn not_in_progress(cmd: Command, what: &str) {
+    refuses(cmd, "not in progress", what)
+}
+
+/// `cmd` refuses with exit 1 and a message that contains `says` (`what` names the case).
+pub fn refuses(mut cmd: Command, says: &str, what: &str) {
     let out = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{what}: {err}");
-    assert!(err.contains("not in progress"), "{what}: {err}");
+    assert!(err.contains(says), "{what}: {err}");
 }
