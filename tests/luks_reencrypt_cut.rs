@@ -8,6 +8,10 @@
 //! decrypted with OpenSSL's AES-XTS (or read as it is once decrypted), and cryptsetup opens
 //! it (`open --test-passphrase`; a decrypted header, which keeps no keyslot, is dumped).
 //!
+//! The journal re-key is cut once more as its server runs it online ([`Committed`]): each
+//! hotzone must be committed, and the last one's metadata gone, before the server may write
+//! it.
+//!
 //! A detached header and its data are one logged image, so the writes to both are cut in
 //! the order they were made. The devices are small (two hotzones of 64 KiB) so that every
 //! distinct state goes to both tools (a state a later cut leaves again is handed over once).
@@ -21,12 +25,13 @@
 mod common;
 
 use common::env::tool_missing;
-use common::reencrypt::{logged_run, must, resume_in_place, run_must};
+use common::reencrypt::{logged_run, must, resume_gated, resume_in_place, run_must};
 use common::run::Workspace;
 use common::DMKIT;
 use dmkit::block::{for_each_crash_state, BlockDevice, LoggedOp, MemoryDevice, Window};
 use dmkit::crypt::luks::LuksError;
 use dmkit::crypt::luks2::copies;
+use dmkit::crypt::luks2::reencrypt::engine::Hotzones;
 use dmkit::crypt::luks2::reencrypt::{ReencryptState, RunOutcome};
 use std::fs;
 use std::process::{Command, Output, Stdio};
@@ -195,6 +200,17 @@ impl Case {
         ReencryptState::read(&copies::read(&hdr).unwrap().header.metadata).unwrap()
     }
 
+    /// dmkit resumes the re-key of the image `dev` holds as its server does online, which
+    /// serves a hotzone again once it is left: [`Committed`] checks each is committed then.
+    fn resume_online(&self, dev: &dyn BlockDevice) -> Result<RunOutcome, LuksError> {
+        assert_eq!(self.op, Op::Rekey, "online runs here re-key");
+        let hooks = Committed {
+            dev,
+            size: DATA as u64,
+        };
+        resume_gated(dev, dev, KEY.as_bytes(), HOTZONE, Some(&hooks))
+    }
+
     /// dmkit resumes the reencryption of the image `dev` holds, as `--resume-only` does.
     fn resume(&self, dev: &dyn BlockDevice) -> Result<RunOutcome, LuksError> {
         if self.hdr.is_none() {
@@ -301,6 +317,39 @@ impl Case {
     }
 }
 
+/// The server's side of an online re-key of `dev` (forward, `size` bytes of data): when a
+/// hotzone is left, the server writes it with the new key, so the header must no longer
+/// flag it in reencryption (a journal recovery would overwrite those writes), and once the
+/// last is left the reencryption must be gone (cryptsetup 2.6.1 re-keys a lone segment
+/// under reencryption metadata a second time, from the device's start).
+struct Committed<'a> {
+    dev: &'a dyn BlockDevice,
+    size: u64,
+}
+
+impl Hotzones for Committed<'_> {
+    fn start(&self, _: u64) {}
+    fn enter(&self, _: u64, _: u64) {}
+    fn leave(&self, boundary: u64) {
+        let h = copies::read(self.dev).expect("the header when a hotzone is left");
+        let st = ReencryptState::read(&h.header.metadata).unwrap();
+        if boundary == self.size {
+            assert!(
+                st.is_none(),
+                "the last hotzone left in reencryption: {}",
+                summary(st.as_ref())
+            );
+        } else {
+            let st = st.expect("in reencryption between hotzones");
+            assert!(
+                st.hot.is_none(),
+                "hotzone left at {boundary} while flagged: {}",
+                summary(Some(&st))
+            );
+        }
+    }
+}
+
 /// The data segments of a reencryption state, in order (`*` marks the hotzone).
 fn summary(st: Option<&ReencryptState>) -> String {
     let Some(st) = st else {
@@ -361,12 +410,15 @@ fn zero_runs_merged(log: Vec<LoggedOp>) -> Vec<LoggedOp> {
     out
 }
 
-/// Cut a dmkit run of `op` with `mode` resilience at every write; hand every state to both
-/// tools.
-fn cut_everywhere(op: Op, mode: &str, seed: u64) {
+/// Cut a dmkit run of `op` with `mode` resilience (`online`: as its server runs it) at every
+/// write; hand every state to both tools.
+fn cut_everywhere(op: Op, mode: &str, seed: u64, online: bool) {
     let c = Case::new(op, mode, seed);
     let base = c.files_image();
-    let (log, writes) = logged_run(&base, |dev| c.resume(dev).unwrap());
+    let (log, writes) = logged_run(&base, |dev| match online {
+        true => c.resume_online(dev).unwrap(),
+        false => c.resume(dev).unwrap(),
+    });
     let log = zero_runs_merged(log);
     let merged = log
         .iter()
@@ -450,8 +502,9 @@ fn cut_everywhere(op: Op, mode: &str, seed: u64) {
     assert!(n.states > merged, "{} states", n.states);
     let distinct = seen.len();
     assert!(n.done > 0, "{op:?} {mode}: no state after the run was cut");
+    let online = if online { " online" } else { "" };
     eprintln!(
-        "{op:?} {mode}: {} states ({distinct} distinct) after {writes} writes ({merged} with the \
+        "{op:?} {mode}{online}: {} states ({distinct} distinct) after {writes} writes ({merged} with the \
          wipe's as one): dmkit finished \
          {}, cryptsetup resumed {} ({} after repair) and decrypted {} a second time (cut in \
          the last hotzone); {} done already (nothing to resume for either)",
@@ -461,19 +514,20 @@ fn cut_everywhere(op: Op, mode: &str, seed: u64) {
 
 /// One test per operation and resilience mode, so that the harness runs them in parallel.
 macro_rules! cut_test {
-    ($name:ident, $op:expr, $mode:literal, $seed:literal) => {
+    ($name:ident, $op:expr, $mode:literal, $seed:literal, $online:literal) => {
         #[test]
         fn $name() {
             if !missing() {
-                cut_everywhere($op, $mode, $seed);
+                cut_everywhere($op, $mode, $seed, $online);
             }
         }
     };
 }
 
-cut_test!(rekey_checksum, Op::Rekey, "checksum", 1);
-cut_test!(rekey_journal, Op::Rekey, "journal", 2);
-cut_test!(encrypt_detached_checksum, Op::Encrypt, "checksum", 3);
-cut_test!(encrypt_detached_journal, Op::Encrypt, "journal", 4);
-cut_test!(decrypt_detached_checksum, Op::Decrypt, "checksum", 5);
-cut_test!(decrypt_detached_journal, Op::Decrypt, "journal", 6);
+cut_test!(rekey_checksum, Op::Rekey, "checksum", 1, false);
+cut_test!(rekey_journal, Op::Rekey, "journal", 2, false);
+cut_test!(encrypt_detached_checksum, Op::Encrypt, "checksum", 3, false);
+cut_test!(encrypt_detached_journal, Op::Encrypt, "journal", 4, false);
+cut_test!(decrypt_detached_checksum, Op::Decrypt, "checksum", 5, false);
+cut_test!(decrypt_detached_journal, Op::Decrypt, "journal", 6, false);
+cut_test!(rekey_journal_online, Op::Rekey, "journal", 7, true);

@@ -196,6 +196,17 @@ pub fn resume_in_place(
     pass: &[u8],
     hotzone: u64,
 ) -> Result<dmkit::crypt::luks2::reencrypt::RunOutcome, dmkit::crypt::luks::LuksError> {
+    resume_gated(hdr, data, pass, hotzone, None)
+}
+
+/// [`resume_in_place`], telling `hooks` of every hotzone as an online run tells its server.
+pub fn resume_gated(
+    hdr: &dyn dmkit::block::BlockDevice,
+    data: &dyn dmkit::block::BlockDevice,
+    pass: &[u8],
+    hotzone: u64,
+    hooks: Option<&dyn dmkit::crypt::luks2::reencrypt::engine::Hotzones>,
+) -> Result<dmkit::crypt::luks2::reencrypt::RunOutcome, dmkit::crypt::luks::LuksError> {
     use dmkit::crypt::luks2::reencrypt::{engine, ReencryptState, RunOptions, RunOutcome};
     let mut h = dmkit::crypt::luks2::copies::read(hdr)?.header;
     let st = ReencryptState::read(&h.metadata)?.expect("a reencryption to resume");
@@ -208,7 +219,11 @@ pub fn resume_in_place(
         io_block: 4096,
         device_size: None,
     };
-    engine::Run::new(hdr, data, &mut h, &keys)?.run(&opts, &mut |_| true)
+    let run = engine::Run::new(hdr, data, &mut h, &keys)?;
+    match hooks {
+        Some(hooks) => run.run_gated(hooks, &opts, &mut |_| true),
+        None => run.run(&opts, &mut |_| true),
+    }
 }
 
 /// `cmd` (a `--resume-only` of a device not in reencryption) refuses with exit 1 and says

@@ -6,8 +6,9 @@
 //! 3. its protection is stored (checksum: one hash per block; journal: the ciphertext itself)
 //!    and flushed, then the header saying "this hotzone is being rewritten" is written;
 //! 4. the hotzone is re-keyed on all cores and written, and the data flushed;
-//! 5. the header saying "done up to here" is written; offline, the last hotzone's is the
-//!    teardown's header write, which drops the metadata too.
+//! 5. the header saying "done up to here" is written; the last hotzone's is the teardown's
+//!    header write, which drops the metadata too (online, the server serves that hotzone
+//!    only after it).
 //!
 //! Without resilience (`none`) steps 3 and 5 are skipped, as cryptsetup does, and the
 //! header is written once, when the loop ends or is stopped.
@@ -161,7 +162,8 @@ pub trait Hotzones {
     /// `[offset, offset + len)` is about to be read: return once no request touches it, and
     /// hold new requests that do.
     fn enter(&self, offset: u64, len: u64);
-    /// The hotzone entered last is rewritten, durable and committed; the boundary is now
+    /// The hotzone entered last is rewritten, durable and committed (the last one only once
+    /// the reencryption's metadata is dropped); the boundary is now
     /// `boundary` (its end forward, its start backward): held requests go on.
     fn leave(&self, boundary: u64);
 }
@@ -432,6 +434,9 @@ impl<'a> Run<'a> {
             }
         }
         let mut outcome = RunOutcome::Finished;
+        // Online, the boundary after the last hotzone, told to the server after the teardown.
+        let mut held = None;
+        let hooks = self.hooks;
         let result = (|| {
             while self.done(boundary) < size {
                 if !progress(Progress {
@@ -446,18 +451,21 @@ impl<'a> Run<'a> {
                 if let Some(h) = self.hooks {
                     h.enter(offset, length);
                 }
-                // Offline, the last hotzone's "done" commit is the teardown's header write:
-                // a state with every byte rewritten and the metadata still there is one
-                // cryptsetup 2.6.1 resumes from the first byte (its offset of a lone segment
-                // is 0 forward, the last hotzone backward), rewriting the device a second
-                // time. Online the server writes the hotzone as soon as it is left, so it must
-                // be committed first (a journal recovery would overwrite those writes).
+                // The last hotzone's "done" commit is the teardown's header write: a state
+                // with every byte rewritten and the metadata still there is one cryptsetup
+                // 2.6.1 resumes from the first byte (its offset of a lone segment is 0
+                // forward, the last hotzone backward), rewriting the device a second time.
+                // Online the server may write a hotzone only once it is committed (a journal
+                // recovery would overwrite those writes), so the last one is left only after
+                // the teardown.
                 let end = if forward { offset + length } else { offset };
-                let last = self.hooks.is_none() && self.done(end) == size;
+                let last = self.done(end) == size;
                 self.step(&mut buf.all()[..length as usize], offset, last)?;
                 boundary = if forward { offset + length } else { offset };
-                if let Some(h) = self.hooks {
-                    h.leave(boundary);
+                match self.hooks {
+                    Some(_) if last => held = Some(boundary),
+                    Some(h) => h.leave(boundary),
+                    None => {}
                 }
             }
             Ok::<(), LuksError>(())
@@ -476,6 +484,9 @@ impl<'a> Run<'a> {
         if outcome == RunOutcome::Finished {
             progress(Progress { size, done: size });
             self.teardown()?;
+        }
+        if let (Some(h), Some(boundary)) = (hooks, held) {
+            h.leave(boundary);
         }
         Ok(outcome)
     }
@@ -550,7 +561,7 @@ impl<'a> Run<'a> {
     /// One hotzone, `buf.len()` bytes at `offset`, in cryptsetup's commit order. Reads,
     /// hashing, journal writes, re-keying and data writes each run on all cores, piece by
     /// piece; the header commits between them keep the order.
-    /// The `last` hotzone of an offline run is left `in-reencryption` on disk: the teardown's
+    /// The `last` hotzone is left `in-reencryption` on disk: the teardown's
     /// header write commits it.
     fn step(&mut self, buf: &mut [u8], offset: u64, last: bool) -> Result<(), LuksError> {
         let length = buf.len() as u64;
