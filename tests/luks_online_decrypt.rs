@@ -904,6 +904,15 @@ fn attached_header_server_failure_after_the_data_moved_fails_requests_until_retr
         .recv_timeout(Duration::from_secs(20))
         .expect("a read of the device hangs");
     assert_eq!(got.map(|_| ()), Err(Some(libc::EIO)));
+    // `status` says so, where it would otherwise show a healthy device.
+    let out = e.run.ok(&["status", "dmfail"]);
+    assert!(
+        out.lines()
+            .any(|l| l.trim_start().starts_with("reencryption:")
+                && l.contains("failed, serving nothing")
+                && l.contains("does not serve it")),
+        "{out}"
+    );
     // The same command, with the header where the server sees it, decrypts it.
     let r = start_reencrypt(&e, "dmfail", &pass, &["--decrypt", "--header", &hdr])
         .wait_with_output()

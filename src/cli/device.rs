@@ -386,7 +386,9 @@ fn human(v: &Value) -> String {
         rows.add("open handles", n);
     }
     let r = &v["reencryption"];
-    if let (Some(done), Some(size)) = (r["done"].as_u64(), r["size"].as_u64()) {
+    if let Some(why) = r["unserved"].as_str() {
+        rows.add("reencryption", format!("failed, serving nothing: {why}"));
+    } else if let (Some(done), Some(size)) = (r["done"].as_u64(), r["size"].as_u64()) {
         let state = match (r["running"].as_bool(), r["finished"].as_bool()) {
             (_, Some(true)) => "finished",
             (Some(true), _) => "in progress",

@@ -61,8 +61,9 @@ pub(super) struct Reencryptor {
     ended: Condvar,
     stop: AtomicBool,
     done: AtomicU64,
-    /// The data moved but nothing serves it (see [`Reencryptor::fail_unserved`]).
-    unserved: AtomicBool,
+    /// The data moved but nothing serves it: why, and what the user can do (see
+    /// [`Reencryptor::fail_unserved`]).
+    unserved: Mutex<Option<String>>,
 }
 
 fn failure(e: LuksError) -> OnlineError {
@@ -84,7 +85,7 @@ impl Reencryptor {
             ended: Condvar::new(),
             stop: AtomicBool::new(false),
             done: AtomicU64::new(0),
-            unserved: AtomicBool::new(false),
+            unserved: Mutex::new(None),
         }
     }
 
@@ -177,7 +178,7 @@ impl Reencryptor {
         if self.place.header.is_some() || self.started() {
             return None;
         }
-        if !self.gate.is_held() && !self.unserved.load(Ordering::SeqCst) {
+        if !self.gate.is_held() && !self.unserved() {
             return None;
         }
         let header = self.exported().clone().unwrap_or(header.to_path_buf());
@@ -196,13 +197,16 @@ impl Reencryptor {
             self.gate.logical_block_size(),
             format!("the online decryption failed: {why}"),
         )));
-        self.unserved.store(true, Ordering::SeqCst);
+        *self.unserved.lock().unwrap_or_else(|e| e.into_inner()) = Some(told.clone());
         Some(told)
     }
 
     /// Whether the device serves nothing after a failed decryption ([`Reencryptor::fail_unserved`]).
     pub fn unserved(&self) -> bool {
-        self.unserved.load(Ordering::SeqCst)
+        self.unserved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
     }
 
     /// Whether the volume's data moved for a decryption: its header was taken from a file
@@ -507,7 +511,19 @@ impl Reencryptor {
     /// What `status` shows.
     pub fn status(&self) -> Option<serde_json::Value> {
         let j = self.job();
-        let dev = j.device.as_ref()?;
+        let Some(dev) = j.device.as_ref() else {
+            // A decryption that moved the data and failed before serving its map: every
+            // request fails, and `status` says why rather than look like a healthy device.
+            let told = self.unserved.lock().unwrap_or_else(|e| e.into_inner());
+            return told.as_ref().map(|why| {
+                serde_json::json!({
+                    "running": j.running,
+                    "finished": false,
+                    "unserved": why,
+                    "exported_header": self.exported().as_deref().map(|p| p.display().to_string()),
+                })
+            });
+        };
         let done = dev.done().max(self.done.load(Ordering::SeqCst)).min(j.size);
         Some(serde_json::json!({
             "running": j.running,
