@@ -142,6 +142,32 @@ fn crashed(d: &str) -> bool {
     in_reencryption(d) && d.contains("in-reencryption")
 }
 
+/// The offset of the one data segment the dump `d` shows besides the backups, if there is
+/// one: cryptsetup 2.6.1 writes that state after its last hotzone, before its teardown drops
+/// the metadata, and a device in it is served whole from there, as the finished one is.
+fn lone_data_segment(d: &str) -> Option<u64> {
+    let segments = d
+        .split("Data segments:")
+        .nth(1)?
+        .split("Keyslots:")
+        .next()?;
+    let mut live = Vec::new();
+    for block in segments.split("\n  ").skip(1) {
+        if block.contains("backup-") {
+            continue;
+        }
+        let offset = block
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("offset:"))
+            .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())?;
+        live.push(offset);
+    }
+    match live.as_slice() {
+        [only] => Some(*only),
+        _ => None,
+    }
+}
+
 /// Open `img` (header on `hdr`) with dmkit, read-only or not, and read the served device.
 fn read_back(e: &Workspace, img: &str, hdr: Option<&str>, read_only: bool, name: &str) -> Vec<u8> {
     let pass = e.s("pass");
@@ -385,8 +411,12 @@ fn encrypt_with_reduced_device_size_interrupted_opens() {
             eprintln!("{what}: no interrupted hotzone caught; skipped");
             continue;
         }
+        let want = match lone_data_segment(&dump(&img)) {
+            Some(offset) => IMG - offset,
+            None => IMG - (4 << 20),
+        };
         let back = read_back(&e, &img, None, true, "enc");
-        assert_eq!(back.len() as u64, IMG - (4 << 20), "{what}: size");
+        assert_eq!(back.len() as u64, want, "{what}: size");
         assert_same(&what, &back, &plain);
     }
 }

@@ -176,7 +176,9 @@ impl LuksVolume {
         let Header::V2(h) = &mut self.header else {
             unreachable!("reencryption is LUKS2 only")
         };
-        if engine::finish_orphaned(&self.dev, h, &st, pass, slot)? {
+        if engine::finish_keyless_decryption(&self.dev, h, &st)?
+            || engine::finish_orphaned(&self.dev, h, &st, pass, slot)?
+        {
             return Ok(RunOutcome::Finished);
         }
         let keys = engine::unlock_keys(&self.dev, h, &st, pass, slot)?;

@@ -819,6 +819,32 @@ pub fn finish_orphaned(
     Ok(true)
 }
 
+/// A decryption cryptsetup 2.6.1 was killed in during its teardown, after it destroyed the
+/// old key's keyslots and before its header write dropped the metadata
+/// (`reencrypt_teardown_ok` destroys them first): no hotzone flagged, every data segment
+/// plaintext, no keyslot left to unlock. cryptsetup cannot resume it; nothing in it needs a
+/// key any more (its data is decrypted, its last bytes were wiped before the keyslots went),
+/// so the metadata is dropped without one. Returns whether it was such a device.
+pub fn finish_keyless_decryption(
+    dev: &dyn BlockDevice,
+    h: &mut Luks2Header,
+    st: &ReencryptState,
+) -> Result<bool, LuksError> {
+    let m = &h.metadata;
+    let mut data = m
+        .segments
+        .values()
+        .filter(|s| !s.flags.iter().any(|f| f.starts_with("backup-")))
+        .peekable();
+    let plaintext = data.peek().is_some() && data.all(|s| s.kind == "linear");
+    let keyslots_left = m.keyslots.keys().any(|&id| id != st.keyslot.id);
+    if st.keyslot.mode != Mode::Decrypt || st.hot.is_some() || !plaintext || keyslots_left {
+        return Ok(false);
+    }
+    drop_metadata(dev, h, st)?;
+    Ok(true)
+}
+
 /// Wipe keyslot `id`'s area, then drop it (and every reference to it) from the header, and
 /// digests left bound to nothing with it (`crypt_keyslot_destroy`).
 pub(super) fn destroy_keyslot(

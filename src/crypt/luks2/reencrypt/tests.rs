@@ -357,3 +357,64 @@ fn encryption_and_decryption_without_resilience() {
         );
     }
 }
+
+/// A decryption as cryptsetup 2.6.1 leaves it when killed in its teardown between destroying
+/// the old key's keyslots and dropping the metadata: every byte decrypted, the metadata still
+/// there, no keyslot. It is finished without a key, and a wrong passphrase changes nothing
+/// before that (none is asked for), where unlocking would fail.
+#[test]
+fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
+    let base = started_one_key(false, Resilience::Journal);
+    let done = MemoryDevice::from_vec("done", base.clone());
+    assert_eq!(run_on(&done).unwrap(), RunOutcome::Finished);
+    let finished = copies::read(&done).unwrap().header;
+    // The header in decryption, its data segments replaced by the finished one and the old
+    // key's keyslots destroyed, over the decrypted data.
+    let mut h = copies::read(&MemoryDevice::from_vec("base", base))
+        .unwrap()
+        .header;
+    let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
+    let m = &mut h.metadata;
+    m.segments
+        .retain(|_, s| s.flags.iter().any(|f| f.starts_with("backup-")));
+    for (id, s) in &finished.metadata.segments {
+        assert!(m.segments.insert(*id, s.clone()).is_none(), "segment {id}");
+    }
+    let live: Vec<u32> = m.segments.keys().copied().collect();
+    let old: Vec<u32> = m
+        .keyslots
+        .keys()
+        .copied()
+        .filter(|&k| k != st.keyslot.id)
+        .collect();
+    assert!(!old.is_empty());
+    for k in &old {
+        m.keyslots.remove(k);
+    }
+    for d in m.digests.values_mut() {
+        d.keyslots.retain(|k| !old.contains(k));
+        d.segments.retain(|s| live.contains(s));
+    }
+    let dev = MemoryDevice::from_vec("killed", done.contents());
+    super::engine::commit(&dev, &mut h).unwrap();
+    let mut h = copies::read(&dev).unwrap().header;
+    let st = ReencryptState::read(&h.metadata)
+        .unwrap()
+        .expect("left in reencryption");
+    assert!(
+        unlock_keys(&dev, &h, &st, PASS, None).is_err(),
+        "no keyslot left to unlock"
+    );
+    assert!(super::engine::finish_keyless_decryption(&dev, &mut h, &st).unwrap());
+    assert!(read_final(&dev.contents()) == plaintext());
+    // Not for a device that still has a keyslot, nor one with data left to decrypt.
+    let mut h = copies::read(&MemoryDevice::from_vec(
+        "again",
+        started_one_key(false, Resilience::Journal),
+    ))
+    .unwrap()
+    .header;
+    let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
+    let untouched = MemoryDevice::from_vec("untouched", vec![0u8; 4096]);
+    assert!(!super::engine::finish_keyless_decryption(&untouched, &mut h, &st).unwrap());
+}
