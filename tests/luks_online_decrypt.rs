@@ -69,11 +69,15 @@ fn meta(hdr: &str) -> serde_json::Value {
 }
 
 fn in_decryption(hdr: &str) -> bool {
-    meta(hdr)["keyslots"]
-        .as_object()
-        .unwrap()
-        .values()
-        .any(|k| k["type"] == "reencrypt" && k["mode"] == "decrypt")
+    decrypting(&meta(hdr))
+}
+
+/// Whether the LUKS2 metadata `m` has a reencrypt keyslot decrypting.
+fn decrypting(m: &serde_json::Value) -> bool {
+    m["keyslots"].as_object().is_some_and(|k| {
+        k.values()
+            .any(|k| k["type"] == "reencrypt" && k["mode"] == "decrypt")
+    })
 }
 
 /// Decrypted to the end: the header as cryptsetup leaves it (one linear segment, no keyslot,
@@ -769,12 +773,6 @@ fn try_killing_in_the_last_hotzone(
             at += 5 << 20;
             n += 1;
         } else {
-            let decrypting = |m: &serde_json::Value| {
-                m["keyslots"].as_object().is_some_and(|k| {
-                    k.values()
-                        .any(|k| k["type"] == "reencrypt" && k["mode"] == "decrypt")
-                })
-            };
             let m = poll("the last hotzone never started", &|m| {
                 moved_segment_hot(m) || !decrypting(m)
             });

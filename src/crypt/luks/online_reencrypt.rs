@@ -197,16 +197,18 @@ impl Reencryptor {
             self.gate.logical_block_size(),
             format!("the online decryption failed: {why}"),
         )));
-        *self.unserved.lock().unwrap_or_else(|e| e.into_inner()) = Some(told.clone());
+        *self.told() = Some(told.clone());
         Some(told)
     }
 
     /// Whether the device serves nothing after a failed decryption ([`Reencryptor::fail_unserved`]).
     pub fn unserved(&self) -> bool {
-        self.unserved
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.told().is_some()
+    }
+
+    /// Why the device serves nothing, with what the user can do (`None` while it serves).
+    fn told(&self) -> MutexGuard<'_, Option<String>> {
+        self.unserved.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether the volume's data moved for a decryption: its header was taken from a file
@@ -514,8 +516,7 @@ impl Reencryptor {
         let Some(dev) = j.device.as_ref() else {
             // A decryption that moved the data and failed before serving its map: every
             // request fails, and `status` says why rather than look like a healthy device.
-            let told = self.unserved.lock().unwrap_or_else(|e| e.into_inner());
-            return told.as_ref().map(|why| {
+            return self.told().as_ref().map(|why| {
                 serde_json::json!({
                     "running": j.running,
                     "finished": false,

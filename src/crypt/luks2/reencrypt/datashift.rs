@@ -31,7 +31,7 @@ use super::engine::{commit, drop_metadata, keyed, Keys, Progress, RunOutcome};
 use super::init::{check_aligned, only_segment, seal};
 use super::layout::{crypt, flagged, linear};
 use super::parallel::{self, Keyed};
-use super::state::{Direction, Mode, ReencryptState, Resilience};
+use super::state::{is_backup, Direction, Mode, ReencryptState, Resilience};
 use super::{verify, InitParams};
 use crate::block::aligned::AlignedBuf;
 use crate::block::BlockDevice;
@@ -261,10 +261,6 @@ struct Shift<'a> {
     shift: u64,
     /// The copy of the first segment; `None` for an encryption in place.
     moved: Option<Segment>,
-}
-
-fn is_backup(s: &Segment) -> bool {
-    s.flags.iter().any(|f| f.starts_with("backup-"))
 }
 
 /// The data segments of `m`, backups left out.

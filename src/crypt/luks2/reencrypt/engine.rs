@@ -15,7 +15,7 @@
 
 use super::layout::Ends;
 use super::parallel::{self, Keyed};
-use super::state::{Mode, ReencryptState, Resilience};
+use super::state::{is_backup, Mode, ReencryptState, Resilience};
 use super::verify::KeysByDigest;
 use super::{area, recover, verify};
 use crate::block::aligned::AlignedBuf;
@@ -273,11 +273,8 @@ impl<'a> Run<'a> {
     /// only segment is already the new one: the loop ended but teardown did not.
     fn resume_boundary(&self) -> Result<Option<u64>, LuksError> {
         let m = &self.h.metadata;
-        let regular: Vec<(&u32, &Segment)> = m
-            .segments
-            .iter()
-            .filter(|(_, s)| !s.flags.iter().any(|f| f.starts_with("backup-")))
-            .collect();
+        let regular: Vec<(&u32, &Segment)> =
+            m.segments.iter().filter(|(_, s)| !is_backup(s)).collect();
         let fresh = if self.ends.forward {
             0
         } else {
@@ -500,7 +497,7 @@ impl<'a> Run<'a> {
             .metadata
             .segments
             .values()
-            .filter(|s| !s.flags.iter().any(|f| f.starts_with("backup-")))
+            .filter(|s| !is_backup(s))
             .fold((0u64, false), |(sum, dynamic), s| match s.size {
                 Some(n) => (sum + n, dynamic),
                 None => (sum, true),
@@ -767,8 +764,7 @@ pub(super) fn drop_metadata(
     st: &ReencryptState,
 ) -> Result<(), LuksError> {
     let m: &mut Metadata = &mut h.metadata;
-    m.segments
-        .retain(|_, s| !s.flags.iter().any(|f| f.starts_with("backup-")));
+    m.segments.retain(|_, s| !is_backup(s));
     let live: Vec<u32> = m.segments.keys().copied().collect();
     for d in m.digests.values_mut() {
         d.segments.retain(|s| live.contains(s));
@@ -806,7 +802,7 @@ pub fn finish_orphaned(
     let data: Vec<u32> = m
         .segments
         .iter()
-        .filter(|(_, s)| !s.flags.iter().any(|f| f.starts_with("backup-")))
+        .filter(|(_, s)| !is_backup(s))
         .map(|(&id, _)| id)
         .collect();
     let all_new =
@@ -830,14 +826,9 @@ pub fn finish_keyless_decryption(
     h: &mut Luks2Header,
     st: &ReencryptState,
 ) -> Result<bool, LuksError> {
-    let m = &h.metadata;
-    let mut data = m
-        .segments
-        .values()
-        .filter(|s| !s.flags.iter().any(|f| f.starts_with("backup-")))
-        .peekable();
-    let plaintext = data.peek().is_some() && data.all(|s| s.kind == "linear");
-    let keyslots_left = m.keyslots.keys().any(|&id| id != st.keyslot.id);
+    let data = super::datashift::data_segments(&h.metadata);
+    let plaintext = !data.is_empty() && data.iter().all(|s| s.kind == "linear");
+    let keyslots_left = h.metadata.keyslots.keys().any(|&id| id != st.keyslot.id);
     if st.keyslot.mode != Mode::Decrypt || st.hot.is_some() || !plaintext || keyslots_left {
         return Ok(false);
     }

@@ -223,7 +223,9 @@ pub fn status(m: &Metadata) -> Status {
     }
 }
 
-fn is_backup(s: &Segment) -> bool {
+/// Whether `s` is a backup segment (`backup-previous`, `backup-final`,
+/// `backup-moved-segment`), not one of the data's.
+pub(super) fn is_backup(s: &Segment) -> bool {
     s.flags.iter().any(|f| f.starts_with("backup-"))
 }
 

@@ -375,8 +375,7 @@ fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
         .header;
     let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
     let m = &mut h.metadata;
-    m.segments
-        .retain(|_, s| s.flags.iter().any(|f| f.starts_with("backup-")));
+    m.segments.retain(|_, s| super::state::is_backup(s));
     for (id, s) in &finished.metadata.segments {
         assert!(m.segments.insert(*id, s.clone()).is_none(), "segment {id}");
     }
