@@ -31,7 +31,7 @@ use super::engine::{commit, drop_metadata, keyed, Keys, Progress, RunOutcome};
 use super::init::{check_aligned, only_segment, seal};
 use super::layout::{crypt, flagged, linear};
 use super::parallel::{self, Keyed};
-use super::state::{is_backup, Direction, Mode, ReencryptState, Resilience};
+use super::state::{data_segments, Direction, Mode, ReencryptState, Resilience};
 use super::{verify, InitParams};
 use crate::block::aligned::AlignedBuf;
 use crate::block::BlockDevice;
@@ -261,15 +261,6 @@ struct Shift<'a> {
     shift: u64,
     /// The copy of the first segment; `None` for an encryption in place.
     moved: Option<Segment>,
-}
-
-/// The data segments of `m`, backups left out.
-pub(super) fn data_segments(m: &Metadata) -> Vec<Segment> {
-    m.segments
-        .values()
-        .filter(|s| !is_backup(s))
-        .cloned()
-        .collect()
 }
 
 fn size_of(s: &Segment) -> Result<u64, LuksError> {

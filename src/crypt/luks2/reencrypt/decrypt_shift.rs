@@ -20,11 +20,11 @@
 //!
 //! The header file's requirement is `online-reencrypt-v3`, as cryptsetup marks this mode.
 
-use super::datashift::data_segments;
 use super::engine::{commit, drop_metadata, keyed, Hotzones, Keys, Progress, RunOutcome};
 use super::init::{check_aligned, only_segment, seal};
 use super::layout::{crypt, flagged, linear};
 use super::parallel::{self, Keyed};
+use super::state::data_segments;
 use super::state::{Direction, Mode, ReencryptState, Resilience};
 use super::{verify, InitParams};
 use crate::block::BlockDevice;

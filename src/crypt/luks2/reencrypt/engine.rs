@@ -15,7 +15,7 @@
 
 use super::layout::Ends;
 use super::parallel::{self, Keyed};
-use super::state::{is_backup, Mode, ReencryptState, Resilience};
+use super::state::{data_segments, is_backup, Mode, ReencryptState, Resilience};
 use super::verify::KeysByDigest;
 use super::{area, recover, verify};
 use crate::block::aligned::AlignedBuf;
@@ -826,7 +826,7 @@ pub fn finish_keyless_decryption(
     h: &mut Luks2Header,
     st: &ReencryptState,
 ) -> Result<bool, LuksError> {
-    let data = super::datashift::data_segments(&h.metadata);
+    let data = data_segments(&h.metadata);
     let plaintext = !data.is_empty() && data.iter().all(|s| s.kind == "linear");
     let keyslots_left = h.metadata.keyslots.keys().any(|&id| id != st.keyslot.id);
     if st.keyslot.mode != Mode::Decrypt || st.hot.is_some() || !plaintext || keyslots_left {

@@ -229,6 +229,15 @@ pub(super) fn is_backup(s: &Segment) -> bool {
     s.flags.iter().any(|f| f.starts_with("backup-"))
 }
 
+/// The data segments of `m`, backups left out.
+pub(super) fn data_segments(m: &Metadata) -> Vec<Segment> {
+    m.segments
+        .values()
+        .filter(|s| !is_backup(s))
+        .cloned()
+        .collect()
+}
+
 fn by_flag<'a>(m: &'a Metadata, flag: &str) -> Option<(u32, &'a Segment)> {
     m.segments
         .iter()
