@@ -16,6 +16,7 @@ pub mod online;
 pub mod open;
 pub mod side_by_side;
 pub mod signature;
+pub mod stream_copy;
 mod window;
 
 pub use activated::{Activated, StatsFn};

@@ -19,6 +19,7 @@ use super::state::{data_segments, is_backup, Mode, ReencryptState, Resilience};
 use super::verify::KeysByDigest;
 use super::{area, recover, verify};
 use crate::block::aligned::AlignedBuf;
+use crate::block::stream_copy::stream_copy;
 use crate::block::BlockDevice;
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::luks::{LuksError, VolumeKey};
@@ -625,8 +626,12 @@ impl<'a> Run<'a> {
                         // (mapped while `self.journal` lives, which outlives this call); this
                         // sub-piece's range `o..o + sub.len()` is within it and no other
                         // thread touches it.
-                        unsafe { std::slice::from_raw_parts_mut((j as *mut u8).add(o), sub.len()) }
-                            .copy_from_slice(sub)
+                        let to = unsafe {
+                            std::slice::from_raw_parts_mut((j as *mut u8).add(o), sub.len())
+                        };
+                        // The journal is read back only after a crash: streamed past the
+                        // cache, which keeps the hotzone for its re-keying.
+                        stream_copy(to, sub)
                     }
                     (Resilience::Journal, None) => {
                         match journal_direct.and_then(|d| d.write_at(sub, area + o as u64)) {
@@ -661,7 +666,13 @@ impl<'a> Run<'a> {
         // disk writes while the core re-keys the next, and the flush below has little left.
         let (old, new) = (self.old.as_ref(), self.new.as_ref());
         parallel::pieces(buf, unit, |o, piece| {
-            for (s, sub) in parallel::sub_pieces(piece, unit) {
+            let mut subs: Vec<_> = parallel::sub_pieces(piece, unit).collect();
+            if mapped {
+                // In memory, last bytes first: the cache still holds the end of what this
+                // thread just journaled.
+                subs.reverse();
+            }
+            for (s, sub) in subs {
                 let o = o + s;
                 parallel::rekey_piece(sub, offset + o as u64, old, new);
                 if !mapped {
