@@ -10,6 +10,7 @@ pub mod aligned;
 mod claim;
 mod faulty;
 mod file;
+pub mod helpers;
 pub mod linear;
 mod memory;
 pub mod online;

@@ -29,9 +29,9 @@ pub fn run<T: Send, R: Send>(jobs: Vec<T>, work: &(dyn Fn(T) -> R + Sync)) -> Ve
 }
 
 /// `work` on every one of `jobs` (more of them than `threads`), taken in order by the calling
-/// thread and `threads - 1` threads of the pool, each taking the next job as it finishes one:
-/// a core that the rest of the process (a journal's write-back, another request) keeps busy
-/// takes fewer, so no thread waits long for the last part. The results in order; a job whose
+/// thread and up to `threads - 1` [helpers](super::helpers), each taking the next job as it
+/// finishes one: a core that the rest of the process (a journal's write-back, another
+/// request) keeps busy takes fewer, so no thread waits long for the last part. The results in order; a job whose
 /// thread panicked gives `None`.
 pub fn share<T: Send, R: Send>(
     jobs: Vec<T>,
@@ -53,17 +53,7 @@ pub fn share<T: Send, R: Send>(
             *results[i].lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
         }
     };
-    let helpers = threads.min(n).saturating_sub(1);
-    if helpers == 0 {
-        take();
-    } else {
-        rayon::in_place_scope(|s| {
-            for _ in 0..helpers {
-                s.spawn(|_| take());
-            }
-            take();
-        });
-    }
+    super::helpers::alongside(threads.min(n).saturating_sub(1), &take);
     results
         .into_iter()
         .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))

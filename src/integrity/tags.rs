@@ -433,10 +433,10 @@ impl TagHasher {
     }
 
     /// [`tag_blocks`](TagHasher::tag_blocks) for one request of the serving path: a large
-    /// request of a hash tag (SHA, HMAC) is split in parts of at least 256 KiB hashed at once on rayon's
-    /// pool (its threads started once per process, not per request), so a 1 MiB read is not
-    /// bound by one core; CRC tags and small requests stay on the caller's thread, where the
-    /// hand-off would cost more than it saves.
+    /// request of a hash tag (SHA, HMAC) is split in parts of at least 256 KiB hashed at once
+    /// by this thread and the [helpers](crate::block::helpers) (started once per process, not
+    /// per request), so a 1 MiB read is not bound by one core; CRC tags and small requests stay
+    /// on the caller's thread, where the hand-off would cost more than it saves.
     pub fn tag_blocks_pooled(&self, first_sector: u64, data: &[u8], out: &mut [u8]) {
         let bs = self.block_size;
         let ts = self.tag_size;
@@ -447,19 +447,16 @@ impl TagHasher {
         }
         let per = n.div_ceil(parts);
         let step = (bs / 512) as u64;
-        let mut parts = data.chunks(per * bs).zip(out.chunks_mut(per * ts));
-        let head = parts.next();
-        // The other parts on the pool, the first on this thread (rayon::join from outside
-        // the pool would park this thread and run both there).
-        rayon::in_place_scope(|s| {
-            for (i, (d, o)) in parts.enumerate() {
-                let first = first_sector + ((i + 1) * per) as u64 * step;
-                s.spawn(move |_| self.tag_blocks(first, d, o));
-            }
-            if let Some((d, o)) = head {
-                self.tag_blocks(first_sector, d, o);
-            }
-        });
+        let jobs: Vec<_> = data
+            .chunks(per * bs)
+            .zip(out.chunks_mut(per * ts))
+            .enumerate()
+            .map(|(i, (d, o))| (first_sector + (i * per) as u64 * step, d, o))
+            .collect();
+        let done = side_by_side::share(jobs, parts, &|(first, d, o)| self.tag_blocks(first, d, o));
+        // A part whose thread panicked has no tags: fail as that thread did, as rayon's
+        // scope did, rather than hand back tags never computed.
+        assert!(done.iter().all(Option::is_some), "a tag thread panicked");
     }
 
     /// How many threads a request of `bytes` is tagged on: one per core, each with at least
@@ -557,7 +554,7 @@ fn hmac<D: Digest>(block: usize, key: &[u8], prefix: &[u8], data: &[u8]) -> Vec<
 /// 256 KiB of SHA-256 take some 100 us, a wake-up of a pool thread some microseconds.
 const POOLED_MIN: usize = 256 << 10;
 
-/// The CPUs this process may run on (the size of rayon's pool), asked once: the answer reads
+/// The CPUs this process may run on, asked once: the answer reads
 /// the cgroup's quota from /sys.
 fn cores() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();

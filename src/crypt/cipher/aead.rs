@@ -733,10 +733,10 @@ impl SectorAead {
 }
 
 /// Run `work(first 512-byte sector, data, metadata)` on each part of a batch split into
-/// contiguous parts of `per` sectors of `ss` bytes, the first part on this thread while the
-/// others run on rayon's pool (threads started once, at the first large batch of the
-/// process, not one per request: a thread start costs some fifteen system calls); the
-/// results in order.
+/// contiguous parts of `per` sectors of `ss` bytes, on this thread and the
+/// [helpers](crate::block::helpers) (threads started once, at the first large batch of the
+/// process, not one per request: a thread start costs some fifteen system calls), each
+/// taking the next part as it finishes one; the results in order.
 fn in_parts<'a, M: Send + 'a, R: Send>(
     ss: usize,
     first: u64,
@@ -745,21 +745,13 @@ fn in_parts<'a, M: Send + 'a, R: Send>(
     work: &(dyn Fn(u64, &'a mut [u8], M) -> Result<R, AeadError> + Sync),
 ) -> Vec<Result<R, AeadError>> {
     let step = (ss / 512) as u64;
-    let at = |i: usize| first + (i * per) as u64 * step;
-    let parts: Vec<_> = parts.collect();
-    let mut all: Vec<Option<Result<R, AeadError>>> = parts.iter().map(|_| None).collect();
-    rayon::in_place_scope(|s| {
-        let mut slots = all.iter_mut();
-        let mut parts = parts.into_iter().enumerate();
-        let head = parts.next().zip(slots.next());
-        for ((i, (d, m)), slot) in parts.zip(slots) {
-            s.spawn(move |_| *slot = Some(work(at(i), d, m)));
-        }
-        if let Some(((_, (d, m)), slot)) = head {
-            *slot = Some(work(first, d, m));
-        }
-    });
-    all.into_iter()
+    let jobs: Vec<_> = parts
+        .enumerate()
+        .map(|(i, (d, m))| (first + (i * per) as u64 * step, d, m))
+        .collect();
+    let threads = jobs.len();
+    crate::block::side_by_side::share(jobs, threads, &|(at, d, m)| work(at, d, m))
+        .into_iter()
         .map(|r| r.unwrap_or_else(|| Err(AeadError::Buffer("a crypto thread panicked".into()))))
         .collect()
 }
