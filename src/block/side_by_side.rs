@@ -1,38 +1,15 @@
-//! Work on the parts of one request side by side, one part per core: scoped threads of the
-//! global pool, the first part on the calling thread, no queue. The AEAD target and
+//! Work on the parts of one request side by side: the calling thread and the
+//! [helpers](super::helpers), each taking the next part as it finishes one. The AEAD target and
 //! dm-integrity's hashed tags split a large request this way, whether its parts are slices of
 //! one buffer or the pieces a journal lends for a write in place.
 
 use crate::block::TaggedPiece;
 
-/// `work` on each of `jobs` at once (the first on the calling thread); the results in order.
-/// A job whose thread panicked gives `None`.
-pub fn run<T: Send, R: Send>(jobs: Vec<T>, work: &(dyn Fn(T) -> R + Sync)) -> Vec<Option<R>> {
-    let mut results: Vec<Option<R>> = (0..jobs.len()).map(|_| None).collect();
-    if jobs.len() <= 1 {
-        for (job, slot) in jobs.into_iter().zip(results.iter_mut()) {
-            *slot = Some(work(job));
-        }
-        return results;
-    }
-    rayon::in_place_scope(|s| {
-        let mut jobs = jobs.into_iter().zip(results.iter_mut());
-        let head = jobs.next();
-        for (job, slot) in jobs {
-            s.spawn(move |_| *slot = Some(work(job)));
-        }
-        if let Some((job, slot)) = head {
-            *slot = Some(work(job));
-        }
-    });
-    results
-}
-
 /// `work` on every one of `jobs` (more of them than `threads`), taken in order by the calling
 /// thread and up to `threads - 1` [helpers](super::helpers), each taking the next job as it
 /// finishes one: a core that the rest of the process (a journal's write-back, another
-/// request) keeps busy takes fewer, so no thread waits long for the last part. The results in order; a job whose
-/// thread panicked gives `None`.
+/// request) keeps busy takes fewer, so no thread waits long for the last part. The results in
+/// order; a job whose thread panicked gives `None`.
 pub fn share<T: Send, R: Send>(
     jobs: Vec<T>,
     threads: usize,
@@ -145,8 +122,6 @@ mod tests {
 
     #[test]
     fn jobs_run_in_order_on_any_thread() {
-        let out = run((0..5u32).collect(), &|x| x * 2);
-        assert_eq!(out, (0..5).map(|x| Some(x * 2)).collect::<Vec<_>>());
         for threads in 0..4 {
             let out = share((0..37u32).collect(), threads, &|x| x * 3);
             assert_eq!(out, (0..37).map(|x| Some(x * 3)).collect::<Vec<_>>());
