@@ -176,7 +176,7 @@ impl LuksVolume {
         let Header::V2(h) = &mut self.header else {
             unreachable!("reencryption is LUKS2 only")
         };
-        if engine::finish_keyless_decryption(&self.dev, h, &st)?
+        if engine::finish_keyless_decryption(&self.dev, h, &st, pass, slot)?
             || engine::finish_orphaned(&self.dev, h, &st, pass, slot)?
         {
             return Ok(RunOutcome::Finished);

@@ -404,7 +404,7 @@ fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
         unlock_keys(&dev, &h, &st, PASS, None).is_err(),
         "no keyslot left to unlock"
     );
-    assert!(super::engine::finish_keyless_decryption(&dev, &mut h, &st).unwrap());
+    assert!(super::engine::finish_keyless_decryption(&dev, &mut h, &st, PASS, None).unwrap());
     assert!(read_final(&dev.contents()) == plaintext());
     // Not for a device that still has a keyslot, nor one with data left to decrypt.
     let mut h = copies::read(&MemoryDevice::from_vec(
@@ -415,5 +415,85 @@ fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
     .header;
     let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
     let untouched = MemoryDevice::from_vec("untouched", vec![0u8; 4096]);
-    assert!(!super::engine::finish_keyless_decryption(&untouched, &mut h, &st).unwrap());
+    assert!(
+        !super::engine::finish_keyless_decryption(&untouched, &mut h, &st, PASS, None).unwrap()
+    );
+}
+
+/// Killed between the wipe of an old keyslot's area and the header write that drops it, the
+/// keyslot is still listed but no passphrase opens it: finished without a key too, the
+/// keyslots gone as cryptsetup's teardown leaves them. While the keyslot still opens, the
+/// keyed run finishes it instead.
+#[test]
+fn a_decryption_killed_between_a_keyslot_wipe_and_its_header_write_finishes_without_a_key() {
+    let base = started_one_key(
+        false,
+        Resilience::Checksum {
+            hash: "sha256".into(),
+            sector_size: 0,
+        },
+    );
+    let done = MemoryDevice::from_vec("done", base.clone());
+    assert_eq!(run_on(&done).unwrap(), RunOutcome::Finished);
+    let finished = copies::read(&done).unwrap().header;
+    let mut h = copies::read(&MemoryDevice::from_vec("base", base.clone()))
+        .unwrap()
+        .header;
+    let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
+    let m = &mut h.metadata;
+    m.segments.retain(|_, s| super::state::is_backup(s));
+    for (id, s) in &finished.metadata.segments {
+        assert!(m.segments.insert(*id, s.clone()).is_none(), "segment {id}");
+    }
+    // A digest binds the crypt segments of its key; every data segment is plaintext now.
+    let keyed: Vec<u32> = (m.segments.iter())
+        .filter(|(_, s)| s.kind != "linear")
+        .map(|(&id, _)| id)
+        .collect();
+    for d in m.digests.values_mut() {
+        d.segments.retain(|s| keyed.contains(s));
+    }
+    let old: Vec<(u64, u64)> = (m.keyslots.iter())
+        .filter(|(&k, _)| k != st.keyslot.id)
+        .map(|(_, k)| (k.area.offset, k.area.size))
+        .collect();
+    assert!(!old.is_empty());
+    // The decrypted data under the header in decryption, the old keyslots' areas as they were
+    // before the teardown wiped them.
+    let dev = MemoryDevice::from_vec("killed", done.contents());
+    for &(off, len) in &old {
+        let (off, len) = (off as usize, len as usize);
+        dev.write_at(&base[off..off + len], off as u64).unwrap();
+    }
+    super::engine::commit(&dev, &mut h).unwrap();
+    // Every old keyslot still opens: left to the keyed run, nothing written.
+    let before = dev.contents();
+    let mut h = copies::read(&dev).unwrap().header;
+    let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
+    assert!(!super::engine::finish_keyless_decryption(&dev, &mut h, &st, PASS, None).unwrap());
+    assert!(
+        dev.contents() == before,
+        "a device whose keyslot opens was written"
+    );
+    // Their areas wiped (cryptsetup writes random bytes over them), the entries still listed.
+    for (off, len) in old {
+        let noise: Vec<u8> = (0..len).map(|i| (i * 131 + 7) as u8).collect();
+        dev.write_at(&noise, off).unwrap();
+    }
+    let mut h = copies::read(&dev).unwrap().header;
+    let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
+    assert!(matches!(
+        unlock_keys(&dev, &h, &st, PASS, None),
+        Err(crate::crypt::luks::LuksError::WrongPassphrase)
+    ));
+    assert!(super::engine::finish_keyless_decryption(&dev, &mut h, &st, PASS, None).unwrap());
+    let end = copies::read(&dev).unwrap().header;
+    assert!(ReencryptState::read(&end.metadata).unwrap().is_none());
+    assert!(
+        end.metadata.keyslots.is_empty() && end.metadata.digests.is_empty(),
+        "{:?} {:?}",
+        end.metadata.keyslots.keys().collect::<Vec<_>>(),
+        end.metadata.digests
+    );
+    assert!(read_final(&dev.contents()) == plaintext());
 }
