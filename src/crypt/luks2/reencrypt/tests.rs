@@ -358,19 +358,21 @@ fn encryption_and_decryption_without_resilience() {
     }
 }
 
-/// A decryption as cryptsetup 2.6.1 leaves it when killed in its teardown between destroying
-/// the old key's keyslots and dropping the metadata: every byte decrypted, the metadata still
-/// there, no keyslot. It is finished without a key, and a wrong passphrase changes nothing
-/// before that (none is asked for), where unlocking would fail.
-#[test]
-fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
-    let base = started_one_key(false, Resilience::Journal);
-    let done = MemoryDevice::from_vec("done", base.clone());
+/// A decryption of `base` run to its end, and `base`'s header in decryption with its data
+/// segments replaced by the finished ones and its digests bound to the crypt segments left
+/// (none but the backups): the header cryptsetup's teardown starts from. The finished device,
+/// that header (not written) and its reencryption state.
+fn decrypted_under_header_in_decryption(
+    base: &[u8],
+) -> (
+    MemoryDevice,
+    crate::crypt::luks2::header::Luks2Header,
+    ReencryptState,
+) {
+    let done = MemoryDevice::from_vec("done", base.to_vec());
     assert_eq!(run_on(&done).unwrap(), RunOutcome::Finished);
     let finished = copies::read(&done).unwrap().header;
-    // The header in decryption, its data segments replaced by the finished one and the old
-    // key's keyslots destroyed, over the decrypted data.
-    let mut h = copies::read(&MemoryDevice::from_vec("base", base))
+    let mut h = copies::read(&MemoryDevice::from_vec("base", base.to_vec()))
         .unwrap()
         .header;
     let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
@@ -379,7 +381,27 @@ fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
     for (id, s) in &finished.metadata.segments {
         assert!(m.segments.insert(*id, s.clone()).is_none(), "segment {id}");
     }
-    let live: Vec<u32> = m.segments.keys().copied().collect();
+    let keyed: Vec<u32> = (m.segments.iter())
+        .filter(|(_, s)| s.kind != "linear")
+        .map(|(&id, _)| id)
+        .collect();
+    for d in m.digests.values_mut() {
+        d.segments.retain(|s| keyed.contains(s));
+    }
+    (done, h, st)
+}
+
+/// A decryption as cryptsetup 2.6.1 leaves it when killed in its teardown between destroying
+/// the old key's keyslots and dropping the metadata: every byte decrypted, the metadata still
+/// there, no keyslot. It is finished without a key, and a wrong passphrase changes nothing
+/// before that (none is asked for), where unlocking would fail.
+#[test]
+fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
+    // The header in decryption, its data segments replaced by the finished one and the old
+    // key's keyslots destroyed, over the decrypted data.
+    let (done, mut h, st) =
+        decrypted_under_header_in_decryption(&started_one_key(false, Resilience::Journal));
+    let m = &mut h.metadata;
     let old: Vec<u32> = m
         .keyslots
         .keys()
@@ -392,7 +414,6 @@ fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
     }
     for d in m.digests.values_mut() {
         d.keyslots.retain(|k| !old.contains(k));
-        d.segments.retain(|s| live.contains(s));
     }
     let dev = MemoryDevice::from_vec("killed", done.contents());
     super::engine::commit(&dev, &mut h).unwrap();
@@ -433,26 +454,8 @@ fn a_decryption_killed_between_a_keyslot_wipe_and_its_header_write_finishes_with
             sector_size: 0,
         },
     );
-    let done = MemoryDevice::from_vec("done", base.clone());
-    assert_eq!(run_on(&done).unwrap(), RunOutcome::Finished);
-    let finished = copies::read(&done).unwrap().header;
-    let mut h = copies::read(&MemoryDevice::from_vec("base", base.clone()))
-        .unwrap()
-        .header;
-    let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
+    let (done, mut h, st) = decrypted_under_header_in_decryption(&base);
     let m = &mut h.metadata;
-    m.segments.retain(|_, s| super::state::is_backup(s));
-    for (id, s) in &finished.metadata.segments {
-        assert!(m.segments.insert(*id, s.clone()).is_none(), "segment {id}");
-    }
-    // A digest binds the crypt segments of its key; every data segment is plaintext now.
-    let keyed: Vec<u32> = (m.segments.iter())
-        .filter(|(_, s)| s.kind != "linear")
-        .map(|(&id, _)| id)
-        .collect();
-    for d in m.digests.values_mut() {
-        d.segments.retain(|s| keyed.contains(s));
-    }
     let old: Vec<(u64, u64)> = (m.keyslots.iter())
         .filter(|(&k, _)| k != st.keyslot.id)
         .map(|(_, k)| (k.area.offset, k.area.size))
