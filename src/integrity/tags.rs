@@ -554,8 +554,8 @@ fn hmac<D: Digest>(block: usize, key: &[u8], prefix: &[u8], data: &[u8]) -> Vec<
 /// 256 KiB of SHA-256 take some 100 us, a wake-up of a pool thread some microseconds.
 const POOLED_MIN: usize = 256 << 10;
 
-/// The CPUs this process may run on, asked once: the answer reads
-/// the cgroup's quota from /sys.
+/// The CPUs this process may run on, asked once: the answer reads the cgroup's quota from
+/// /sys.
 fn cores() -> usize {
     static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *N.get_or_init(hashing_threads)

@@ -74,20 +74,21 @@ impl LuksHash {
     /// bytes: a longer digest is cut, as the AF splitter does for its last piece).
     pub fn digest_into(&self, parts: &[&[u8]], out: &mut [u8]) -> Result<(), LuksError> {
         match self {
-            LuksHash::OpenSsl(md) if native(*md).is_some() => {
-                let alg = native(*md).expect("checked by the guard");
-                let mut d = zeroize::Zeroizing::new([0u8; crate::hash::MAX_DIGEST_SIZE]);
-                alg.hash_parts(parts, &mut d[..alg.digest_size()]);
-                out.copy_from_slice(&d[..out.len()]);
-            }
-            LuksHash::OpenSsl(md) => {
-                let mut h = Hasher::new(*md).map_err(crypto_err)?;
-                for p in parts {
-                    h.update(p).map_err(crypto_err)?;
+            LuksHash::OpenSsl(md) => match native(*md) {
+                Some(alg) => {
+                    let mut d = zeroize::Zeroizing::new([0u8; crate::hash::MAX_DIGEST_SIZE]);
+                    alg.hash_parts(parts, &mut d[..alg.digest_size()]);
+                    out.copy_from_slice(&d[..out.len()]);
                 }
-                let d = h.finish().map_err(crypto_err)?;
-                out.copy_from_slice(&d[..out.len()]);
-            }
+                None => {
+                    let mut h = Hasher::new(*md).map_err(crypto_err)?;
+                    for p in parts {
+                        h.update(p).map_err(crypto_err)?;
+                    }
+                    let d = h.finish().map_err(crypto_err)?;
+                    out.copy_from_slice(&d[..out.len()]);
+                }
+            },
             LuksHash::Whirlpool => {
                 use whirlpool::Digest;
                 let mut h = whirlpool::Whirlpool::new();

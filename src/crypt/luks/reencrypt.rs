@@ -176,12 +176,16 @@ impl LuksVolume {
         let Header::V2(h) = &mut self.header else {
             unreachable!("reencryption is LUKS2 only")
         };
-        if engine::finish_keyless_decryption(&self.dev, h, &st, pass, slot)?
-            || engine::finish_orphaned(&self.dev, h, &st, pass, slot)?
-        {
+        if engine::finish_orphaned(&self.dev, h, &st, pass, slot)? {
             return Ok(RunOutcome::Finished);
         }
-        let keys = engine::unlock_keys(&self.dev, h, &st, pass, slot)?;
+        let keys = match engine::unlock_keys(&self.dev, h, &st, pass, slot) {
+            Ok(keys) => keys,
+            Err(e) if engine::finish_keyless_decryption(&self.dev, h, &st, &e)? => {
+                return Ok(RunOutcome::Finished)
+            }
+            Err(e) => return Err(e),
+        };
         let data_dev: &dyn BlockDevice = match &data {
             Some(d) => d,
             None => &self.dev,

@@ -24,8 +24,7 @@ use super::engine::{commit, drop_metadata, keyed, Hotzones, Keys, Progress, RunO
 use super::init::{check_aligned, only_segment, seal};
 use super::layout::{crypt, flagged, linear};
 use super::parallel::{self, Keyed};
-use super::state::data_segments;
-use super::state::{Direction, Mode, ReencryptState, Resilience};
+use super::state::{data_segments, Direction, Mode, ReencryptState, Resilience};
 use super::{verify, InitParams};
 use crate::block::BlockDevice;
 use crate::crypt::luks::{LuksError, MAX_KEYSLOTS};

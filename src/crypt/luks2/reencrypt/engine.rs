@@ -828,35 +828,32 @@ pub fn finish_orphaned(
 
 /// A decryption cryptsetup 2.6.1 was killed in during its teardown (`reencrypt_teardown_ok`
 /// destroys the old key's keyslots, each its area wiped and then its entry dropped in a header
-/// write, before the header write that drops the metadata): no hotzone flagged, every data
-/// segment plaintext, and no keyslot left, or only ones that `pass` does not open (killed
-/// between a keyslot's wipe and the header write after it, the entry stays over a wiped
+/// write, before the header write that drops the metadata), which `unlocked`, the failed
+/// unlock of its key, shows: no hotzone flagged, every data segment plaintext, and no keyslot
+/// left (`NoUsableKeyslot`), or only ones the passphrase does not open (`WrongPassphrase`:
+/// killed between a keyslot's wipe and the header write after it, the entry stays over a wiped
 /// area). cryptsetup cannot resume it; nothing in it needs a key any more (its data is
 /// decrypted, its last bytes were wiped before the keyslots went), so the metadata is dropped
-/// and the keyslots left destroyed, as cryptsetup's teardown would, without one. A keyslot
-/// `pass` opens leaves the device to the keyed run. Returns whether it was such a device.
+/// and the keyslots left destroyed, as cryptsetup's teardown would, without one. Returns
+/// whether it was such a device.
 pub fn finish_keyless_decryption(
     dev: &dyn BlockDevice,
     h: &mut Luks2Header,
     st: &ReencryptState,
-    pass: &[u8],
-    slot: Option<u32>,
+    unlocked: &LuksError,
 ) -> Result<bool, LuksError> {
     let data = data_segments(&h.metadata);
     let plaintext = !data.is_empty() && data.iter().all(|s| s.kind == "linear");
-    if st.keyslot.mode != Mode::Decrypt || st.hot.is_some() || !plaintext {
+    let no_key = matches!(
+        unlocked,
+        LuksError::WrongPassphrase | LuksError::NoUsableKeyslot
+    );
+    if st.keyslot.mode != Mode::Decrypt || st.hot.is_some() || !plaintext || !no_key {
         return Ok(false);
     }
     let left: Vec<u32> = (h.metadata.keyslots.keys().copied())
         .filter(|&id| id != st.keyslot.id)
         .collect();
-    if !left.is_empty() {
-        match unlock_keys(dev, h, st, pass, slot) {
-            Err(LuksError::WrongPassphrase) => {}
-            Ok(_) => return Ok(false),
-            Err(e) => return Err(e),
-        }
-    }
     drop_metadata(dev, h, st)?;
     for id in left {
         destroy_keyslot(dev, h, id)?;

@@ -8,6 +8,7 @@ use super::{init, InitParams, NewKeyslot, ReencryptState, Resilience, RunOptions
 use crate::block::{for_each_crash_state, BlockDevice, FaultyDevice, LoggedOp, MemoryDevice};
 use crate::crypt::cipher::{new_sector_cipher, CipherSpec};
 use crate::crypt::crash_tests::fast_pbkdf;
+use crate::crypt::luks::LuksError;
 use crate::crypt::luks2::keyslot;
 use crate::crypt::luks2::{copies, format, FormatParams};
 
@@ -421,11 +422,11 @@ fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
     let st = ReencryptState::read(&h.metadata)
         .unwrap()
         .expect("left in reencryption");
-    assert!(
-        unlock_keys(&dev, &h, &st, PASS, None).is_err(),
-        "no keyslot left to unlock"
-    );
-    assert!(super::engine::finish_keyless_decryption(&dev, &mut h, &st, PASS, None).unwrap());
+    let failed = unlock_keys(&dev, &h, &st, PASS, None)
+        .err()
+        .expect("no keyslot left to unlock");
+    assert!(matches!(failed, LuksError::NoUsableKeyslot), "{failed}");
+    assert!(super::engine::finish_keyless_decryption(&dev, &mut h, &st, &failed).unwrap());
     assert!(read_final(&dev.contents()) == plaintext());
     // Not for a device that still has a keyslot, nor one with data left to decrypt.
     let mut h = copies::read(&MemoryDevice::from_vec(
@@ -436,9 +437,8 @@ fn a_decryption_killed_after_its_keyslots_went_finishes_without_a_key() {
     .header;
     let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
     let untouched = MemoryDevice::from_vec("untouched", vec![0u8; 4096]);
-    assert!(
-        !super::engine::finish_keyless_decryption(&untouched, &mut h, &st, PASS, None).unwrap()
-    );
+    let failed = LuksError::WrongPassphrase;
+    assert!(!super::engine::finish_keyless_decryption(&untouched, &mut h, &st, &failed).unwrap());
 }
 
 /// Killed between the wipe of an old keyslot's area and the header write that drops it, the
@@ -469,11 +469,14 @@ fn a_decryption_killed_between_a_keyslot_wipe_and_its_header_write_finishes_with
         dev.write_at(&base[off..off + len], off as u64).unwrap();
     }
     super::engine::commit(&dev, &mut h).unwrap();
-    // Every old keyslot still opens: left to the keyed run, nothing written.
+    // Every old keyslot still opens: left to the keyed run. Nor does an unlock that failed
+    // for another reason than the key finish it: nothing written.
     let before = dev.contents();
     let mut h = copies::read(&dev).unwrap().header;
     let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
-    assert!(!super::engine::finish_keyless_decryption(&dev, &mut h, &st, PASS, None).unwrap());
+    assert!(unlock_keys(&dev, &h, &st, PASS, None).is_ok());
+    let failed = LuksError::Invalid("a keyslot area out of the device".into());
+    assert!(!super::engine::finish_keyless_decryption(&dev, &mut h, &st, &failed).unwrap());
     assert!(
         dev.contents() == before,
         "a device whose keyslot opens was written"
@@ -485,11 +488,11 @@ fn a_decryption_killed_between_a_keyslot_wipe_and_its_header_write_finishes_with
     }
     let mut h = copies::read(&dev).unwrap().header;
     let st = ReencryptState::read(&h.metadata).unwrap().unwrap();
-    assert!(matches!(
-        unlock_keys(&dev, &h, &st, PASS, None),
-        Err(crate::crypt::luks::LuksError::WrongPassphrase)
-    ));
-    assert!(super::engine::finish_keyless_decryption(&dev, &mut h, &st, PASS, None).unwrap());
+    let failed = unlock_keys(&dev, &h, &st, PASS, None)
+        .err()
+        .expect("a wiped keyslot opens");
+    assert!(matches!(failed, LuksError::WrongPassphrase), "{failed}");
+    assert!(super::engine::finish_keyless_decryption(&dev, &mut h, &st, &failed).unwrap());
     let end = copies::read(&dev).unwrap().header;
     assert!(ReencryptState::read(&end.metadata).unwrap().is_none());
     assert!(
