@@ -37,6 +37,20 @@ pub fn share<T: Send, R: Send>(
         .collect()
 }
 
+/// Smallest part of a request worth handing to another thread: 256 KiB of SHA-256 take some
+/// 100 us, waking a helper asleep between requests some tens.
+const PART_MIN: usize = 256 << 10;
+
+/// How many threads a request of `bytes` whose every byte is hashed is worked on: one per
+/// core, each with at least [`PART_MIN`] bytes; one for small requests (as the reads at open,
+/// before a daemon forks, where it must have no threads), where the hand-off would cost more
+/// than it saves.
+pub fn parts_for(bytes: usize) -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    let cores = *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    (bytes / PART_MIN).clamp(1, cores)
+}
+
 /// A run of whole sectors of a piece: its byte offset on the device, its data and its tags.
 pub type Span<'a> = (u64, &'a mut [u8], &'a mut [u8]);
 

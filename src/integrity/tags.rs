@@ -468,7 +468,7 @@ impl TagHasher {
         if cheap {
             return 1;
         }
-        (bytes / POOLED_MIN).clamp(1, cores())
+        side_by_side::parts_for(bytes)
     }
 
     /// Fill the `pieces` a journal lends for a write of `src` at byte `offset`: each piece's
@@ -548,17 +548,6 @@ fn hmac<D: Digest>(block: usize, key: &[u8], prefix: &[u8], data: &[u8]) -> Vec<
     outer.update(&opad[..]);
     outer.update(&inner);
     outer.finalize().to_vec()
-}
-
-/// Smallest part of a request [`TagHasher::tag_blocks_pooled`] hands to another thread:
-/// 256 KiB of SHA-256 take some 100 us, a wake-up of a pool thread some microseconds.
-const POOLED_MIN: usize = 256 << 10;
-
-/// The CPUs this process may run on, asked once: the answer reads the cgroup's quota from
-/// /sys.
-fn cores() -> usize {
-    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *N.get_or_init(hashing_threads)
 }
 
 /// The number of threads to hash on: the CPUs this process may run on.

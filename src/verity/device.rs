@@ -16,7 +16,7 @@ use super::data_cache::DataCache;
 use super::fec::source::FecSource;
 use super::params::{TreeLayout, VerityParams};
 use super::store::BlockStore;
-use crate::block::{check_range, BlockDevice, BlockError, Result};
+use crate::block::{check_range, side_by_side, BlockDevice, BlockError, Result};
 use crate::hash::hash_blocks;
 use crate::logcap::LogCap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -449,8 +449,7 @@ impl VerityDevice {
     fn read_run(&self, run: &mut [u8], first: u64) -> Result<()> {
         let dbs = self.params.data_block_size as usize;
         let Some(store) = &self.store else {
-            self.data.read_at(run, first * dbs as u64)?;
-            return self.verify_blocks(run, first, &[]).map(drop);
+            return self.read_run_from_data(run, first);
         };
         let n = run.len() / dbs;
         let from_store: Vec<bool> = run
@@ -487,6 +486,40 @@ impl VerityDevice {
             if fresh {
                 store.insert(first + k as u64, &run[k * dbs..(k + 1) * dbs]);
             }
+        }
+        Ok(())
+    }
+
+    /// [`read_run`](VerityDevice::read_run) without a block store: the run read from the data
+    /// device and verified. A large run is cut into shares, each read and hashed by the thread
+    /// that takes it (this one and the [helpers](crate::block::helpers)), as dm-integrity's
+    /// checked reads are: a 1 MiB read is then not bound by one core, and the copy out of the
+    /// data device is not a serial step before the hashing. The first failure in block order
+    /// is returned.
+    fn read_run_from_data(&self, run: &mut [u8], first: u64) -> Result<()> {
+        let dbs = self.params.data_block_size as usize;
+        let parts = side_by_side::parts_for(run.len());
+        if parts < 2 || self.layout.levels() == 0 {
+            self.data.read_at(run, first * dbs as u64)?;
+            return self.verify_blocks(run, first, &[]).map(drop);
+        }
+        // Four shares per core, each thread taking the next as it finishes one, so a helper
+        // that wakes late or is busy elsewhere leaves little for the others to wait on.
+        let per = (run.len() / dbs).div_ceil(parts * 4);
+        let jobs: Vec<_> = run.chunks_mut(per * dbs).enumerate().collect();
+        let results = side_by_side::share(jobs, parts, &|(i, share): (usize, &mut [u8])| {
+            let at = first + (i * per) as u64;
+            self.data.read_at(share, at * dbs as u64)?;
+            self.verify_blocks(share, at, &[]).map(drop)
+        });
+        for r in results {
+            r.unwrap_or_else(|| {
+                Err(BlockError::Io {
+                    device: self.opts.name.clone(),
+                    offset: first * dbs as u64,
+                    source: std::io::Error::other("a hashing thread panicked"),
+                })
+            })?;
         }
         Ok(())
     }

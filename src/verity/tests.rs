@@ -249,6 +249,76 @@ fn device_reads_verify_and_report() {
 }
 
 #[test]
+fn large_reads_are_verified_in_shares_and_name_the_first_bad_block() {
+    use std::sync::atomic::Ordering::Relaxed;
+    for (bs, blocks) in [(4096u32, 1000usize), (512, 6000)] {
+        let mut p = params(bs, SALT, 1, HashAlgorithm::Sha256, true);
+        p.data_blocks = blocks as u64;
+        let layout = TreeLayout::new(&p).unwrap();
+        let bsz = bs as usize;
+        let content = random_bytes(blocks * bsz, 21);
+        let data = std::sync::Arc::new(MemoryDevice::from_vec("data", content.clone()));
+        let hashdev = std::sync::Arc::new(MemoryDevice::new(
+            "hash",
+            layout.hash_device_size() as usize,
+        ));
+        let root = format(&*data, &*hashdev, &p, false).unwrap();
+        let open = |ignore_corruption: bool| {
+            let opts = VerityOptions {
+                name: "v".into(),
+                data_cache_bytes: 0,
+                ignore_corruption,
+                ..VerityOptions::default()
+            };
+            VerityDevice::new(data.clone(), hashdev.clone(), p.clone(), root.clone(), opts).unwrap()
+        };
+        let dev = open(false);
+        // A request of 1 MiB and one of an odd number of blocks, from an odd block: both are
+        // cut into shares, every block hashed once, the bytes those of the device.
+        let odd = (1 << 20) / bsz + 37;
+        for (first, n) in [(0usize, (1 << 20) / bsz), (3, odd)] {
+            let mut buf = vec![0u8; n * bsz];
+            dev.read_at(&mut buf, (first * bsz) as u64).unwrap();
+            assert_eq!(
+                buf,
+                content[first * bsz..(first + n) * bsz],
+                "{bs}: {first}+{n}"
+            );
+        }
+        let verified = dev.stats().verified_blocks.load(Relaxed);
+        assert_eq!(verified as usize, (1 << 20) / bsz + odd, "{bs}");
+        // Two bad blocks in different shares: the error names the first.
+        let n = (1 << 20) / bsz;
+        let (early, late) = (n / 3 + 1, n - 2);
+        data.write_at(&[0xa5], (late * bsz + 9) as u64).unwrap();
+        data.write_at(&[0x5a], (early * bsz + 1) as u64).unwrap();
+        let mut buf = vec![0u8; n * bsz];
+        let err = dev.read_at(&mut buf, 0).unwrap_err();
+        assert!(
+            matches!(err, crate::block::BlockError::Corrupt { what: "data", block, .. } if block == early as u64),
+            "{bs}: {err}"
+        );
+        // Told to ignore corruption, the read is served and both blocks are counted.
+        let dev = open(true);
+        dev.read_at(&mut buf, 0).unwrap();
+        assert_eq!(dev.stats().data_corruptions.load(Relaxed), 2, "{bs}");
+        // Many large reads at once (the helpers shared between them) all verify.
+        let dev = open(false);
+        std::thread::scope(|s| {
+            for t in 0..4usize {
+                let (dev, content) = (&dev, &content);
+                s.spawn(move || {
+                    let first = n + 1 + t * 7;
+                    let mut buf = vec![0u8; n * bsz];
+                    dev.read_at(&mut buf, (first * bsz) as u64).unwrap();
+                    assert_eq!(buf, content[first * bsz..(first + n) * bsz]);
+                });
+            }
+        });
+    }
+}
+
+#[test]
 fn data_cache_serves_verified_blocks_and_ignores_later_tampering() {
     let mut p = params(4096, SALT, 1, HashAlgorithm::Sha256, true);
     p.data_blocks = 64;
