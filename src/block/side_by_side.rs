@@ -42,7 +42,7 @@ pub fn share<T: Send, R: Send>(
 const PART_MIN: usize = 256 << 10;
 
 /// How many threads a request of `bytes` whose every byte is hashed is worked on: one per
-/// core, each with at least [`PART_MIN`] bytes; one for small requests (as the reads at open,
+/// core, each with at least 256 KiB; one for small requests (as the reads at open,
 /// before a daemon forks, where it must have no threads), where the hand-off would cost more
 /// than it saves.
 pub fn parts_for(bytes: usize) -> usize {
