@@ -3,7 +3,7 @@
 //! dm-integrity's hashed tags split a large request this way, whether its parts are slices of
 //! one buffer or the pieces a journal lends for a write in place.
 
-use crate::block::TaggedPiece;
+use crate::block::{BlockError, Result, TaggedPiece};
 
 /// `work` on every one of `jobs` (more of them than `threads`), taken in order by the calling
 /// thread and up to `threads - 1` [helpers](super::helpers), each taking the next job as it
@@ -35,6 +35,44 @@ pub fn share<T: Send, R: Send>(
         .into_iter()
         .map(|r| r.into_inner().unwrap_or_else(|e| e.into_inner()))
         .collect()
+}
+
+/// Shares per thread a request is cut into by [`in_shares`]: each thread takes the next as it
+/// finishes one, so a helper that wakes late or is busy elsewhere leaves little for the others
+/// to wait on.
+const SHARES_PER_THREAD: usize = 4;
+
+/// `buf`, whole units of `unit` bytes, cut into four shares per thread and
+/// `work(first unit of the share, share)` run on each by `threads` threads (see [`share`]): a
+/// large read whose every share is read and checked by the thread that takes it. The results
+/// in order, a share whose thread panicked failing as an I/O error of `device` at byte
+/// `offset`.
+pub fn in_shares<R: Send>(
+    buf: &mut [u8],
+    unit: usize,
+    threads: usize,
+    (device, offset): (&str, u64),
+    work: &(dyn Fn(usize, &mut [u8]) -> Result<R> + Sync),
+) -> Vec<Result<R>> {
+    let per = (buf.len() / unit)
+        .div_ceil(threads.max(1) * SHARES_PER_THREAD)
+        .max(1)
+        * unit;
+    let jobs: Vec<_> = buf.chunks_mut(per).enumerate().collect();
+    share(jobs, threads, &|(i, s): (usize, &mut [u8])| {
+        work(i * per / unit, s)
+    })
+    .into_iter()
+    .map(|r| {
+        r.unwrap_or_else(|| {
+            Err(BlockError::Io {
+                device: device.to_string(),
+                offset,
+                source: std::io::Error::other("a hashing thread panicked"),
+            })
+        })
+    })
+    .collect()
 }
 
 /// Smallest part of a request worth handing to another thread: 256 KiB of SHA-256 take some
@@ -91,6 +129,70 @@ pub fn split_pieces<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every unit is handed to exactly one share, which is told its first unit; the results
+    /// come back in order; a share whose thread panicked is an I/O error of the request.
+    #[test]
+    fn shares_cover_every_unit_once_and_a_panic_is_an_io_error() {
+        for (units, threads) in [
+            (0usize, 2usize),
+            (1, 2),
+            (37, 1),
+            (37, 2),
+            (2048, 3),
+            (9, 8),
+        ] {
+            let mut buf = vec![0u8; units * 8];
+            let out = in_shares(&mut buf, 8, threads, ("d", 0), &|k, s| {
+                for (i, unit) in s.chunks_exact_mut(8).enumerate() {
+                    unit.copy_from_slice(&((k + i) as u64 + 1).to_le_bytes());
+                }
+                Ok(k)
+            });
+            let firsts: Vec<usize> = out.into_iter().map(|r| r.unwrap()).collect();
+            assert!(
+                firsts.windows(2).all(|w| w[0] < w[1]),
+                "{units}/{threads}: in order"
+            );
+            for (i, unit) in buf.chunks_exact(8).enumerate() {
+                assert_eq!(
+                    unit,
+                    ((i as u64) + 1).to_le_bytes(),
+                    "{units}/{threads}: unit {i}"
+                );
+            }
+        }
+        // A panic on a helper (the caller's own panics unwind, see `share`): the caller
+        // lingers in its first share so that the helper takes some.
+        let caller = std::thread::current().id();
+        let mine = std::sync::Mutex::new(Vec::new());
+        let mut buf = vec![0u8; 64 * 8];
+        let out = in_shares(&mut buf, 8, 2, ("dev", 4096), &|k, _| {
+            if std::thread::current().id() != caller {
+                panic!("a share's thread dies");
+            }
+            if k == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            mine.lock().unwrap().push(k);
+            Ok(())
+        });
+        let mine = mine.into_inner().unwrap();
+        let per = 64 / (2 * SHARES_PER_THREAD);
+        if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+            assert!(mine.len() < out.len(), "the helper took no share");
+        }
+        for (i, r) in out.iter().enumerate() {
+            if mine.contains(&(i * per)) {
+                assert!(r.is_ok(), "share {i}");
+            } else {
+                assert!(
+                    matches!(r, Err(BlockError::Io { device, offset: 4096, .. }) if device == "dev"),
+                    "share {i}: {r:?}"
+                );
+            }
+        }
+    }
 
     /// Every sector lands in exactly one group, in order, with its own tags; the groups are
     /// as even as whole sectors allow.

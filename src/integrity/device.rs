@@ -27,7 +27,9 @@ use super::rw_meta::{
 };
 use super::tag_cache::TagCache;
 use super::tags::{TagAlgorithm, TagHasher};
-use crate::block::{check_range, BlockDevice, BlockError, Result, TaggedBlockDevice, TaggedPiece};
+use crate::block::{
+    check_range, side_by_side, BlockDevice, BlockError, Result, TaggedBlockDevice, TaggedPiece,
+};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::thread::JoinHandle;
@@ -387,9 +389,9 @@ impl Inner {
     }
 
     /// [`read_checked`](Inner::read_checked) of a large request with hashed tags, checked: the
-    /// stored tags read first, then each share of the data read and hashed by the core that
-    /// takes it (the calling thread and `parts - 1` of the pool), so the copy out of the lower
-    /// device is not a serial step before the hashing.
+    /// stored tags read first, then each share of the data read and hashed by the thread that
+    /// takes it ([`side_by_side::in_shares`]), so the copy out of the lower device is not a
+    /// serial step before the hashing.
     fn read_checked_in_parts(
         &self,
         tagger: &TagHasher,
@@ -403,16 +405,11 @@ impl Inner {
         super::scratch::with_scratch(blocks * ts, |stored| {
             self.tag_cache
                 .read(&*self.lower, l.tag_offset(sector), stored)?;
-            // Four shares per core, each core taking the next as it finishes one.
-            let per = blocks.div_ceil(parts * 4);
-            let jobs: Vec<_> = buf
-                .chunks_mut(per * bs)
-                .zip(stored.chunks(per * ts))
-                .enumerate()
-                .map(|(i, (d, t))| (sector + (i * per) as u64 * l.spb(), d, t))
-                .collect();
-            let check = |(s, data, stored): (u64, &mut [u8], &[u8])| -> Result<Option<u64>> {
+            let stored = &*stored;
+            let check = |k: usize, data: &mut [u8]| -> Result<Option<u64>> {
+                let s = sector + k as u64 * l.spb();
                 self.lower.read_at(data, l.data_sector(s) * 512)?;
+                let stored = &stored[k * ts..(k + data.len() / bs) * ts];
                 let mut computed = vec![0u8; stored.len()];
                 tagger.tag_blocks(s, data, &mut computed);
                 let bad = computed
@@ -421,19 +418,13 @@ impl Inner {
                     .position(|(c, s)| c != s);
                 Ok(bad.map(|k| s + k as u64 * l.spb()))
             };
-            let results = crate::block::side_by_side::share(jobs, parts, &check);
+            let results =
+                side_by_side::in_shares(buf, bs, parts, (&self.name, sector * 512), &check);
             self.stats
                 .blocks_read
                 .fetch_add(blocks as u64, Ordering::Relaxed);
             for r in results {
-                let bad = r.unwrap_or_else(|| {
-                    Err(BlockError::Io {
-                        device: self.name.clone(),
-                        offset: sector * 512,
-                        source: std::io::Error::other("a hashing thread panicked"),
-                    })
-                })?;
-                if let Some(sec) = bad {
+                if let Some(sec) = r? {
                     self.stats.mismatches.fetch_add(1, Ordering::Relaxed);
                     return Err(BlockError::Corrupt {
                         device: self.name.clone(),

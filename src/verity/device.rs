@@ -503,23 +503,14 @@ impl VerityDevice {
             self.data.read_at(run, first * dbs as u64)?;
             return self.verify_blocks(run, first, &[]).map(drop);
         }
-        // Four shares per core, each thread taking the next as it finishes one, so a helper
-        // that wakes late or is busy elsewhere leaves little for the others to wait on.
-        let per = (run.len() / dbs).div_ceil(parts * 4);
-        let jobs: Vec<_> = run.chunks_mut(per * dbs).enumerate().collect();
-        let results = side_by_side::share(jobs, parts, &|(i, share): (usize, &mut [u8])| {
-            let at = first + (i * per) as u64;
+        let read_and_verify = |k: usize, share: &mut [u8]| -> Result<()> {
+            let at = first + k as u64;
             self.data.read_at(share, at * dbs as u64)?;
             self.verify_blocks(share, at, &[]).map(drop)
-        });
-        for r in results {
-            r.unwrap_or_else(|| {
-                Err(BlockError::Io {
-                    device: self.opts.name.clone(),
-                    offset: first * dbs as u64,
-                    source: std::io::Error::other("a hashing thread panicked"),
-                })
-            })?;
+        };
+        let whole = (self.opts.name.as_str(), first * dbs as u64);
+        for r in side_by_side::in_shares(run, dbs, parts, whole, &read_and_verify) {
+            r?;
         }
         Ok(())
     }
