@@ -851,7 +851,11 @@ pub fn finish_keyless_decryption(
     if st.keyslot.mode != Mode::Decrypt || st.hot.is_some() || !plaintext || !no_key {
         return Ok(false);
     }
-    let left: Vec<u32> = (h.metadata.keyslots.keys().copied())
+    let left: Vec<u32> = h
+        .metadata
+        .keyslots
+        .keys()
+        .copied()
         .filter(|&id| id != st.keyslot.id)
         .collect();
     drop_metadata(dev, h, st)?;
