@@ -266,8 +266,9 @@ impl AeadCryptDevice {
             let src = &buf[done..done + n];
             let mut failed = None;
             self.lower.write_tagged_with(off, n, &mut |pieces| {
-                failed = self.seal_pieces(src, off, pieces, ss, ts).err();
-                if failed.is_some() {
+                // `fill` may be called more than once per write: keep the first failure.
+                if let Err(e) = self.seal_pieces(src, off, pieces, ss, ts) {
+                    failed.get_or_insert(e);
                     for p in pieces.iter_mut() {
                         p.data.fill(0);
                         p.tags.fill(0);
