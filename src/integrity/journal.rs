@@ -275,7 +275,6 @@ pub fn journal_write_with(
 ) -> Result<()> {
     let l = &inner.layout;
     let ts = l.tag_size as usize;
-    let m = JournalMap(l);
     let per_section = l.journal_section_entries;
     let mut done = 0usize;
     while done < blocks {
@@ -331,24 +330,29 @@ pub fn journal_write_with(
         }
         let full = st.free_sectors <= j.threshold;
         drop(st);
+        let spans = spans(l, first_entry, n);
         let mut tags = vec![0u8; n as usize * ts];
-        fill_sections(l, &mut secs, first_entry, n, sector, &mut tags, fill);
-        for k in 0..n as usize {
-            let e = (first_entry as usize + k) % per_section as usize;
-            let sec = &mut secs[(first_entry as usize + k) / per_section as usize];
-            let eo = m.entry(0, e as u32);
-            let d = m.data(0, e as u32);
-            // The last bytes of each sector go to the entry: the commit ids take their place.
-            for s in 0..l.spb() as usize {
-                let from = d + s * 512 + JOURNAL_SECTOR_DATA;
-                sec.copy_within(from..from + 8, eo + 8 + 8 * s);
-            }
-            let t = m.tag(0, e as u32);
-            sec[t..t + ts].copy_from_slice(&tags[k * ts..(k + 1) * ts]);
-            sec[eo..eo + 8].copy_from_slice(&sector.to_le_bytes());
-            sector += l.spb();
+        // The last section, when this write ends inside it, is where the next writer's
+        // reservation begins, and that writer waits for its lock holding the state: fill it
+        // first and let it go, so the next writer waits for one section's fill, not this
+        // whole write's.
+        if spans.len() > 1 && !(first_entry + n).is_multiple_of(per_section) {
+            let mut last = secs.pop().expect("more than one section locked");
+            let tail = &spans[spans.len() - 1..];
+            fill_spans(
+                l,
+                std::slice::from_mut(&mut last),
+                tail,
+                sector,
+                &mut tags,
+                fill,
+            );
+            drop(last);
         }
+        let locked = secs.len();
+        fill_spans(l, &mut secs, &spans[..locked], sector, &mut tags, fill);
         drop(secs);
+        sector += u64::from(n) * l.spb();
         done += n as usize;
         if full && !inner.kick_background() {
             commit(inner, j)?;
@@ -358,37 +362,84 @@ pub fn journal_write_with(
     Ok(())
 }
 
-/// Hand `fill` the data of the `n` entries reserved from `first_entry` of the locked
-/// sections `secs` (contiguous inside each section), the first at logical `sector`, with
-/// their slices of `tags`.
-fn fill_sections(
+/// The entries of one reservation inside one section: the first entry, how many, and how
+/// many of the reservation's blocks come before them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Span {
+    first: u32,
+    count: u32,
+    placed: u32,
+}
+
+/// Cut the `n` entries reserved from `first_entry` of a section into one span per section
+/// they touch (contiguous inside each).
+fn spans(l: &Layout, first_entry: u32, n: u32) -> Vec<Span> {
+    let mut v = Vec::new();
+    let mut placed = 0u32;
+    let mut first = first_entry;
+    while placed < n {
+        let count = (l.journal_section_entries - first).min(n - placed);
+        v.push(Span {
+            first,
+            count,
+            placed,
+        });
+        placed += count;
+        first = 0;
+    }
+    v
+}
+
+/// Hand `fill` the data of `spans` (one per locked section of `secs`, in order; the
+/// reservation's first block at logical `sector`) with their slices of the reservation's
+/// `tags`, then finish their entries: the displaced last bytes of each sector, the tag and
+/// the sector number, so a section is whole when its lock is released.
+fn fill_spans(
     l: &Layout,
     secs: &mut [MutexGuard<'_, Vec<u8>>],
-    first_entry: u32,
-    n: u32,
+    spans: &[Span],
     sector: u64,
     tags: &mut [u8],
     fill: &mut dyn FnMut(&mut [TaggedPiece<'_>]),
 ) {
     let m = JournalMap(l);
     let (bs, ts) = (l.block_size(), l.tag_size as usize);
-    let mut pieces = Vec::with_capacity(secs.len());
-    let mut tags = tags;
-    let mut placed = 0u32;
-    for (i, sec) in secs.iter_mut().enumerate() {
-        let e0 = if i == 0 { first_entry } else { 0 };
-        let count = (l.journal_section_entries - e0).min(n - placed);
-        let d = m.data(0, e0);
-        let (t, rest) = std::mem::take(&mut tags).split_at_mut(count as usize * ts);
-        tags = rest;
-        pieces.push(TaggedPiece {
-            offset: (sector + u64::from(placed) * l.spb()) * 512,
-            data: &mut sec[d..d + count as usize * bs],
-            tags: t,
-        });
-        placed += count;
+    {
+        let mut pieces = Vec::with_capacity(spans.len());
+        let mut rest: &mut [u8] = tags;
+        let mut at = 0usize;
+        for (sec, s) in secs.iter_mut().zip(spans) {
+            let from = s.placed as usize * ts;
+            let (_, after) = std::mem::take(&mut rest).split_at_mut(from - at);
+            let (t, after) = after.split_at_mut(s.count as usize * ts);
+            rest = after;
+            at = from + t.len();
+            let d = m.data(0, s.first);
+            pieces.push(TaggedPiece {
+                offset: (sector + u64::from(s.placed) * l.spb()) * 512,
+                data: &mut sec[d..d + s.count as usize * bs],
+                tags: t,
+            });
+        }
+        fill(&mut pieces);
     }
-    fill(&mut pieces);
+    for (sec, s) in secs.iter_mut().zip(spans) {
+        for k in 0..s.count {
+            let e = s.first + k;
+            let eo = m.entry(0, e);
+            let d = m.data(0, e);
+            // The last bytes of each sector go to the entry: the commit ids take their place.
+            for x in 0..l.spb() as usize {
+                let from = d + x * 512 + JOURNAL_SECTOR_DATA;
+                sec.copy_within(from..from + 8, eo + 8 + 8 * x);
+            }
+            let b = (s.placed + k) as usize;
+            let t = m.tag(0, e);
+            sec[t..t + ts].copy_from_slice(&tags[b * ts..(b + 1) * ts]);
+            let block_sector = sector + u64::from(s.placed + k) * l.spb();
+            sec[eo..eo + 8].copy_from_slice(&block_sector.to_le_bytes());
+        }
+    }
 }
 
 /// How long a write waits for the background thread to free journal space before doing the
