@@ -33,8 +33,8 @@ enum BenchCommand {
     /// with `--peer qemu-storage-daemon`, our crypt export vs QEMU's LUKS FUSE export.
     Crypt(CryptArgs),
     /// The dm-integrity overhead table (4 KiB write, randwrite, read, randread, buffered and
-    /// direct): plain against integrity in J, B and D modes and LUKS2 crypt+integrity, each on
-    /// its own file in RAM.
+    /// direct): plain against integrity in J, B and D modes, LUKS2 crypt+integrity and
+    /// integrity with hmac-sha256 tags, each on its own file in RAM, beside the arithmetic alone.
     Integrity(RwArgs),
     /// dm-verity against dm-integrity (sha256, hmac-sha256) as read paths: throughput and CPU
     /// per GB, beside the Mitsubishi Electric paper's ratios.

@@ -13,6 +13,10 @@
 //! The last side is the document's last column, crypt+integrity: LUKS2 with
 //! `--integrity hmac-sha256` (aes-xts-plain64 + HMAC-SHA-256 tags, 512-byte sectors, mode J),
 //! formatted with `dmkit luks format` and opened with `dmkit luks open`.
+//!
+//! `bench integrity` (not the seeds' table) adds one side after it: integrity alone in mode J
+//! with HMAC-SHA-256 tags (32 bytes, 512-byte sectors), the tags crypt+integrity pays for,
+//! without the cipher.
 
 use std::path::{Path, PathBuf};
 
@@ -216,6 +220,9 @@ pub struct IntegrityReport {
     /// Whether a crypt+integrity side follows the modes.
     #[serde(default)]
     pub crypt_integrity: bool,
+    /// Whether an integrity side with HMAC-SHA-256 tags (mode J) comes last.
+    #[serde(default)]
+    pub hmac_journal: bool,
     /// The commands that prepared and opened each side.
     pub commands: Vec<String>,
     /// An example fio command line.
@@ -229,12 +236,16 @@ pub struct IntegrityReport {
 }
 
 /// The arithmetic of a side alone on in-memory buffers of one request: the integrity sides'
-/// tags (crc32c, 4 bytes, 512-byte sectors), crypt+integrity's seal (writes: XTS then
-/// HMAC-SHA-256 of every sector) or open (reads: a copy of the sealed request, HMAC, XTS).
+/// tags (crc32c, 4 bytes, 512-byte sectors; HMAC-SHA-256, 32 bytes, for the HMAC side),
+/// crypt+integrity's seal (writes: XTS then HMAC-SHA-256 of every sector) or open (reads: a
+/// copy of the sealed request, HMAC, XTS).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PrimitiveBound {
     /// The crypt+integrity side (else the integrity sides).
     pub crypt: bool,
+    /// The HMAC-SHA-256 integrity side's tags (else crc32c's, or crypt+integrity's).
+    #[serde(default)]
+    pub hmac: bool,
     /// Request size, bytes.
     pub bs: u64,
     /// Sealing (else opening; the same for the integrity sides' tags).
@@ -244,17 +255,21 @@ pub struct PrimitiveBound {
 }
 
 impl IntegrityReport {
-    /// The bound of a cell, if measured.
-    pub fn bound(&self, crypt: bool, job: &Job) -> Option<&Bound> {
+    /// The bound of a cell, if measured: crypt+integrity's, the HMAC side's or the crc32c
+    /// sides'.
+    pub fn bound(&self, crypt: bool, hmac: bool, job: &Job) -> Option<&Bound> {
         self.bounds
             .iter()
-            .find(|b| b.crypt == crypt && b.bs == job.bs && b.writes == job.writes())
+            .find(|b| {
+                b.crypt == crypt && b.hmac == hmac && b.bs == job.bs && b.writes == job.writes()
+            })
             .map(|b| &b.bound)
     }
 }
 
-/// Measure [`PrimitiveBound`]s for the request sizes of `jobs`, `dur` per measurement.
-pub fn measure_bounds(jobs: &[Job], dur: std::time::Duration) -> Vec<PrimitiveBound> {
+/// Measure [`PrimitiveBound`]s for the request sizes of `jobs`, `dur` per measurement (the
+/// HMAC side's tags too when `hmac`).
+pub fn measure_bounds(jobs: &[Job], hmac: bool, dur: std::time::Duration) -> Vec<PrimitiveBound> {
     use crate::crypt::cipher::{AeadKind, SectorAead};
     use crate::integrity::tags::{TagAlgorithm, TagHasher};
     let mut sizes: Vec<u64> = jobs.iter().map(|j| j.bs).collect();
@@ -273,10 +288,30 @@ pub fn measure_bounds(jobs: &[Job], dur: std::time::Duration) -> Vec<PrimitiveBo
         for writes in [true, false] {
             v.push(PrimitiveBound {
                 crypt: false,
+                hmac: false,
                 bs,
                 writes,
                 bound: tags,
             });
+        }
+        if hmac {
+            // The device's own call: the request's sectors split over the cores.
+            let tags = bound::measure(dur, len, || {
+                let h =
+                    TagHasher::new(TagAlgorithm::HmacSha256, Some(&[0x42u8; 32]), None, 32, 512)
+                        .expect("hmac-sha256 over 512-byte sectors");
+                let (buf, mut out) = (vec![0x5au8; len], vec![0u8; n * 32]);
+                move || h.tag_blocks(8, &buf, &mut out)
+            });
+            for writes in [true, false] {
+                v.push(PrimitiveBound {
+                    crypt: false,
+                    hmac: true,
+                    bs,
+                    writes,
+                    bound: tags,
+                });
+            }
         }
         let aead = || {
             let kind = AeadKind::AuthencXts {
@@ -305,6 +340,7 @@ pub fn measure_bounds(jobs: &[Job], dur: std::time::Duration) -> Vec<PrimitiveBo
         for (writes, bound) in [(true, seal), (false, open)] {
             v.push(PrimitiveBound {
                 crypt: true,
+                hmac: false,
                 bs,
                 writes,
                 bound,
@@ -349,40 +385,62 @@ fn check_size(e: &Export, size: u64) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Prepare, open and return one integrity side.
+/// Prepare, open and return one integrity side: crc32c tags, or HMAC-SHA-256 ones when
+/// `hmac`.
 fn open_integrity(
     dmkit: &Dmkit,
     mode: Mode,
+    hmac: bool,
     o: &IntegrityBenchOptions,
     ws: &Workspace,
     interrupt: &Interrupt,
     commands: &mut Vec<String>,
 ) -> Result<Export, BenchError> {
-    let img = ws.path(&format!("integrity-{}.img", mode.letter()));
+    let stem = format!(
+        "integrity-{}{}",
+        mode.letter(),
+        if hmac { "-hmac" } else { "" }
+    );
+    let img = ws.path(&format!("{stem}.img"));
+    let key = ws.path(&format!("{stem}.key"));
     let io = |source| BenchError::Io {
         what: format!("creating {}", img.display()),
         source,
     };
+    // HMAC tags take 32 bytes per 512-byte sector (1/16) beside the margin.
+    let tags = if hmac { o.size / 16 } else { 0 };
     std::fs::File::create(&img)
-        .and_then(|f| f.set_len(image_size(o.size)))
+        .and_then(|f| f.set_len(image_size(o.size) + tags))
         .map_err(io)?;
     let img_s = img.to_string_lossy().into_owned();
+    let mut alg: Vec<String> = Vec::new();
+    if hmac {
+        std::fs::write(&key, [0x42u8; 32]).map_err(|source| BenchError::Io {
+            what: format!("writing {}", key.display()),
+            source,
+        })?;
+        alg = ["-I", "hmac-sha256", "--integrity-key-size", "32"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        alg.push("--integrity-key-file".into());
+        alg.push(key.to_string_lossy().into_owned());
+    }
     let mut format: Vec<String> = vec!["integrity".into(), "format".into(), "-q".into()];
     format.extend(mode.flags().iter().map(|s| s.to_string()));
+    format.extend(alg.iter().cloned());
     format.push(img_s.clone());
     let mut cmd = dmkit.command(&format);
     commands.push(format!("dmkit {}", format.join(" ")));
     run_ok(&mut cmd, ws.dir(), interrupt, None)?;
-    let name = format!("bench{}-integrity-{}", std::process::id(), mode.letter());
+    let name = format!("bench{}-{stem}", std::process::id());
     let mut open: Vec<String> = vec!["integrity".into(), "open".into()];
     open.extend(mode.flags().iter().map(|s| s.to_string()));
+    open.extend(alg);
     open.push(img_s);
     open.push(name.clone());
     commands.push(format!("dmkit {}", open.join(" ")));
-    say(
-        o.progress,
-        format!("opening integrity ({}) as {name}", mode.letter()),
-    );
+    say(o.progress, format!("opening {stem} as {name}"));
     let e = dmkit.open(&name, &open, ws.dir(), interrupt)?;
     check_size(&e, o.size)?;
     Ok(e)
@@ -454,18 +512,29 @@ pub fn run(
     o: &IntegrityBenchOptions,
     interrupt: &Interrupt,
 ) -> Result<IntegrityReport, BenchError> {
-    let mut r = run_jobs(o, Job::all(), interrupt)?;
+    let mut r = run_sides(o, Job::all(), true, interrupt)?;
     interrupt.check()?;
     say(o.progress, "measuring the primitives alone".to_string());
     let jobs: Vec<Job> = r.rows.iter().map(|row| row.job.clone()).collect();
-    r.bounds = measure_bounds(&jobs, std::time::Duration::from_millis(500));
+    r.bounds = measure_bounds(&jobs, true, std::time::Duration::from_millis(500));
     Ok(r)
 }
 
-/// Run the table's rows for `jobs` only (`bench seeds` runs the document's four).
+/// Run the table's rows for `jobs` only (`bench seeds` runs the document's four), on the
+/// document's sides.
 pub fn run_jobs(
     o: &IntegrityBenchOptions,
     jobs: Vec<Job>,
+    interrupt: &Interrupt,
+) -> Result<IntegrityReport, BenchError> {
+    run_sides(o, jobs, false, interrupt)
+}
+
+/// Run `jobs` on the document's sides, and on the HMAC-SHA-256 integrity side when `hmac`.
+fn run_sides(
+    o: &IntegrityBenchOptions,
+    jobs: Vec<Job>,
+    hmac: bool,
     interrupt: &Interrupt,
 ) -> Result<IntegrityReport, BenchError> {
     o.check()?;
@@ -495,7 +564,15 @@ pub fn run_jobs(
     images.push(data.clone());
     for &m in &modes {
         say(o.progress, format!("formatting integrity ({})", m.letter()));
-        exports.push(open_integrity(&dmkit, m, o, &ws, interrupt, &mut commands)?);
+        exports.push(open_integrity(
+            &dmkit,
+            m,
+            false,
+            o,
+            &ws,
+            interrupt,
+            &mut commands,
+        )?);
         images.push(ws.path(&format!("integrity-{}.img", m.letter())));
     }
     say(o.progress, "formatting crypt+integrity".to_string());
@@ -507,6 +584,23 @@ pub fn run_jobs(
         &mut commands,
     )?);
     images.push(ws.path("crypt-integrity.img"));
+    if hmac {
+        say(
+            o.progress,
+            "formatting integrity (J, hmac-sha256)".to_string(),
+        );
+        let j = Mode::Journal;
+        exports.push(open_integrity(
+            &dmkit,
+            j,
+            true,
+            o,
+            &ws,
+            interrupt,
+            &mut commands,
+        )?);
+        images.push(ws.path(&format!("integrity-{}-hmac.img", j.letter())));
+    }
 
     // Every side serves the same data, written through it: reads then check real tags over
     // real data, and on a disk no side reads never-written (unwritten, free) extents.
@@ -570,6 +664,7 @@ pub fn run_jobs(
         dir: o.dir.clone(),
         modes,
         crypt_integrity: true,
+        hmac_journal: hmac,
         commands,
         fio_command,
         rows,
@@ -581,9 +676,13 @@ fn side_name(modes: &[Mode], side: usize) -> String {
     match side {
         0 => "plain".into(),
         s if s <= modes.len() => format!("integrity {}", modes[s - 1].letter()),
-        _ => "crypt+integrity".into(),
+        s if s == modes.len() + 1 => "crypt+integrity".into(),
+        _ => HMAC_SIDE.into(),
     }
 }
+
+/// The name of the HMAC-SHA-256 integrity side.
+pub const HMAC_SIDE: &str = "integrity J hmac-sha256";
 
 /// The target a cell is judged by, if any: sequential writes per mode, every read.
 pub fn target(job: &Job, mode: Mode) -> Option<f64> {
@@ -605,6 +704,24 @@ pub fn crypt_target(job: &Job) -> Option<f64> {
         _ => None,
     }
 }
+
+/// The acceptance of the sides with HMAC-SHA-256 tags (crypt+integrity and integrity J
+/// hmac-sha256) at 1 MiB direct, write and read over plain's: each is judged by the lower of
+/// this and its queue-depth-1 bound (plain's time plus the arithmetic's, measured in the
+/// same run).
+pub fn hmac_target(job: &Job) -> Option<f64> {
+    match job.rw.as_str() {
+        _ if job.bs != 1 << 20 || !job.direct => None,
+        "write" => Some(HMAC_WRITE_TARGET),
+        "read" => Some(HMAC_READ_TARGET),
+        _ => None,
+    }
+}
+
+/// See [`hmac_target`].
+pub const HMAC_WRITE_TARGET: f64 = 0.45;
+/// See [`hmac_target`].
+pub const HMAC_READ_TARGET: f64 = 0.55;
 
 // The text of `bench integrity` is its section of `bench seeds`: the same rows, the same
 // renderer, its targets under them.

@@ -7,8 +7,10 @@
 //!
 //! `bench integrity` prints its result through [`rows`] too ([`render_command`]): the
 //! document's jobs in the document's table, its direct and 1 MiB jobs in a table of their own,
-//! each side against its arithmetic alone (the bound measured in the same run) in a third, and
-//! its acceptance targets under them.
+//! each side against its arithmetic alone (the bound measured in the same run) in a third,
+//! each direct row against plain's time plus that arithmetic's in a fourth (the most a side can
+//! keep at queue depth 1, where nothing overlaps a request's hashing), and its acceptance
+//! targets under them.
 
 use super::{mb_s, Ctx, Output, Refs};
 use crate::bench::harness::model::OverheadReport;
@@ -25,6 +27,8 @@ const TABLE: &str = "fio 4 KiB buffered";
 const OTHER: &str = "fio direct";
 /// `bench integrity`'s sides against their arithmetic alone.
 const BOUND: &str = "against the arithmetic alone";
+/// `bench integrity`'s direct rows against plain's time plus the arithmetic's.
+const SERIAL: &str = "against plain then the arithmetic";
 
 /// Runs: the document's jobs x 5 sides, and its 2 read jobs x 2 configurations, per round.
 pub fn expected_runs(runs: u64, seeds: &Seeds) -> u64 {
@@ -45,7 +49,7 @@ pub fn setup(r: &IntegrityReport) -> Vec<String> {
     let modes: Vec<&str> = r.modes.iter().map(|m| m.letter()).collect();
     let mut v = vec![
         format!(
-            "integrity: {} per side in {}, {} run(s) of {} ms, sides alternated: plain = dmkit linear, integrity = crc32c 4-byte tags, 512-byte sectors, modes {}{}{}",
+            "integrity: {} per side in {}, {} run(s) of {} ms, sides alternated: plain = dmkit linear, integrity = crc32c 4-byte tags, 512-byte sectors, modes {}{}{}{}",
             format_size(r.size),
             r.dir.display(),
             r.runs,
@@ -53,6 +57,11 @@ pub fn setup(r: &IntegrityReport) -> Vec<String> {
             modes.join(", "),
             if r.crypt_integrity {
                 "; crypt+integrity = LUKS2 aes-xts-plain64 + hmac-sha256, 512-byte sectors, journal"
+            } else {
+                ""
+            },
+            if r.hmac_journal {
+                "; integrity J hmac-sha256 = 32-byte HMAC-SHA-256 tags, 512-byte sectors, journal"
             } else {
                 ""
             },
@@ -74,7 +83,7 @@ pub fn setup(r: &IntegrityReport) -> Vec<String> {
                     "{} {} {}: {}",
                     format_size(b.bs),
                     if b.writes { "writes" } else { "reads" },
-                    bound_name(b.crypt, b.writes),
+                    bound_name(b.crypt, b.hmac, b.writes),
                     b.bound.cell()
                 )
             })
@@ -88,14 +97,26 @@ pub fn setup(r: &IntegrityReport) -> Vec<String> {
 }
 
 /// What a side's arithmetic alone is called: the integrity sides' crc32c tags of 512-byte
-/// sectors, crypt+integrity's seal (XTS + HMAC-SHA-256 per sector) for writes and open (copy,
-/// HMAC, XTS) for reads.
-fn bound_name(crypt: bool, writes: bool) -> &'static str {
-    match (crypt, writes) {
-        (false, _) => "crc32c tags alone",
-        (true, true) => "seal alone",
-        (true, false) => "open alone",
+/// sectors (HMAC-SHA-256 ones for the HMAC side), crypt+integrity's seal (XTS + HMAC-SHA-256
+/// per sector) for writes and open (copy, HMAC, XTS) for reads.
+fn bound_name(crypt: bool, hmac: bool, writes: bool) -> &'static str {
+    match (crypt, hmac, writes) {
+        (false, false, _) => "crc32c tags alone",
+        (false, true, _) => "hmac-sha256 tags alone",
+        (true, _, true) => "seal alone",
+        (true, _, false) => "open alone",
     }
+}
+
+/// Which arithmetic a side's bound is: (crypt+integrity's, the HMAC side's).
+fn arithmetic(name: &str) -> (bool, bool) {
+    (name == "crypt+integrity", name == integrity::HMAC_SIDE)
+}
+
+/// The most a side can do at queue depth 1 when its arithmetic does not overlap the
+/// transport: every request takes plain's time and then the arithmetic's on all cores, bytes/s.
+pub fn serial_bound(plain: f64, arithmetic_all_cores: f64) -> f64 {
+    1.0 / (1.0 / plain + 1.0 / arithmetic_all_cores)
 }
 
 /// The sides after plain: (name, the document's configuration, kernel note).
@@ -122,6 +143,9 @@ fn sides(r: &IntegrityReport, refs: Refs) -> Vec<(String, Option<&'static str>, 
                 integrity_note
             ),
         ));
+    }
+    if r.hmac_journal {
+        v.push((integrity::HMAC_SIDE.into(), None, integrity_note));
     }
     v
 }
@@ -169,8 +193,8 @@ pub fn rows(r: &IntegrityReport, verity: Option<&OverheadReport>, refs: Refs) ->
     // Each side against its arithmetic alone (`bench integrity` measures it after the runs).
     for row in &r.rows {
         for (k, (name, _, note)) in sides.iter().enumerate() {
-            let crypt = name == "crypt+integrity";
-            let Some(b) = r.bound(crypt, &row.job) else {
+            let (crypt, hmac) = arithmetic(name);
+            let Some(b) = r.bound(crypt, hmac, &row.job) else {
                 continue;
             };
             let mut sr = SeedRow::measured(
@@ -178,11 +202,39 @@ pub fn rows(r: &IntegrityReport, verity: Option<&OverheadReport>, refs: Refs) ->
                 BOUND,
                 &row.job.label(),
                 name,
-                &format!("{}, all cores", bound_name(crypt, row.job.writes())),
+                &format!("{}, all cores", bound_name(crypt, hmac, row.job.writes())),
                 "MB/s",
                 true,
                 mb_s(&row.runs[k + 1]),
                 vec![b.all_cores / 1e6],
+            )
+            .with_doc(None, "the document measured no bound");
+            sr.kernel = note.clone();
+            rows.push(sr);
+        }
+    }
+    // The direct rows (one request at a time, nothing between it and the layer) against
+    // plain's time plus the arithmetic's: each of plain's runs gives one bound.
+    for row in r.rows.iter().filter(|row| row.job.direct) {
+        for (k, (name, _, note)) in sides.iter().enumerate() {
+            let (crypt, hmac) = arithmetic(name);
+            let Some(b) = r.bound(crypt, hmac, &row.job) else {
+                continue;
+            };
+            let bounds: Vec<f64> = row.runs[0]
+                .iter()
+                .map(|&plain| serial_bound(plain, b.all_cores))
+                .collect();
+            let mut sr = SeedRow::measured(
+                SEED,
+                SERIAL,
+                &row.job.label(),
+                name,
+                &format!("plain, then {}", bound_name(crypt, hmac, row.job.writes())),
+                "MB/s",
+                true,
+                mb_s(&row.runs[k + 1]),
+                mb_s(&bounds),
             )
             .with_doc(None, "the document measured no bound");
             sr.kernel = note.clone();
@@ -230,6 +282,9 @@ pub fn verdicts(r: &IntegrityReport, rows: &[SeedRow]) -> Vec<String> {
             .and_then(|x| x.ratio)
     };
     let mut missed = Vec::new();
+    // The HMAC sides' 1 MiB lines, met or not, each printed.
+    let mut hmac_lines = Vec::new();
+    let mut hmac_missed = 0usize;
     for row in &r.rows {
         let mut cells: Vec<(String, Option<f64>)> = r
             .modes
@@ -254,6 +309,30 @@ pub fn verdicts(r: &IntegrityReport, rows: &[SeedRow]) -> Vec<String> {
                 }
             }
         }
+        // The HMAC sides at 1 MiB: the target, or the queue-depth-1 bound where it is lower.
+        let Some(t) = integrity::hmac_target(&row.job) else {
+            continue;
+        };
+        for (config, on) in [
+            ("crypt+integrity", r.crypt_integrity),
+            (integrity::HMAC_SIDE, r.hmac_journal),
+        ] {
+            let (crypt, hmac) = arithmetic(config);
+            let plain = row.median(0);
+            let (Some(q), Some(b), true) =
+                (ratio(&row.job, config), r.bound(crypt, hmac, &row.job), on)
+            else {
+                continue;
+            };
+            let bound = serial_bound(plain, b.all_cores) / plain;
+            let line = format!(
+                "{config} {}: {q:.2} of plain, target {t:.2} or the queue-depth-1 bound {bound:.2} where lower",
+                row.job.label()
+            );
+            let met = q >= t.min(bound);
+            hmac_missed += usize::from(!met);
+            hmac_lines.push(format!("  {line}: {}", if met { "met" } else { "NOT MET" }));
+        }
     }
     let mut v = vec![format!(
         "targets (RAM-backed): sequential write J >= {:.2}, B >= {:.2}, D >= {:.2} of plain; reads >= {:.2}{}: {}",
@@ -263,20 +342,22 @@ pub fn verdicts(r: &IntegrityReport, rows: &[SeedRow]) -> Vec<String> {
         integrity::READ_TARGET,
         if r.crypt_integrity {
             format!(
-                "; crypt+integrity 4 KiB write >= {:.2}, read >= {:.2}",
+                "; crypt+integrity 4 KiB write >= {:.2}, read >= {:.2}; HMAC sides 1 MiB direct write >= {:.2}, read >= {:.2}, or their queue-depth-1 bound where lower",
                 integrity::CRYPT_WRITE_TARGET,
-                integrity::CRYPT_READ_TARGET
+                integrity::CRYPT_READ_TARGET,
+                integrity::HMAC_WRITE_TARGET,
+                integrity::HMAC_READ_TARGET
             )
         } else {
             String::new()
         },
-        if missed.is_empty() {
-            "all met".to_string()
-        } else {
-            format!("{} NOT MET", missed.len())
+        match missed.len() + hmac_missed {
+            0 => "all met".to_string(),
+            n => format!("{n} NOT MET"),
         }
     )];
     v.extend(missed);
+    v.extend(hmac_lines);
     v
 }
 
@@ -304,10 +385,12 @@ mod tests {
             page_cache_dropped: false,
             modes: vec![Mode::Journal],
             crypt_integrity: true,
+            hmac_journal: false,
             commands: vec![],
             fio_command: "fio".into(),
             bounds: vec![PrimitiveBound {
                 crypt: true,
+                hmac: false,
                 bs: 4096,
                 writes: true,
                 bound: Bound {
@@ -385,6 +468,50 @@ mod tests {
             s.contains("- Outliers, as the document states its rule"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn the_hmac_sides_are_judged_by_the_target_or_their_queue_depth_1_bound() {
+        let bound = |crypt, hmac, all_cores| PrimitiveBound {
+            crypt,
+            hmac,
+            bs: 1 << 20,
+            writes: true,
+            bound: Bound {
+                one_core: all_cores / 2.0,
+                all_cores,
+                threads: 2,
+            },
+        };
+        let mut r = report(vec![vec![3000e6], vec![2000e6], vec![1300e6], vec![1200e6]]);
+        r.hmac_journal = true;
+        r.rows.remove(0);
+        r.bounds = vec![bound(true, false, 1500e6), bound(false, true, 3000e6)];
+        let s = render_command(&r);
+        assert!(
+            s.contains("integrity J hmac-sha256 = 32-byte HMAC-SHA-256 tags"),
+            "{s}"
+        );
+        // Plain's 1 MiB request then the seal on all cores: 1 / (1/3000 + 1/1500) = 1000 MB/s,
+        // a bound of 0.33 of plain, under the target: 0.43 meets it.
+        assert!(
+            s.contains("seed 000, against plain then the arithmetic"),
+            "{s}"
+        );
+        assert!(s.contains("plain, then seal alone"), "{s}");
+        assert!(s.contains("1.30 (+30%)"), "{s}");
+        assert!(
+            s.contains("  crypt+integrity write 1 MiB direct: 0.43 of plain, target 0.45 or the queue-depth-1 bound 0.33 where lower: met"),
+            "{s}"
+        );
+        // The HMAC tags alone at 3000 MB/s: a bound of 1500 MB/s, 0.50 of plain, above the
+        // target: 0.40 misses it.
+        assert!(s.contains("0.80 (-20%)"), "{s}");
+        assert!(
+            s.contains("  integrity J hmac-sha256 write 1 MiB direct: 0.40 of plain, target 0.45 or the queue-depth-1 bound 0.50 where lower: NOT MET"),
+            "{s}"
+        );
+        assert!(s.contains(": 1 NOT MET\n"), "{s}");
     }
 
     #[test]
