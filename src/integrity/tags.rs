@@ -476,7 +476,9 @@ impl TagHasher {
     /// the pieces split over the cores as [`tag_blocks_pooled`](TagHasher::tag_blocks_pooled)
     /// splits a request.
     pub fn fill_pieces(&self, src: &[u8], offset: u64, pieces: &mut [TaggedPiece<'_>]) {
-        let parts = self.parallel_parts(src.len());
+        // Split by what this call fills: the journal may hand a write's pieces over in more
+        // than one call, one of them a single section.
+        let parts = self.parallel_parts(pieces.iter().map(|p| p.data.len()).sum());
         // Four shares per core, each core taking the next as it finishes one.
         let (bs, ts) = (self.block_size, self.tag_size);
         let groups = side_by_side::split_pieces(pieces, parts * 4, bs, ts);

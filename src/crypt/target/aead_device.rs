@@ -304,7 +304,11 @@ impl AeadCryptDevice {
                 .seal_sectors_from(at / 512, plain, d, t, ts)
                 .map_err(|e| self.crypto_error(at, e))
         };
-        let parts = self.aead.parallel_parts(src.len());
+        // Split by what this call fills: the journal may hand a write's pieces over in more
+        // than one call, one of them a single section.
+        let parts = self
+            .aead
+            .parallel_parts(pieces.iter().map(|p| p.data.len()).sum());
         if parts == 1 {
             // A small write: on this thread, nothing to split.
             return pieces
