@@ -279,39 +279,26 @@ pub fn measure_bounds(jobs: &[Job], hmac: bool, dur: std::time::Duration) -> Vec
     for bs in sizes {
         let len = bs as usize;
         let n = len / 512;
-        let tags = bound::measure(dur, len, || {
-            let h = TagHasher::new(TagAlgorithm::Crc32c, None, None, 4, 512)
-                .expect("crc32c over 512-byte sectors");
-            let (buf, mut out) = (vec![0x5au8; len], vec![0u8; n * 4]);
-            move || h.tag_blocks(8, &buf, &mut out)
-        });
-        for writes in [true, false] {
-            v.push(PrimitiveBound {
-                crypt: false,
-                hmac: false,
-                bs,
-                writes,
-                bound: tags,
-            });
-        }
-        if hmac {
-            // The device's own call: the request's sectors split over the cores.
+        // A side's tags alone, the same bound for its writes and its reads.
+        let mut tags = |alg: TagAlgorithm, key: Option<&[u8]>, ts: usize, hmac: bool| {
             let tags = bound::measure(dur, len, || {
-                let h =
-                    TagHasher::new(TagAlgorithm::HmacSha256, Some(&[0x42u8; 32]), None, 32, 512)
-                        .expect("hmac-sha256 over 512-byte sectors");
-                let (buf, mut out) = (vec![0x5au8; len], vec![0u8; n * 32]);
+                let h = TagHasher::new(alg, key, None, ts, 512).expect("tags of 512-byte sectors");
+                let (buf, mut out) = (vec![0x5au8; len], vec![0u8; n * ts]);
                 move || h.tag_blocks(8, &buf, &mut out)
             });
             for writes in [true, false] {
                 v.push(PrimitiveBound {
                     crypt: false,
-                    hmac: true,
+                    hmac,
                     bs,
                     writes,
                     bound: tags,
                 });
             }
+        };
+        tags(TagAlgorithm::Crc32c, None, 4, false);
+        if hmac {
+            tags(TagAlgorithm::HmacSha256, Some(&[0x42u8; 32]), 32, true);
         }
         let aead = || {
             let kind = AeadKind::AuthencXts {
@@ -744,6 +731,42 @@ mod tests {
         let a = jobs[6].args(Path::new("/x"), 1 << 20, 1000);
         assert!(a.contains(&"--direct=1".to_string()));
         assert!(!a.iter().any(|s| s.starts_with("--end_fsync")));
+    }
+
+    #[test]
+    fn bounds_cover_every_side_and_direction() {
+        let job = Job {
+            rw: "read".into(),
+            direct: true,
+            bs: 4096,
+        };
+        for hmac in [false, true] {
+            let v = measure_bounds(
+                std::slice::from_ref(&job),
+                hmac,
+                std::time::Duration::from_millis(5),
+            );
+            assert_eq!(v.len(), if hmac { 6 } else { 4 });
+            let r = IntegrityReport {
+                size: 0,
+                runs: 0,
+                runtime_ms: 0,
+                dir: "/".into(),
+                page_cache_dropped: false,
+                modes: vec![],
+                crypt_integrity: true,
+                hmac_journal: hmac,
+                commands: vec![],
+                fio_command: String::new(),
+                rows: vec![],
+                bounds: v,
+            };
+            for (crypt, side_hmac) in [(false, false), (true, false), (false, true)] {
+                let b = r.bound(crypt, side_hmac, &job);
+                assert_eq!(b.is_some(), !side_hmac || hmac, "{crypt} {side_hmac}");
+                assert!(b.is_none_or(|b| b.one_core > 0.0 && b.all_cores > 0.0));
+            }
+        }
     }
 
     #[test]
