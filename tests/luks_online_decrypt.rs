@@ -715,14 +715,15 @@ fn killed_in_the_last_hotzone(
             return killed;
         }
         eprintln!(
-            "attempt {attempt}: the decryption ended before its last hotzone was seen; again"
+            "attempt {attempt}: the decryption ended before its last hotzone was seen or killed; again"
         );
     }
     panic!("the last hotzone was never seen in 3 attempts");
 }
 
 /// One attempt of [`killed_in_the_last_hotzone`]: `None` (the device closed, the exported
-/// header removed) when the decryption ended before the poll saw its last hotzone.
+/// header removed) when the decryption ended before the poll saw its last hotzone, or before
+/// the kill that followed landed.
 fn try_killing_in_the_last_hotzone(
     e: &Workspace,
     name: &str,
@@ -795,9 +796,15 @@ fn try_killing_in_the_last_hotzone(
     drop(child);
     e.run.ok(&["close", name]);
     let m = meta(&hdr);
+    if !decrypting(&m) {
+        // The poll saw the last hotzone, but it was done and the decryption over before the
+        // kill landed: nothing was cut short.
+        fs::remove_file(&hdr).unwrap();
+        return None;
+    }
     assert!(
-        in_decryption(&hdr) && moved_segment_hot(&m),
-        "the kill missed the last hotzone: {m}"
+        moved_segment_hot(&m),
+        "the kill landed in the decryption but not in its last hotzone: {m}"
     );
     eprintln!("killed in the last hotzone after {n} writes");
     Some((img, hdr, pass, want))

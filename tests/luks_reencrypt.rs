@@ -183,7 +183,11 @@ impl Case {
     fn kill_midway(&self, program: &str, args: &[String], delay: Duration) -> bool {
         let mut cmd = Command::new(program);
         cmd.args(args);
-        common::reencrypt::kill_when_under_way(cmd, &|| self.in_reencryption(), delay)
+        common::reencrypt::kill_when_under_way(
+            cmd,
+            &|| common::reencrypt::header_under_way(&self.hdr),
+            delay,
+        )
     }
 
     /// Finish with cryptsetup what was interrupted: repair a crashed hotzone, then resume.

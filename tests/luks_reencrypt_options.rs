@@ -96,7 +96,11 @@ impl Case {
     fn kill(&self, program: &str, extra: &[&str], delay: Duration) -> bool {
         let mut cmd = Command::new(program);
         cmd.args(self.argv(program, extra));
-        common::reencrypt::kill_when_under_way(cmd, &|| self.in_reencryption(), delay)
+        common::reencrypt::kill_when_under_way(
+            cmd,
+            &|| common::reencrypt::header_under_way(&self.img),
+            delay,
+        )
     }
 
     /// Finish with `program` whatever is left (`extra` given to the resume).

@@ -51,6 +51,17 @@ pub fn kill_when_under_way(
     running
 }
 
+/// Whether the LUKS2 header at the start of `path` names the reencryption requirement, read
+/// from the bytes: a poll while a tool rewrites the header must not run `cryptsetup luksDump`,
+/// which fails outright when it reads both copies mid-write.
+pub fn header_under_way(path: &str) -> bool {
+    std::fs::read(path).is_ok_and(|b| {
+        b[..b.len().min(32 << 10)]
+            .windows(19)
+            .any(|w| w == b"online-reencrypt-v2")
+    })
+}
+
 /// Open `device_args` (key file, header, device) read-only in dmkit as `name`, read all it
 /// serves, close it.
 pub fn read_served(e: &super::run::Workspace, device_args: &[&str], name: &str) -> Vec<u8> {
