@@ -306,9 +306,9 @@ pub fn journal_write_with(
         let n = (blocks - done).min(st.free_sectors as usize) as u32;
         st.free_sectors -= n;
         let (first_section, first_entry) = (st.free_section, st.free_section_entry);
-        let touched = (first_entry + n).div_ceil(per_section);
+        let spans = spans(l, first_entry, n);
         // Lock the sections to fill before the state is released (state, then sections).
-        let mut secs: Vec<MutexGuard<'_, Vec<u8>>> = (0..touched)
+        let mut secs: Vec<MutexGuard<'_, Vec<u8>>> = (0..spans.len() as u32)
             .map(|k| j.section((first_section + k) % l.journal_sections))
             .collect();
         // The positions, split where they wrap around the end of the journal.
@@ -330,7 +330,6 @@ pub fn journal_write_with(
         }
         let full = st.free_sectors <= j.threshold;
         drop(st);
-        let spans = spans(l, first_entry, n);
         let mut tags = vec![0u8; n as usize * ts];
         // The last section, when this write ends inside it, is where the next writer's
         // reservation begins, and that writer waits for its lock holding the state: fill it

@@ -190,57 +190,52 @@ pub fn rows(r: &IntegrityReport, verity: Option<&OverheadReport>, refs: Refs) ->
             rows.push(sr);
         }
     }
-    // Each side against its arithmetic alone (`bench integrity` measures it after the runs).
+    // Each side against its arithmetic alone (`bench integrity` measures it after the runs);
+    // then, in a table of their own, the direct rows (one request at a time, nothing between
+    // it and the layer) against plain's time plus the arithmetic's, one bound per plain run.
+    let mut serial = Vec::new();
     for row in &r.rows {
         for (k, (name, _, note)) in sides.iter().enumerate() {
             let (crypt, hmac) = arithmetic(name);
             let Some(b) = r.bound(crypt, hmac, &row.job) else {
                 continue;
             };
-            let mut sr = SeedRow::measured(
-                SEED,
-                BOUND,
-                &row.job.label(),
-                name,
-                &format!("{}, all cores", bound_name(crypt, hmac, row.job.writes())),
-                "MB/s",
-                true,
-                mb_s(&row.runs[k + 1]),
-                vec![b.all_cores / 1e6],
-            )
-            .with_doc(None, "the document measured no bound");
-            sr.kernel = note.clone();
-            rows.push(sr);
-        }
-    }
-    // The direct rows (one request at a time, nothing between it and the layer) against
-    // plain's time plus the arithmetic's: each of plain's runs gives one bound.
-    for row in r.rows.iter().filter(|row| row.job.direct) {
-        for (k, (name, _, note)) in sides.iter().enumerate() {
-            let (crypt, hmac) = arithmetic(name);
-            let Some(b) = r.bound(crypt, hmac, &row.job) else {
-                continue;
+            let what = bound_name(crypt, hmac, row.job.writes());
+            let against = |table: &str, baseline: &str, base: Vec<f64>| {
+                let mut sr = SeedRow::measured(
+                    SEED,
+                    table,
+                    &row.job.label(),
+                    name,
+                    baseline,
+                    "MB/s",
+                    true,
+                    mb_s(&row.runs[k + 1]),
+                    base,
+                )
+                .with_doc(None, "the document measured no bound");
+                sr.kernel = note.clone();
+                sr
             };
-            let bounds: Vec<f64> = row.runs[0]
-                .iter()
-                .map(|&plain| serial_bound(plain, b.all_cores))
-                .collect();
-            let mut sr = SeedRow::measured(
-                SEED,
-                SERIAL,
-                &row.job.label(),
-                name,
-                &format!("plain, then {}", bound_name(crypt, hmac, row.job.writes())),
-                "MB/s",
-                true,
-                mb_s(&row.runs[k + 1]),
-                mb_s(&bounds),
-            )
-            .with_doc(None, "the document measured no bound");
-            sr.kernel = note.clone();
-            rows.push(sr);
+            rows.push(against(
+                BOUND,
+                &format!("{what}, all cores"),
+                vec![b.all_cores / 1e6],
+            ));
+            if row.job.direct {
+                let bounds: Vec<f64> = row.runs[0]
+                    .iter()
+                    .map(|&plain| serial_bound(plain, b.all_cores))
+                    .collect();
+                serial.push(against(
+                    SERIAL,
+                    &format!("plain, then {what}"),
+                    mb_s(&bounds),
+                ));
+            }
         }
     }
+    rows.extend(serial);
     let Some(v) = verity else { return rows };
     // The verity column: dm-verity is read-only, so only the read rows.
     let verity_note = kernel_note(refs.kernel, "dm-verity");
